@@ -1,0 +1,45 @@
+#pragma once
+// HDF5 checkpoints: one f32 dataset per parameter at the root, named as in the PyTorch state dict
+// ("encoder.layers.3.attn.qkv.weight"); the model configuration and class names as attributes;
+// optionally the optimizer state under /optimizer/<buffer>/<parameter name>, the step and the RNG
+// state. Written to a temporary file beside the target and renamed, so a crash never leaves a
+// broken checkpoint. Readable with h5dump or h5py.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/params.h"
+
+namespace vitk::optim {
+class Optimizer;
+}
+
+namespace vitk::io {
+
+struct CheckpointMeta {
+  std::map<std::string, std::string> config;  // model configuration, key -> value (as text)
+  std::vector<std::string> class_names;
+  int64_t step = 0;                 // optimizer steps taken
+  int64_t epoch = 0;
+  std::vector<uint64_t> rng_state;  // opaque words (seed, counter, ...)
+};
+
+// Writes params (and the optimizer's state, if given) atomically to path.
+void save_checkpoint(const std::string& path, const ParamStore& params, const CheckpointMeta& meta,
+                     optim::Optimizer* optimizer = nullptr);
+
+// Reads only the attributes, so a caller can build the model from its configuration first.
+CheckpointMeta read_checkpoint_meta(const std::string& path);
+
+// Loads every parameter of the (finalized) store. Checks that the file has exactly the store's
+// names, with the same shapes and dtype f32, and throws vitk::Error naming the file and the first
+// parameter that is missing, unexpected, of another shape or dtype. If optimizer is given, its
+// state must be in the file too (same checks). Returns the metadata.
+CheckpointMeta load_checkpoint(const std::string& path, ParamStore& params,
+                               optim::Optimizer* optimizer = nullptr);
+
+// Names and shapes of all parameter datasets in a checkpoint (for `vitk` tools and messages).
+std::vector<std::pair<std::string, Shape>> list_checkpoint(const std::string& path);
+
+}  // namespace vitk::io

@@ -1,0 +1,55 @@
+#pragma once
+// Named parameters in one contiguous arena, their gradients in a second arena of the same layout.
+// Layers add() their parameters while they are built; finalize() allocates both arenas once.
+// The optimizer then works on flat arrays, and a checkpoint is a walk over the named views.
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "common/tensor.h"
+
+namespace vitk {
+
+struct Parameter {
+  std::string name;  // PyTorch-style, e.g. "encoder.layers.3.attn.qkv.weight"
+  Shape shape;
+  bool decay = true;     // takes weight decay (false for biases, norms, class token, positions)
+  float lr_scale = 1.f;  // per-parameter learning-rate multiplier (layer-wise decay)
+  size_t offset = 0;     // in floats, into both arenas; a multiple of 16 (64 bytes)
+  Tensor value;          // view into the value arena (valid after finalize)
+  Tensor grad;           // view into the gradient arena (valid after finalize)
+  int64_t numel() const { return shape_numel(shape); }
+};
+
+class ParamStore {
+ public:
+  // Registers a parameter; the returned reference stays valid for the store's lifetime.
+  // Throws vitk::Error on a duplicate name or after finalize().
+  Parameter& add(const std::string& name, Shape shape, bool decay = true);
+  // Allocates the value and gradient arenas (zero-filled) and points every parameter at its slot.
+  void finalize();
+  bool finalized() const { return finalized_; }
+
+  std::deque<Parameter>& params() { return params_; }
+  const std::deque<Parameter>& params() const { return params_; }
+  Parameter* find(const std::string& name);
+  const Parameter* find(const std::string& name) const;
+  Parameter& get(const std::string& name);  // throws vitk::Error naming the missing parameter
+
+  int64_t numel() const;        // sum of parameter sizes (without alignment padding)
+  size_t arena_floats() const { return arena_floats_; }  // with padding
+  // The whole arenas as flat f32 tensors [arena_floats]; padding slots are zero and stay zero.
+  Tensor& values() { return values_; }
+  Tensor& grads() { return grads_; }
+  const Tensor& values() const { return values_; }
+  const Tensor& grads() const { return grads_; }
+  void zero_grad();
+
+ private:
+  std::deque<Parameter> params_;
+  Tensor values_, grads_;
+  size_t arena_floats_ = 0;
+  bool finalized_ = false;
+};
+
+}  // namespace vitk

@@ -1,0 +1,100 @@
+#pragma once
+// Tensor: a shape, a dtype and 64-byte aligned memory, either owned or a view into an arena.
+// Row-major and contiguous; nothing more than the models need.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace vitk {
+
+enum class DType : uint8_t { f32, bf16, i32, u8 };
+
+size_t dtype_size(DType dt);
+const char* dtype_name(DType dt);
+
+using Shape = std::vector<int64_t>;
+int64_t shape_numel(const Shape& shape);
+std::string shape_str(const Shape& shape);  // "[8, 197, 768]"
+
+constexpr size_t kAlignment = 64;
+
+// Round-to-nearest-even conversion, as PyTorch and oneDNN do it; NaN stays NaN.
+uint16_t f32_to_bf16(float x);
+float bf16_to_f32(uint16_t x);
+void f32_to_bf16(const float* src, uint16_t* dst, size_t n);
+void bf16_to_f32(const uint16_t* src, float* dst, size_t n);
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // Owning, zero-filled, 64-byte aligned.
+  explicit Tensor(Shape shape, DType dtype = DType::f32);
+  // A non-owning view of memory that outlives the tensor (an arena, a mapped file).
+  static Tensor view(void* data, Shape shape, DType dtype = DType::f32);
+
+  const Shape& shape() const { return shape_; }
+  int rank() const { return static_cast<int>(shape_.size()); }
+  int64_t dim(int i) const;  // negative i counts from the end
+  int64_t numel() const { return shape_numel(shape_); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  DType dtype() const { return dtype_; }
+  bool empty() const { return data_ == nullptr; }
+  bool owning() const { return storage_ != nullptr; }
+
+  void* data() { return data_; }
+  const void* data() const { return data_; }
+  // Typed access; throws vitk::Error if the dtype differs.
+  float* f32();
+  const float* f32() const;
+  uint16_t* bf16();
+  const uint16_t* bf16() const;
+  int32_t* i32();
+  const int32_t* i32() const;
+  uint8_t* u8();
+  const uint8_t* u8() const;
+
+  // The same memory under another shape with the same number of elements (shares ownership).
+  Tensor reshaped(Shape shape) const;
+  // Rows [begin, end) of the first axis, as a view sharing ownership.
+  Tensor rows(int64_t begin, int64_t end) const;
+
+  Tensor clone() const;  // owning deep copy
+  void zero();
+  void fill(float value);  // f32 only
+  void copy_from(const Tensor& other);  // same shape and dtype
+
+ private:
+  std::shared_ptr<void> storage_;
+  void* data_ = nullptr;
+  Shape shape_;
+  DType dtype_ = DType::f32;
+};
+
+// One large aligned block handed out as views. reset() frees everything at once; a step that needs
+// more than the block spills into extra chunks, and the next reset() merges them into one block of
+// the high-water size, so the steady state of a loop never calls malloc.
+class Arena {
+ public:
+  explicit Arena(size_t bytes = 0);
+  Tensor alloc(Shape shape, DType dtype = DType::f32);  // zero-filled
+  void reset();
+  size_t used() const { return used_; }
+  size_t capacity() const;
+  size_t high_water() const { return high_water_; }
+
+ private:
+  struct Chunk {
+    std::shared_ptr<void> memory;
+    size_t size = 0;
+    size_t used = 0;
+  };
+  std::vector<Chunk> chunks_;
+  size_t used_ = 0;
+  size_t high_water_ = 0;
+};
+
+std::shared_ptr<void> aligned_alloc_shared(size_t bytes);
+
+}  // namespace vitk
