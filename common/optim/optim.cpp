@@ -56,7 +56,8 @@ void AdamW::step(float lr) {
   const int64_t t = steps_ + 1;
   // Scalar factors in double, then rounded to f32 once, as PyTorch does with its Python floats.
   const double beta1 = options_.beta1, beta2 = options_.beta2;
-  const float b1 = options_.beta1, b2 = options_.beta2, eps = options_.eps;
+  const float b1 = static_cast<float>(beta1), b2 = static_cast<float>(beta2);
+  const float eps = static_cast<float>(options_.eps);
   const float one_minus_b1 = static_cast<float>(1.0 - beta1);
   const float one_minus_b2 = static_cast<float>(1.0 - beta2);
   const double bias_correction1 = 1.0 - std::pow(beta1, static_cast<double>(t));
@@ -113,7 +114,8 @@ Sgd::Sgd(ParamStore& params, SgdOptions options) : params_(params), options_(opt
 
 void Sgd::step(float lr) {
   check_lr(lr, "SGD");
-  const float momentum = options_.momentum, wd = options_.weight_decay;
+  const float momentum = static_cast<float>(options_.momentum);
+  const float wd = static_cast<float>(options_.weight_decay);
   const bool use_momentum = momentum != 0.f, nesterov = options_.nesterov;
 
   float* value = params_.values().f32();
