@@ -1,2 +1,27 @@
-// Placeholder until the command-line dispatcher lands.
-int main() { return 0; }
+// vitk: one executable, one subcommand per job (DESIGN.md, "Command line").
+#include <exception>
+#include <iostream>
+
+#include "tools/cli.h"
+
+namespace {
+
+// Every subcommand source file contributes one registration function; `vitk --help` lists the
+// subcommands in this order. Add yours here (and declare it in tools/cli.h).
+constexpr void (*kRegistrations[])(vitk::tools::Registry&) = {
+    vitk::tools::register_env_commands,
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  vitk::tools::Registry registry;
+  try {
+    for (auto register_commands : kRegistrations) register_commands(registry);
+  } catch (const std::exception& e) {
+    // A duplicate or malformed registration is a bug in vitk itself, not in how it was called.
+    std::cerr << "vitk: internal error: " << e.what() << std::endl;
+    return vitk::tools::kExitFailure;
+  }
+  return vitk::tools::run_cli(registry, argc, argv);
+}

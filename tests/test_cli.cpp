@@ -1,0 +1,246 @@
+// Runs the vitk executable as a user would and checks exit codes and messages (DESIGN.md,
+// "Command line": 0 success, 1 run-time failure, 2 usage error; errors name what is at fault).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int status = -1;  // exit code, or -1 when killed by a signal
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // ctest runs tests in parallel, so each gets its own directory.
+    std::string tmpl = (fs::temp_directory_path() / "vitk_cli_XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  void write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name, std::ios::binary) << text;
+  }
+
+  // Runs vitk with args inside the temporary directory (so config paths are relative, as users
+  // write them), stdin from /dev/null, stdout and stderr captured separately.
+  Result run(const std::vector<std::string>& args) {
+    fs::path out_path = dir_ / "stdout.txt";
+    fs::path err_path = dir_ / "stderr.txt";
+    pid_t pid = fork();
+    if (pid == 0) {
+      int in = open("/dev/null", O_RDONLY);
+      int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (in < 0 || out < 0 || err < 0 || chdir(dir_.c_str()) != 0) _exit(126);
+      dup2(in, 0), dup2(out, 1), dup2(err, 2);
+      std::vector<char*> argv{const_cast<char*>(VITK_BINARY)};
+      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(VITK_BINARY, argv.data());
+      _exit(127);
+    }
+    Result r;
+    int status = 0;
+    EXPECT_GT(pid, 0);
+    EXPECT_EQ(waitpid(pid, &status, 0), pid);
+    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = slurp(out_path);
+    r.err = slurp(err_path);
+    return r;
+  }
+
+  fs::path dir_;
+};
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// A usage or run-time error is exactly one line, prefixed so that it stands out in a log.
+void expect_one_error_line(const Result& r) {
+  EXPECT_EQ(r.err.rfind("vitk: error: ", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+TEST_F(Cli, HelpListsSubcommands) {
+  for (const char* flag : {"--help", "-h"}) {
+    Result r = run({flag});
+    EXPECT_EQ(r.status, 0) << flag;
+    EXPECT_TRUE(contains(r.out, "Usage: vitk <subcommand>")) << r.out;
+    EXPECT_TRUE(contains(r.out, "  env ")) << r.out;
+    EXPECT_EQ(r.err, "");
+  }
+}
+
+TEST_F(Cli, VersionPrintsVersion) {
+  Result r = run({"--version"});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.out.rfind(std::string("vitk ") + VITK_VERSION, 0), 0u) << r.out;
+}
+
+TEST_F(Cli, NoSubcommandPrintsHelpToStderr) {
+  Result r = run({});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_TRUE(contains(r.err, "Usage: vitk <subcommand>")) << r.err;
+  EXPECT_TRUE(contains(r.err, "env")) << r.err;
+}
+
+TEST_F(Cli, UnknownSubcommandSuggestsClosestName) {
+  Result r = run({"evn"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(contains(r.err, "unknown subcommand 'evn'")) << r.err;
+  EXPECT_TRUE(contains(r.err, "did you mean 'env'?")) << r.err;
+  expect_one_error_line(r);
+
+  // Nothing is close: no suggestion rather than a misleading one.
+  r = run({"xyzzy"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_FALSE(contains(r.err, "did you mean")) << r.err;
+}
+
+TEST_F(Cli, OptionBeforeSubcommandIsAUsageError) {
+  Result r = run({"--threads", "2", "env"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(contains(r.err, "'--threads'")) << r.err;
+  expect_one_error_line(r);
+}
+
+TEST_F(Cli, UnknownOptionIsNamed) {
+  Result r = run({"env", "--bogus", "1"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(contains(r.err, "unknown option '--bogus'")) << r.err;
+  expect_one_error_line(r);
+
+  // No prefix guessing: --thread is not silently --threads.
+  r = run({"env", "--thread", "2"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(contains(r.err, "'--thread'")) << r.err;
+}
+
+TEST_F(Cli, BadValuesAreUsageErrors) {
+  for (auto args : std::vector<std::vector<std::string>>{{"env", "--threads", "abc"},
+                                                         {"env", "--threads", "0"},
+                                                         {"env", "--threads"},
+                                                         {"env", "--seed", "1.5"}}) {
+    Result r = run(args);
+    EXPECT_EQ(r.status, 2) << args[1] << " " << r.err;
+    EXPECT_TRUE(contains(r.err, args[1])) << r.err;
+    expect_one_error_line(r);
+  }
+}
+
+TEST_F(Cli, StrayArgumentIsAUsageError) {
+  Result r = run({"env", "extra"});
+  EXPECT_EQ(r.status, 2);
+  expect_one_error_line(r);
+}
+
+TEST_F(Cli, EnvReportsThreadsAndOptions) {
+  Result r = run({"env", "--threads", "3", "--name", "abc"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "threads: 3\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "cpu isa: ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "bf16: ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "  name = abc\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "  seed = 0 (default)\n")) << r.out;
+}
+
+TEST_F(Cli, EnvHelpHasExampleAndAllOptions) {
+  Result r = run({"env", "--help"});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_TRUE(contains(r.out, "Usage: vitk env")) << r.out;
+  EXPECT_TRUE(contains(r.out, "Example:\n  vitk env ")) << r.out;
+  for (const char* option : {"--seed", "--name", "--threads", "--config", "--help"})
+    EXPECT_TRUE(contains(r.out, option)) << option << "\n" << r.out;
+}
+
+TEST_F(Cli, ConfigFileSetsOptions) {
+  write("run.ini", "# a comment\nseed = 42\nname = from-file  # trailing comment\nthreads = 2\n");
+  Result r = run({"env", "--config", "run.ini"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "  seed = 42\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "  name = from-file\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "threads: 2\n")) << r.out;
+}
+
+TEST_F(Cli, CommandLineOverridesConfigFile) {
+  write("run.ini", "seed = 42\nname = from-file\n");
+  // Either order: the command line wins whether it comes before or after --config.
+  for (auto args :
+       std::vector<std::vector<std::string>>{{"env", "--config", "run.ini", "--seed", "7"},
+                                             {"env", "--seed", "7", "--config", "run.ini"}}) {
+    Result r = run(args);
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_TRUE(contains(r.out, "  seed = 7\n")) << r.out;
+    EXPECT_TRUE(contains(r.out, "  name = from-file\n")) << r.out;
+  }
+}
+
+TEST_F(Cli, ConfigTypoNamesFileLineAndKey) {
+  write("typo.ini", "# training\nseed = 1\n\nlerning_rate = 3e-4\n");
+  Result r = run({"env", "--config", "typo.ini"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(contains(r.err, "typo.ini:4: unknown option 'lerning_rate'")) << r.err;
+  expect_one_error_line(r);
+
+  // Keys inside a [section] are named section.key, as program_options names them.
+  write("section.ini", "seed = 1\n[train]\nsteps = 10\n");
+  r = run({"env", "--config", "section.ini"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(contains(r.err, "section.ini:3: unknown option 'train.steps'")) << r.err;
+}
+
+TEST_F(Cli, ConfigBadValueOrSyntaxNamesTheLine) {
+  write("value.ini", "name = x\nseed = abc\n");
+  Result r = run({"env", "--config", "value.ini"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(contains(r.err, "value.ini:2:")) << r.err;
+  EXPECT_TRUE(contains(r.err, "seed")) << r.err;
+  expect_one_error_line(r);
+
+  write("syntax.ini", "seed = 1\nname\n");
+  r = run({"env", "--config", "syntax.ini"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(contains(r.err, "syntax.ini:2:")) << r.err;
+
+  write("twice.ini", "seed = 1\nname = a\nseed = 2\n");
+  r = run({"env", "--config", "twice.ini"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(contains(r.err, "twice.ini:3:")) << r.err;
+}
+
+TEST_F(Cli, MissingConfigFileIsNamed) {
+  Result r = run({"env", "--config", "no-such-file.ini"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(contains(r.err, "'no-such-file.ini'")) << r.err;
+  expect_one_error_line(r);
+}
+
+}  // namespace

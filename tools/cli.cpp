@@ -1,0 +1,419 @@
+#include "tools/cli.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+
+#include <boost/make_shared.hpp>
+
+#include "common/error.h"
+#include "common/ops/ops.h"
+
+namespace vitk::tools {
+
+namespace {
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string trim(const std::string& s) {
+  const char* ws = " \t\r\n";
+  size_t begin = s.find_first_not_of(ws);
+  if (begin == std::string::npos) return "";
+  size_t end = s.find_last_not_of(ws);
+  return s.substr(begin, end - begin + 1);
+}
+
+// Optimal string alignment distance: Levenshtein plus adjacent transpositions, because swapped
+// letters ("trian") are the most common typo of a subcommand name.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+const char* build_type() {
+#if defined(VITK_BUILD_TYPE)
+  return VITK_BUILD_TYPE;
+#elif defined(NDEBUG) && defined(__OPTIMIZE__)
+  return "release build";
+#elif defined(__OPTIMIZE__)
+  return "optimized build with assertions";
+#else
+  return "debug build";
+#endif
+}
+
+// ---- Help -------------------------------------------------------------------------------------
+
+void print_tool_help(const Registry& registry, std::ostream& os) {
+  size_t width = 0;
+  for (const Subcommand& c : registry.all()) width = std::max(width, c.name.size());
+  os << "vitk " << VITK_VERSION
+     << ": train Vision Transformers and translation Transformers on CPUs.\n\n"
+     << "Usage: vitk <subcommand> [options]\n"
+     << "       vitk <subcommand> --help    options and an example for one subcommand\n\n"
+     << "Subcommands:\n";
+  for (const Subcommand& c : registry.all())
+    os << "  " << c.name << std::string(width - c.name.size() + 3, ' ') << c.summary << "\n";
+  os << "\nOptions:\n"
+     << "  -h [ --help ]   show this help and exit\n"
+     << "  --version       print the version and exit\n\n"
+     << "Every subcommand also takes --threads N and --config FILE (INI; options given on the\n"
+     << "command line override the file).\n"
+     << "Exit codes: 0 success, 1 run-time failure, 2 usage error.\n";
+}
+
+void print_command_help(const Subcommand& cmd, const po::options_description& own,
+                        const po::options_description& common, std::ostream& os) {
+  os << "Usage: vitk " << cmd.name << " " << cmd.usage << "\n" << cmd.summary << "\n\n";
+  os << "Example:\n";
+  std::istringstream lines(cmd.example);
+  for (std::string line; std::getline(lines, line);) os << "  " << line << "\n";
+  os << "\n";
+  if (!own.options().empty()) os << own << "\n";
+  os << common;
+}
+
+// ---- Config files -----------------------------------------------------------------------------
+
+struct ConfigKey {
+  int line;
+  std::string key;  // as program_options names it: "section.key" inside a [section]
+};
+
+// Boost reports neither line numbers nor which line is malformed, so we scan the file the way its
+// parser does (comments from '#', [section] prefixes joined with '.', "key = value" lines) to
+// point at the line at fault. Malformed lines are reported here, before Boost sees them.
+std::vector<ConfigKey> scan_config(const std::string& path, const std::string& text) {
+  std::vector<ConfigKey> keys;
+  std::istringstream in(text);
+  std::string raw;
+  std::string prefix;
+  for (int line = 1; std::getline(in, raw); ++line) {
+    std::string s = trim(raw.substr(0, raw.find('#')));
+    if (s.empty()) continue;
+    std::string where = path + ":" + std::to_string(line) + ": ";
+    if (s.front() == '[' && s.back() == ']') {
+      prefix = s.substr(1, s.size() - 2);
+      if (prefix.empty()) throw UsageError(where + "empty section name '[]'");
+      if (prefix.back() != '.') prefix += '.';
+      continue;
+    }
+    size_t eq = s.find('=');
+    if (eq == std::string::npos)
+      throw UsageError(where + "expected 'key = value' or '[section]', got '" + s + "'");
+    std::string key = trim(s.substr(0, eq));
+    if (key.empty()) throw UsageError(where + "missing option name before '='");
+    keys.push_back({line, prefix + key});
+  }
+  return keys;
+}
+
+// "path:line" of the nth (1-based) occurrence of key, or just the path if there is none.
+std::string config_location(const std::string& path, const std::vector<ConfigKey>& keys,
+                            const std::string& key, int nth = 1) {
+  for (const ConfigKey& k : keys)
+    if (k.key == key && --nth == 0) return path + ":" + std::to_string(k.line);
+  return path;
+}
+
+std::string read_config(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw UsageError("cannot read config file '" + path + "': it is a directory");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError("cannot open config file '" + path + "': " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw UsageError("cannot read config file '" + path + "'");
+  return text.str();
+}
+
+// Stores the config file's values into vm after the command line's: program_options keeps the
+// first value stored for an option, so the command line wins, while a value from the file still
+// replaces a default.
+void store_config(const std::string& path, const po::options_description& file_options,
+                  po::variables_map& vm) {
+  std::string text = read_config(path);
+  std::vector<ConfigKey> keys = scan_config(path, text);
+  std::istringstream in(text);
+  // Unregistered keys are allowed here only so that we learn their names and can report the
+  // first one with its line; Boost's own error names the key but neither the file nor the line.
+  po::parsed_options parsed = po::parse_config_file(in, file_options, true);
+  for (const po::option& opt : parsed.options)
+    if (opt.unregistered)
+      throw UsageError(config_location(path, keys, opt.string_key) + ": unknown option '" +
+                       opt.string_key + "'");
+  try {
+    po::store(parsed, vm);
+  } catch (const po::multiple_occurrences& e) {
+    // The line at fault is the repeat, not the first assignment.
+    throw UsageError(config_location(path, keys, e.get_option_name(), 2) + ": " + e.what());
+  } catch (const po::error_with_option_name& e) {
+    throw UsageError(config_location(path, keys, e.get_option_name()) + ": " + e.what());
+  } catch (const po::error& e) {
+    throw UsageError(path + ": " + e.what());
+  }
+}
+
+// ---- Dispatch ---------------------------------------------------------------------------------
+
+int run_command(const Subcommand& cmd, const std::vector<std::string>& args) {
+  po::options_description own("Options for '" + cmd.name + "'");
+  if (cmd.add_options) cmd.add_options(own);
+
+  // --threads is shared between the command line and the config file; --help and --config only
+  // make sense on the command line.
+  auto threads = boost::make_shared<po::option_description>(
+      "threads", po::value<int>()->value_name("N"),
+      "number of OpenMP threads (default: OMP_NUM_THREADS, else one per core)");
+  po::options_description common("Common options");
+  common.add_options()("help,h", "show this help and exit");
+  common.add(threads);
+  common.add_options()("config", po::value<std::string>()->value_name("FILE"),
+                       "read options from this INI file; options given on the command line "
+                       "override it");
+
+  po::options_description cmdline_options;
+  cmdline_options.add(own).add(common);
+  po::options_description file_options;
+  file_options.add(own);
+  file_options.add(threads);
+  po::positional_options_description positional;
+  if (cmd.add_positional) cmd.add_positional(positional);
+
+  const std::string see_help = " (see 'vitk " + cmd.name + " --help')";
+  po::variables_map vm;
+  try {
+    // Guessing is off so that `--thread` does not silently mean `--threads`, and so that adding
+    // an option later cannot make an abbreviation in someone's script ambiguous.
+    int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
+    po::store(po::command_line_parser(args)
+                  .options(cmdline_options)
+                  .positional(positional)
+                  .style(style)
+                  .run(),
+              vm);
+  } catch (const po::unknown_option& e) {
+    throw UsageError("unknown option '" + e.get_option_name() + "'" + see_help);
+  } catch (const po::too_many_positional_options_error&) {
+    // Boost's message does not say which word was extra, nor that none is accepted at all.
+    throw UsageError(positional.max_total_count() == 0
+                         ? "'vitk " + cmd.name + "' takes no arguments, only options" + see_help
+                         : "too many arguments" + see_help);
+  } catch (const po::error& e) {
+    throw UsageError(e.what() + see_help);
+  }
+
+  // Help needs neither the config file nor the required options, so it is answered first.
+  if (vm.count("help")) {
+    print_command_help(cmd, own, common, std::cout);
+    return kExitOk;
+  }
+  if (vm.count("config")) store_config(vm["config"].as<std::string>(), file_options, vm);
+  try {
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(e.what() + see_help);
+  }
+
+  if (vm.count("threads")) {
+    int n = vm["threads"].as<int>();
+    if (n < 1) throw UsageError("--threads must be at least 1, got " + std::to_string(n));
+    ops::set_num_threads(n);
+  }
+  return cmd.run(vm);
+}
+
+int dispatch(const Registry& registry, const std::vector<std::string>& args) {
+  if (args.empty()) {
+    print_tool_help(registry, std::cerr);
+    return kExitUsage;
+  }
+  const std::string& first = args[0];
+  if (first == "-h" || first == "--help") {
+    print_tool_help(registry, std::cout);
+    return kExitOk;
+  }
+  if (first == "--version") {
+    std::cout << version_line() << "\n";
+    return kExitOk;
+  }
+  if (!first.empty() && first[0] == '-')
+    throw UsageError("unknown option '" + first +
+                     "'; options go after the subcommand: vitk <subcommand> [options] (see "
+                     "'vitk --help')");
+  const Subcommand* cmd = registry.find(first);
+  if (!cmd) {
+    std::string suggestion = registry.closest(first);
+    throw UsageError("unknown subcommand '" + first + "'" +
+                     (suggestion.empty() ? "" : "; did you mean '" + suggestion + "'?") +
+                     " (see 'vitk --help')");
+  }
+  return run_command(*cmd, std::vector<std::string>(args.begin() + 1, args.end()));
+}
+
+void report_error(const char* what) {
+  std::cerr << "vitk: error: " << what << std::endl;
+}
+
+template <typename T>
+bool print_if(std::ostream& os, const boost::any& v) {
+  const T* p = boost::any_cast<T>(&v);
+  if (!p) return false;
+  if constexpr (std::is_same_v<T, bool>) {
+    os << (*p ? "true" : "false");
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    os << *p;
+  } else if constexpr (std::is_arithmetic_v<T>) {
+    os << *p;
+  } else {
+    for (size_t i = 0; i < p->size(); ++i) os << (i ? " " : "") << (*p)[i];
+  }
+  return true;
+}
+
+// Tries each type in turn; true when the value held one of them.
+template <typename... Ts>
+bool print_as(std::ostream& os, const boost::any& v) {
+  return (print_if<Ts>(os, v) || ...);
+}
+
+// ---- vitk env ---------------------------------------------------------------------------------
+
+int run_env(const po::variables_map& vm) {
+  std::cout << version_line() << "\n"
+            << "threads: " << ops::num_threads() << "\n"
+            << "cpu isa: " << ops::cpu_isa() << "\n"
+            << "bf16: " << (ops::bf16_supported() ? "yes" : "no") << "\n"
+            << "options:\n";
+  for (const auto& [key, value] : vm)
+    std::cout << "  " << key << " = " << format_value(value)
+              << (value.defaulted() ? " (default)" : "") << "\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+// ---- Registry ---------------------------------------------------------------------------------
+
+void Registry::add(Subcommand cmd) {
+  if (cmd.name.empty() || cmd.name[0] == '-')
+    throw std::logic_error("vitk: invalid subcommand name '" + cmd.name + "'");
+  if (find(cmd.name))
+    throw std::logic_error("vitk: subcommand '" + cmd.name + "' registered twice");
+  if (!cmd.run) throw std::logic_error("vitk: subcommand '" + cmd.name + "' has no run function");
+  commands_.push_back(std::move(cmd));
+}
+
+const Subcommand* Registry::find(const std::string& name) const {
+  for (const Subcommand& c : commands_)
+    if (c.name == name) return &c;
+  return nullptr;
+}
+
+std::string Registry::closest(const std::string& name) const {
+  std::string best;
+  size_t best_distance = SIZE_MAX;
+  for (const Subcommand& c : commands_) {
+    size_t d = edit_distance(lower(name), lower(c.name));
+    if (d < best_distance) best = c.name, best_distance = d;
+  }
+  // Beyond this the "suggestion" is just the only command there is, which misleads more than it
+  // helps.
+  size_t limit = std::max<size_t>(2, name.size() / 3);
+  return best_distance <= limit ? best : "";
+}
+
+// ---- Public helpers ---------------------------------------------------------------------------
+
+std::string version_line() {
+  std::string line = std::string("vitk ") + VITK_VERSION + " (" + build_type();
+#if defined(__SANITIZE_ADDRESS__)
+  line += ", AddressSanitizer";
+#endif
+#if defined(__clang__)
+  line += ", clang " __clang_version__;
+#elif defined(__GNUC__)
+  line += ", gcc " __VERSION__;
+#endif
+  return line + ")";
+}
+
+std::string format_value(const po::variable_value& value) {
+  if (value.empty()) return "";
+  std::ostringstream os;
+  if (!print_as<std::string, bool, int, unsigned, long, unsigned long, long long,
+                unsigned long long, float, double, std::vector<std::string>, std::vector<int>,
+                std::vector<double>>(os, value.value()))
+    os << "<" << value.value().type().name() << ">";
+  return os.str();
+}
+
+int run_cli(const Registry& registry, int argc, const char* const* argv) {
+  int code = kExitFailure;
+  try {
+    code = dispatch(registry, std::vector<std::string>(argv + std::min(argc, 1), argv + argc));
+  } catch (const UsageError& e) {
+    report_error(e.what());
+    return kExitUsage;
+  } catch (const po::error& e) {
+    // A subcommand that parses more options itself fails the same way as the dispatcher.
+    report_error(e.what());
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    // vitk::Error and everything else: the run started and something in the data or files failed.
+    report_error(e.what());
+    return kExitFailure;
+  } catch (...) {
+    report_error("unknown exception");
+    return kExitFailure;
+  }
+  // Output lost to a full disk or a closed pipe must not look like success.
+  std::cout.flush();
+  if (!std::cout) {
+    report_error("cannot write to standard output");
+    return kExitFailure;
+  }
+  return code;
+}
+
+void register_env_commands(Registry& registry) {
+  Subcommand env;
+  env.name = "env";
+  env.summary = "print the version, thread count, CPU ISA, bf16 support and the options given";
+  env.example =
+      "vitk env --threads 4\n"
+      "vitk env --config configs/run.ini --seed 7   # --seed overrides the file";
+  env.add_options = [](po::options_description& o) {
+    o.add_options()("seed", po::value<int>()->value_name("INT")->default_value(0),
+                    "a random seed, echoed back (to check config files)")(
+        "name", po::value<std::string>()->value_name("STR"),
+        "a name, echoed back (to check config files)");
+  };
+  env.run = run_env;
+  registry.add(std::move(env));
+}
+
+}  // namespace vitk::tools

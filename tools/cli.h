@@ -1,0 +1,74 @@
+#pragma once
+// The `vitk` command: a registry of subcommands and the dispatcher that parses options, reads the
+// --config file, applies --threads and turns exceptions into exit codes (DESIGN.md, "Command
+// line").
+//
+// Adding a subcommand: write tools/cmd_NAME.cpp defining `void register_NAME_commands(Registry&)`,
+// declare it below next to the others, and add it to the table in tools/main.cpp.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <boost/program_options.hpp>
+
+namespace vitk::tools {
+
+namespace po = boost::program_options;
+
+// Exit codes shared by every subcommand.
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;  // run-time failure: bad file, bad data (vitk::Error)
+constexpr int kExitUsage = 2;    // the tool was called wrongly (vitk::UsageError, option errors)
+
+struct Subcommand {
+  std::string name;     // what follows `vitk`, e.g. "train"
+  std::string summary;  // one line for `vitk --help`
+  std::string example;  // one or more full command lines for `vitk NAME --help`
+  // Adds the subcommand's own options; the common ones (--help, --threads, --config) are added by
+  // the dispatcher. Every option added here may also be set in the --config file. May be empty.
+  std::function<void(po::options_description&)> add_options;
+  // Runs the subcommand once options are parsed, the config file merged, required options checked
+  // and --threads applied. Returns the exit code; may throw vitk::UsageError (exit 2) or
+  // vitk::Error / std::exception (exit 1).
+  std::function<int(const po::variables_map&)> run;
+  // Optional: maps bare words to options declared in add_options, e.g. `vitk bench ops` with
+  // `p.add("what", 1)`. Positional words are accepted on the command line only.
+  std::function<void(po::positional_options_description&)> add_positional;
+  // What follows `vitk NAME` in the usage line; change it when there are positional words.
+  std::string usage = "[options]";
+};
+
+class Registry {
+ public:
+  // Throws std::logic_error on an empty name, a name starting with '-', a duplicate name or a
+  // missing run function: those are programming mistakes, caught the first time vitk runs.
+  void add(Subcommand cmd);
+  // nullptr when there is no subcommand of that name.
+  const Subcommand* find(const std::string& name) const;
+  // In registration order, which is the order `vitk --help` lists them.
+  const std::vector<Subcommand>& all() const { return commands_; }
+  // The registered name closest to `name` by edit distance, or "" when none is close enough to be
+  // a plausible typo.
+  std::string closest(const std::string& name) const;
+
+ private:
+  std::vector<Subcommand> commands_;
+};
+
+// Parses argv, dispatches to a subcommand and returns the process exit code. Help goes to stdout
+// (stderr when no subcommand was given); never throws: every error becomes one
+// `vitk: error: ...` line on stderr.
+int run_cli(const Registry& registry, int argc, const char* const* argv);
+
+// "vitk 0.1.0 (release build, gcc 12.2.0)": what `vitk --version` prints.
+std::string version_line();
+
+// A printable form of a parsed option value (ints, floats, bools, strings and vectors of them),
+// for subcommands that echo their configuration into a log.
+std::string format_value(const po::variable_value& value);
+
+// ---- Registration hooks, one per tools/cmd_*.cpp (called from main.cpp) ----------------------
+// `vitk env`: version, threads, CPU ISA, bf16 support and the options it was given (tools/cli.cpp).
+void register_env_commands(Registry& registry);
+
+}  // namespace vitk::tools

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages vitk needs to build, test and train on its default data, then
+# optionally builds and tests. Safe to run again: with everything installed it touches nothing.
+#
+#   bash tools/setup.sh            install missing packages only
+#   bash tools/setup.sh --build    ... and build into build/
+#   bash tools/setup.sh --test     ... and build, then run ctest
+#   bash tools/setup.sh --asan     build (and with --test, test) in build-asan/ with
+#                                  AddressSanitizer and UndefinedBehaviorSanitizer
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libdnnl-dev libopencv-dev libboost-program-options-dev libhdf5-dev hdf5-tools
+  libgtest-dev libsentencepiece-dev
+  dataset-fashion-mnist
+)
+
+usage() { sed -n '2,9s/^# \{0,1\}//p' "$0"; }
+die() { echo "setup.sh: error: $*" >&2; exit 1; }
+
+build=0 test=0 asan=0
+for arg in "$@"; do
+  case "$arg" in
+    --build) build=1 ;;
+    --test) build=1 test=1 ;;
+    --asan) build=1 asan=1 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "setup.sh: error: unknown argument '$arg'" >&2; usage >&2; exit 2 ;;
+  esac
+done
+
+# Print each command before running it, so a CI log shows what happened.
+run() { echo "+ $*"; "$@"; }
+
+# The repository root, wherever the script is called from.
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "setup.sh: all ${#packages[@]} packages are installed"
+else
+  echo "setup.sh: installing ${missing[*]}"
+  if ((EUID == 0)); then
+    as_root=()
+  elif command -v sudo >/dev/null; then
+    as_root=(sudo)
+  else
+    die "installing packages needs root: run as root or install sudo (missing: ${missing[*]})"
+  fi
+  # `env` rather than a variable assignment: sudo resets the environment it is given.
+  run "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+  run "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+
+if ((build)); then
+  if ((asan)); then
+    dir="build-asan"
+    # Debug info so that sanitizer reports have file and line numbers.
+    config=(-DVITK_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo)
+  else
+    dir=build
+    config=()
+  fi
+  run cmake -S . -B "$dir" "${config[@]}"
+  run cmake --build "$dir" -j"$(nproc)"
+  if ((test)); then
+    run ctest --test-dir "$dir" --output-on-failure
+  fi
+fi
