@@ -70,5 +70,7 @@ std::string format_value(const po::variable_value& value);
 // ---- Registration hooks, one per tools/cmd_*.cpp (called from main.cpp) ----------------------
 // `vitk env`: version, threads, CPU ISA, bf16 support and the options it was given (tools/cli.cpp).
 void register_env_commands(Registry& registry);
+// `vitk bench ops` (tools/cmd_bench.cpp).
+void register_bench_commands(Registry& registry);
 
 }  // namespace vitk::tools

@@ -1,0 +1,65 @@
+// `vitk bench ...`: benchmarks. Wiring only; the measurements live in common/bench.
+#include <iostream>
+
+#include "common/bench/ops_bench.h"
+#include "common/error.h"
+#include "common/ops/ops.h"
+#include "tools/cli.h"
+
+namespace vitk::tools {
+namespace {
+
+int run_bench(const po::variables_map& vm) {
+  const std::string what = vm["what"].as<std::string>();
+  if (what != "ops") throw UsageError("unknown benchmark '" + what + "' (available: ops)");
+  bench::OpsBenchOptions options;
+  options.repeats = vm["repeats"].as<int>();
+  options.min_seconds = vm["min-time"].as<double>();
+  const std::string precision = vm["precision"].as<std::string>();
+  if (precision != "f32" && precision != "bf16")
+    throw UsageError("--precision must be f32 or bf16, not '" + precision + "'");
+  if (options.repeats < 1) throw UsageError("--repeats must be at least 1");
+  if (!(options.min_seconds > 0)) throw UsageError("--min-time must be positive");
+  options.bf16 = precision == "bf16";
+  if (options.bf16 && !ops::bf16_supported())
+    throw Error("--precision bf16 needs a CPU with AVX512_BF16; oneDNN sees " + ops::cpu_isa());
+
+  std::cout << "vitk bench ops: " << precision << ", " << ops::num_threads() << " threads, "
+            << ops::cpu_isa() << ", median of " << options.repeats << " rounds\n"
+            << "bare = one oneDNN matmul of the same M·N·K with plain layouts, no bias, no "
+               "accumulation\n"
+            << std::flush;
+  auto rows = bench::run_ops_bench(bench::default_linear_shapes(), options);
+  bench::print_ops_table(std::cout, rows);
+  double worst = 1e9;
+  for (const auto& r : rows) worst = std::min(worst, r.ratio());
+  std::cout << "lowest ratio: " << worst << "\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+void register_bench_commands(Registry& registry) {
+  Subcommand c;
+  c.name = "bench";
+  c.summary = "time vitk's ops against bare oneDNN on this CPU";
+  c.example =
+      "vitk bench ops\n"
+      "vitk bench ops --threads 2 --repeats 11 --precision bf16";
+  c.usage = "ops [options]";
+  c.add_options = [](po::options_description& o) {
+    o.add_options()("what", po::value<std::string>()->required()->value_name("NAME"),
+                    "what to time: ops")("repeats",
+                                         po::value<int>()->default_value(7)->value_name("N"),
+                                         "timed rounds per measurement; the table shows medians")(
+        "min-time", po::value<double>()->default_value(0.05, "0.05")->value_name("SECONDS"),
+        "each round repeats the call for at least this long")(
+        "precision", po::value<std::string>()->default_value("f32")->value_name("f32|bf16"),
+        "data type of inputs and weights (accumulation is always f32)");
+  };
+  c.add_positional = [](po::positional_options_description& p) { p.add("what", 1); };
+  c.run = run_bench;
+  registry.add(std::move(c));
+}
+
+}  // namespace vitk::tools
