@@ -24,7 +24,8 @@ void ParamStore::finalize() {
   size_t offset = 0;
   for (auto& p : params_) {
     p.offset = offset;
-    offset += (static_cast<size_t>(p.numel()) + kFloatsPerLine - 1) / kFloatsPerLine * kFloatsPerLine;
+    offset +=
+        (static_cast<size_t>(p.numel()) + kFloatsPerLine - 1) / kFloatsPerLine * kFloatsPerLine;
   }
   arena_floats_ = offset;
   values_ = Tensor({static_cast<int64_t>(offset)});

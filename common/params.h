@@ -36,7 +36,7 @@ class ParamStore {
   const Parameter* find(const std::string& name) const;
   Parameter& get(const std::string& name);  // throws vitk::Error naming the missing parameter
 
-  int64_t numel() const;        // sum of parameter sizes (without alignment padding)
+  int64_t numel() const;  // sum of parameter sizes (without alignment padding)
   size_t arena_floats() const { return arena_floats_; }  // with padding
   // The whole arenas as flat f32 tensors [arena_floats]; padding slots are zero and stay zero.
   Tensor& values() { return values_; }

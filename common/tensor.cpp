@@ -10,20 +10,28 @@ namespace vitk {
 
 size_t dtype_size(DType dt) {
   switch (dt) {
-    case DType::f32: return 4;
-    case DType::bf16: return 2;
-    case DType::i32: return 4;
-    case DType::u8: return 1;
+    case DType::f32:
+      return 4;
+    case DType::bf16:
+      return 2;
+    case DType::i32:
+      return 4;
+    case DType::u8:
+      return 1;
   }
   return 0;
 }
 
 const char* dtype_name(DType dt) {
   switch (dt) {
-    case DType::f32: return "f32";
-    case DType::bf16: return "bf16";
-    case DType::i32: return "i32";
-    case DType::u8: return "u8";
+    case DType::f32:
+      return "f32";
+    case DType::bf16:
+      return "bf16";
+    case DType::i32:
+      return "i32";
+    case DType::u8:
+      return "u8";
   }
   return "?";
 }
@@ -113,14 +121,30 @@ T* typed(void* data, DType have, DType want) {
 }
 }  // namespace
 
-float* Tensor::f32() { return typed<float>(data_, dtype_, DType::f32); }
-const float* Tensor::f32() const { return typed<float>(data_, dtype_, DType::f32); }
-uint16_t* Tensor::bf16() { return typed<uint16_t>(data_, dtype_, DType::bf16); }
-const uint16_t* Tensor::bf16() const { return typed<uint16_t>(data_, dtype_, DType::bf16); }
-int32_t* Tensor::i32() { return typed<int32_t>(data_, dtype_, DType::i32); }
-const int32_t* Tensor::i32() const { return typed<int32_t>(data_, dtype_, DType::i32); }
-uint8_t* Tensor::u8() { return typed<uint8_t>(data_, dtype_, DType::u8); }
-const uint8_t* Tensor::u8() const { return typed<uint8_t>(data_, dtype_, DType::u8); }
+float* Tensor::f32() {
+  return typed<float>(data_, dtype_, DType::f32);
+}
+const float* Tensor::f32() const {
+  return typed<float>(data_, dtype_, DType::f32);
+}
+uint16_t* Tensor::bf16() {
+  return typed<uint16_t>(data_, dtype_, DType::bf16);
+}
+const uint16_t* Tensor::bf16() const {
+  return typed<uint16_t>(data_, dtype_, DType::bf16);
+}
+int32_t* Tensor::i32() {
+  return typed<int32_t>(data_, dtype_, DType::i32);
+}
+const int32_t* Tensor::i32() const {
+  return typed<int32_t>(data_, dtype_, DType::i32);
+}
+uint8_t* Tensor::u8() {
+  return typed<uint8_t>(data_, dtype_, DType::u8);
+}
+const uint8_t* Tensor::u8() const {
+  return typed<uint8_t>(data_, dtype_, DType::u8);
+}
 
 Tensor Tensor::reshaped(Shape shape) const {
   check_shape(shape);

@@ -62,7 +62,7 @@ class Tensor {
 
   Tensor clone() const;  // owning deep copy
   void zero();
-  void fill(float value);  // f32 only
+  void fill(float value);               // f32 only
   void copy_from(const Tensor& other);  // same shape and dtype
 
  private:

@@ -20,7 +20,7 @@ namespace vitk::io {
 struct CheckpointMeta {
   std::map<std::string, std::string> config;  // model configuration, key -> value (as text)
   std::vector<std::string> class_names;
-  int64_t step = 0;                 // optimizer steps taken
+  int64_t step = 0;  // optimizer steps taken
   int64_t epoch = 0;
   std::vector<uint64_t> rng_state;  // opaque words (seed, counter, ...)
 };

@@ -30,10 +30,11 @@ class Optimizer {
 };
 
 struct AdamWOptions {
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.01f;  // decoupled: p -= lr·wd·p, only for parameters with decay = true
+  // Doubles, as PyTorch's Python floats: 1 − β is formed in double before rounding to f32.
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;  // decoupled: p -= lr·wd·p, only for parameters with decay = true
 };
 
 class AdamW : public Optimizer {
@@ -51,8 +52,8 @@ class AdamW : public Optimizer {
 };
 
 struct SgdOptions {
-  float momentum = 0.9f;
-  float weight_decay = 0.f;  // L2 added to the gradient, as torch.optim.SGD (decay = true only)
+  double momentum = 0.9;
+  double weight_decay = 0.0;  // L2 added to the gradient, as torch.optim.SGD (decay = true only)
   bool nesterov = false;
 };
 

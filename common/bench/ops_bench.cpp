@@ -1,0 +1,115 @@
+#include "common/bench/ops_bench.h"
+
+#include <cstdio>
+#include <functional>
+#include <ostream>
+
+#include "common/ops/ops.h"
+#include "common/tensor.h"
+#include "common/timer.h"
+
+namespace vitk::bench {
+
+std::vector<LinearShape> default_linear_shapes() {
+  const int64_t vit = 8 * 197, mt = 4096;
+  return {
+      {"ViT-B/16", "attn.qkv", vit, 768, 2304},
+      {"ViT-B/16", "attn.proj", vit, 768, 768},
+      {"ViT-B/16", "mlp.fc1", vit, 768, 3072},
+      {"ViT-B/16", "mlp.fc2", vit, 3072, 768},
+      {"Transformer-base", "self_attn.qkv", mt, 512, 1536},
+      {"Transformer-base", "self_attn.out", mt, 512, 512},
+      {"Transformer-base", "ffn.linear1", mt, 512, 2048},
+      {"Transformer-base", "ffn.linear2", mt, 2048, 512},
+      {"Transformer-base", "generator (8k vocab)", mt, 512, 8000},
+  };
+}
+
+namespace {
+
+Tensor random_tensor(Shape shape, DType dt, uint64_t seed) {
+  Tensor f(shape);
+  ops::Rng rng(seed);
+  float* p = f.f32();
+  for (int64_t i = 0; i < f.numel(); ++i) p[i] = rng.uniform() - 0.5f;
+  if (dt == DType::f32) return f;
+  Tensor b(shape, DType::bf16);
+  f32_to_bf16(p, b.bf16(), static_cast<size_t>(f.numel()));
+  return b;
+}
+
+// Seconds per call: repeat the call until min_seconds have passed.
+double time_call(const std::function<void()>& call, double min_seconds) {
+  call();  // warm: primitive creation, page faults
+  int iterations = 0;
+  Timer t;
+  do {
+    call();
+    ++iterations;
+  } while (t.seconds() < min_seconds);
+  return t.seconds() / iterations;
+}
+
+}  // namespace
+
+std::vector<OpsBenchRow> run_ops_bench(const std::vector<LinearShape>& shapes,
+                                       const OpsBenchOptions& options,
+                                       void (*progress)(const OpsBenchRow&)) {
+  const DType dt = options.bf16 ? DType::bf16 : DType::f32;
+  std::vector<OpsBenchRow> rows;
+  for (const auto& s : shapes) {
+    const int64_t m = s.rows, k = s.in, n = s.out;
+    Tensor x = random_tensor({m, k}, dt, 1), w = random_tensor({n, k}, dt, 2);
+    Tensor b = random_tensor({n}, DType::f32, 3), y({m, n});
+    Tensor dy = random_tensor({m, n}, dt, 4), dx({m, k}), dw({n, k}), db({n});
+    // Bare matmuls: the same M·N·K products with every operand plain and no bias or accumulation.
+    Tensor bare_b_fwd = random_tensor({k, n}, dt, 5);
+    Tensor bare_a_bww = random_tensor({n, m}, dt, 6);
+    Tensor bare_out_bww({n, k});
+    Tensor dx_f32({m, k});
+
+    struct Pass {
+      const char* name;
+      std::function<void()> vitk_call, bare_call;
+    };
+    Tensor empty;
+    std::vector<Pass> passes = {
+        {"forward", [&] { ops::linear_forward(x, w, b, y); },
+         [&] { ops::bmm(x, false, bare_b_fwd, false, y); }},
+        {"backward-data", [&] { ops::linear_backward_data(dy, w, dx); },
+         [&] { ops::bmm(dy, false, w, false, dx_f32); }},
+        // bf16 bias gradients would need an f32 dy; time the weight product alone then.
+        {"backward-weights",
+         [&] { ops::linear_backward_weights(x, dy, dw, options.bf16 ? empty : db); },
+         [&] { ops::bmm(bare_a_bww, false, x, false, bare_out_bww); }},
+    };
+    const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * k;
+    for (auto& pass : passes) {
+      std::vector<double> vt, bt;
+      for (int r = 0; r < options.repeats; ++r) {
+        bt.push_back(time_call(pass.bare_call, options.min_seconds));
+        vt.push_back(time_call(pass.vitk_call, options.min_seconds));
+      }
+      OpsBenchRow row{s, pass.name, flops / median(bt) * 1e-9, flops / median(vt) * 1e-9};
+      rows.push_back(row);
+      if (progress) progress(row);
+    }
+  }
+  return rows;
+}
+
+void print_ops_table(std::ostream& out, const std::vector<OpsBenchRow>& rows) {
+  char line[256];
+  std::snprintf(line, sizeof line, "%-17s %-21s %-17s %5s %5s %5s %10s %10s %6s\n", "model",
+                "layer", "pass", "M", "K", "N", "bare GF/s", "vitk GF/s", "ratio");
+  out << line;
+  for (const auto& r : rows) {
+    std::snprintf(line, sizeof line, "%-17s %-21s %-17s %5lld %5lld %5lld %10.1f %10.1f %6.2f\n",
+                  r.shape.model.c_str(), r.shape.layer.c_str(), r.pass.c_str(),
+                  static_cast<long long>(r.shape.rows), static_cast<long long>(r.shape.in),
+                  static_cast<long long>(r.shape.out), r.bare_gflops, r.vitk_gflops, r.ratio());
+    out << line;
+  }
+}
+
+}  // namespace vitk::bench

@@ -1,0 +1,107 @@
+#include "common/ops/dnnl_context.h"
+
+#include <omp.h>
+
+#include <atomic>
+#include <mutex>
+#include <unordered_map>
+
+#include "common/error.h"
+#include "common/ops/ops.h"
+
+namespace vitk::ops {
+namespace detail {
+
+namespace {
+std::atomic<int64_t> g_primitives{0};
+}
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+dnnl::stream& stream() {
+  static dnnl::stream s(engine());
+  return s;
+}
+
+const dnnl::primitive& cached_primitive(const std::string& key,
+                                        const std::function<dnnl::primitive()>& make) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, dnnl::primitive> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  dnnl::primitive p;
+  try {
+    p = make();
+  } catch (const dnnl::error& e) {
+    throw Error("oneDNN cannot create the primitive for " + key + ": " + e.what());
+  }
+  ++g_primitives;
+  return cache.emplace(key, std::move(p)).first->second;
+}
+
+dnnl::memory::data_type dnnl_type(DType dt) {
+  switch (dt) {
+    case DType::f32:
+      return dnnl::memory::data_type::f32;
+    case DType::bf16:
+      return dnnl::memory::data_type::bf16;
+    case DType::i32:
+      return dnnl::memory::data_type::s32;
+    case DType::u8:
+      return dnnl::memory::data_type::u8;
+  }
+  return dnnl::memory::data_type::undef;
+}
+
+}  // namespace detail
+
+void set_num_threads(int n) {
+  if (n < 1) throw UsageError("--threads must be at least 1, not " + std::to_string(n));
+  omp_set_num_threads(n);
+}
+
+int num_threads() {
+  return omp_get_max_threads();
+}
+
+std::string cpu_isa() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::sse41:
+      return "sse41";
+    case dnnl::cpu_isa::avx:
+      return "avx";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_mic:
+      return "avx512_mic";
+    case dnnl::cpu_isa::avx512_mic_4ops:
+      return "avx512_mic_4ops";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "avx512_core_amx";
+    default:
+      return "unknown";
+  }
+}
+
+bool bf16_supported() {
+  auto isa = dnnl::get_effective_cpu_isa();
+  return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+}
+
+int64_t primitive_count() {
+  return detail::g_primitives.load();
+}
+
+}  // namespace vitk::ops

@@ -1,0 +1,61 @@
+// Residual add, gradient accumulation and the global gradient norm.
+#include <cmath>
+
+#include "common/error.h"
+#include "common/ops/ops.h"
+
+namespace vitk::ops {
+namespace {
+
+void check_same(const char* op, const Tensor& a, const Tensor& b) {
+  if (a.numel() != b.numel() || a.dtype() != DType::f32 || b.dtype() != DType::f32)
+    throw Error(std::string(op) + ": " + shape_str(a.shape()) + " and " + shape_str(b.shape()) +
+                " must be f32 of the same size");
+}
+
+}  // namespace
+
+void add(const Tensor& a, const Tensor& b, Tensor& y) {
+  check_same("add", a, b);
+  check_same("add", a, y);
+  const int64_t n = a.numel();
+  const float* pa = a.f32();
+  const float* pb = b.f32();
+  float* py = y.f32();
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) py[i] = pa[i] + pb[i];
+}
+
+void accumulate(Tensor& y, const Tensor& x, float alpha) {
+  check_same("accumulate", y, x);
+  const int64_t n = x.numel();
+  const float* px = x.f32();
+  float* py = y.f32();
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) py[i] += alpha * px[i];
+}
+
+double l2_norm(const Tensor& t) {
+  const int64_t n = t.numel();
+  const float* p = t.f32();
+  double sum = 0.0;
+#pragma omp parallel for simd schedule(static) reduction(+ : sum) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(p[i]) * p[i];
+  return std::sqrt(sum);
+}
+
+double clip_grad_norm(Tensor& grads, double max_norm) {
+  if (!(max_norm > 0)) throw Error("gradient clipping needs a positive max norm");
+  const double norm = l2_norm(grads);
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef < 1.0) {
+    const float c = static_cast<float>(coef);
+    const int64_t n = grads.numel();
+    float* p = grads.f32();
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) p[i] *= c;
+  }
+  return norm;
+}
+
+}  // namespace vitk::ops
