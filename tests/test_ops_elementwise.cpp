@@ -511,6 +511,27 @@ TEST(Embedding, BackwardMatchesFiniteDifferences) {
   EXPECT_GRAD_OK(check_gradient("dtable", table, dtable, loss, opt));
 }
 
+TEST(Embedding, LargeInputUsesParallelPath) {
+  std::mt19937 gen(505);
+  const int64_t M = 600, V = 50, D = 200;  // M·D above any serial threshold, D over several blocks
+  std::vector<int32_t> v(M);
+  for (auto& e : v) e = static_cast<int32_t>(gen() % V);
+  Tensor ids = ids_tensor(v), table = random_tensor({V, D}, gen), y = garbage_tensor({M, D});
+  ops::embedding_forward(ids, table, y, 0.5f);
+  std::vector<double> want;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t d = 0; d < D; ++d) want.push_back(0.5 * table.f32()[v[i] * D + d]);
+  EXPECT_TRUE(all_close(y, want, 0, 1e-7)) << "forward";
+  Tensor dy = random_tensor({M, D}, gen), t1({V, D}), t2({V, D});
+  ops::embedding_backward(ids, dy, t1, 2.f);
+  ops::embedding_backward(ids, dy, t2, 2.f);
+  EXPECT_TRUE(bitwise_equal(t1, t2));
+  std::vector<double> g(static_cast<size_t>(V * D), 0.0);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t d = 0; d < D; ++d) g[v[i] * D + d] += 2.0 * dy.f32()[i * D + d];
+  EXPECT_TRUE(all_close(t1, g, 1e-5, 1e-5)) << "backward";
+}
+
 TEST(Embedding, ShapeOrDtypeMismatchThrows) {
   Tensor table({11, 7}), ids = ids_tensor({1, 2, 3}), y({3, 7});
   EXPECT_NO_THROW(ops::embedding_forward(ids, table, y));
@@ -556,12 +577,42 @@ TEST(Accumulate, AddsScaledInput) {
   EXPECT_TRUE(all_close(y, want, 1e-7, 3e-7)) << "alpha -0.5";
 }
 
-TEST(Add, ShapeMismatchThrows) {
-  Tensor a({4, 6}), b({4, 6}), y({4, 6}), bad({6, 4});
+TEST(Add, SizeOrDtypeMismatchThrows) {
+  Tensor a({4, 6}), b({4, 6}), y({4, 6}), bad({4, 5});
   EXPECT_NO_THROW(ops::add(a, b, y));
   EXPECT_THROW(ops::add(a, bad, y), Error);
   EXPECT_THROW(ops::add(a, b, bad), Error);
   EXPECT_THROW(ops::accumulate(y, bad), Error);
   Tensor i32({4, 6}, DType::i32);
   EXPECT_THROW(ops::add(a, i32, y), Error);
+}
+
+TEST(Add, LargeInputUsesParallelPath) {
+  std::mt19937 gen(603);
+  const Shape shape{100003};
+  Tensor a = random_tensor(shape, gen), b = random_tensor(shape, gen), y = garbage_tensor(shape);
+  std::vector<double> want = to_double(a), bd = to_double(b);
+  for (size_t i = 0; i < want.size(); ++i) want[i] += bd[i];
+  ops::add(a, b, y);
+  EXPECT_TRUE(all_close(y, want, 0, 1.2e-7));
+  ops::accumulate(y, b, -1.f);
+  EXPECT_TRUE(all_close(y, a, 1e-7, 1.2e-7));
+}
+
+// ops.h: "a wrong shape or dtype throws vitk::Error naming the op and both shapes". An output with
+// the right number of elements but another shape is still the wrong shape.
+TEST(ElementwiseOps, SameSizeButDifferentShapeThrows) {
+  Tensor a({4, 6}), b({4, 6}), y({4, 6}), transposed({6, 4}), mask({4, 6}, DType::u8);
+  EXPECT_THROW(ops::add(a, b, transposed), Error) << "add: y [6, 4] for a [4, 6]";
+  EXPECT_THROW(ops::add(a, transposed, y), Error) << "add: b [6, 4] for a [4, 6]";
+  EXPECT_THROW(ops::accumulate(transposed, a), Error) << "accumulate: y [6, 4] += x [4, 6]";
+  EXPECT_THROW(ops::activation_forward(ops::Activation::gelu, a, transposed), Error)
+      << "activation_forward: y [6, 4] for x [4, 6]";
+  EXPECT_THROW(ops::activation_backward(ops::Activation::gelu, a, b, transposed), Error)
+      << "activation_backward: dx [6, 4] for x [4, 6]";
+  ops::Rng rng(1);
+  EXPECT_THROW(ops::dropout_forward(a, 0.5f, rng, transposed, mask), Error)
+      << "dropout_forward: y [6, 4] for x [4, 6]";
+  EXPECT_THROW(ops::dropout_backward(a, mask, 0.5f, transposed), Error)
+      << "dropout_backward: dx [6, 4] for dy [4, 6]";
 }

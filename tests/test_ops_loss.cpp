@@ -186,6 +186,22 @@ TEST(CrossEntropy, BackwardMatchesFiniteDifferences) {
   }
 }
 
+TEST(CrossEntropy, LargeInputUsesParallelPath) {
+  std::mt19937 gen(707);
+  const int64_t M = 40, C = 1000;  // 40000 logits: above any serial threshold
+  Tensor logits = random_tensor({M, C}, gen, -4.f, 4.f);
+  Tensor targets = make_targets(M, C, -100, gen);
+  for (int64_t m = 0; m < M; m += 5) logits.f32()[m * C + targets.i32()[m]] = 10.f;
+  const CeRef ref = naive_cross_entropy(logits, targets, 0.1, -100);
+  const ops::CrossEntropyStats s = ops::cross_entropy_forward(logits, targets, 0.1f);
+  EXPECT_NEAR(s.loss, ref.loss, 1e-5 * ref.loss);
+  EXPECT_EQ(s.count, ref.count);
+  EXPECT_EQ(s.correct, ref.correct);
+  Tensor d = garbage_tensor({M, C});
+  ops::cross_entropy_backward(logits, targets, 0.1f, -100, 3.f, d);
+  EXPECT_TRUE(all_close(d, scaled(ref.dlogits, 3.0), 1e-8, 1e-5));
+}
+
 TEST(CrossEntropy, ShapeOrDtypeMismatchThrows) {
   Tensor logits({4, 5}), targets = ids_tensor({0, 1, 2, 3}), d({4, 5});
   EXPECT_NO_THROW(ops::cross_entropy_forward(logits, targets));
@@ -250,6 +266,14 @@ TEST(ClipGradNorm, LeavesGradientsBelowMaxUntouched) {
   const double norm = ops::l2_norm(g);
   EXPECT_NEAR(ops::clip_grad_norm(g, 2 * norm), norm, 1e-12 * norm);
   EXPECT_TRUE(bitwise_equal(g, before));
+  Tensor large = random_tensor({300007}, gen);  // parallel path
+  const Tensor large_before = large.clone();
+  const double large_norm = ops::l2_norm(large);
+  EXPECT_NEAR(ops::clip_grad_norm(large, large_norm * 1.5), large_norm, 1e-12 * large_norm);
+  EXPECT_TRUE(bitwise_equal(large, large_before));
+  EXPECT_NEAR(ops::clip_grad_norm(large, large_norm / 4), large_norm, 1e-12 * large_norm);
+  EXPECT_TRUE(all_close(
+      large, scaled(to_double(large_before), large_norm / 4 / (large_norm + 1e-6)), 0, 1e-6));
   Tensor zero({100});
   EXPECT_EQ(ops::clip_grad_norm(zero, 1.0), 0.0);
   for (int i = 0; i < 100; ++i) ASSERT_EQ(zero.f32()[i], 0.f);

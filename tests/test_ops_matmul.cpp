@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <iomanip>
 #include <random>
 #include <string>
 #include <vector>
@@ -414,6 +415,21 @@ TEST(Bmm, LargeShapeUsesBlockedPath) {
     ops::bmm(a, ta, b, tb, c, 0.5f, 2.f);
     EXPECT_TRUE(
         all_close(c, naive_bmm(a, ta, b, tb, 0.5, c0, 2.0), product_tol(K), product_tol(K)));
+  }
+}
+
+TEST(Bmm, NearbyAlphaAndBetaValuesAreNotConfused) {
+  // Products of small integers are exact, so any difference below comes from alpha or beta.
+  Tensor a = from_vector({1, 4}, {1, 2, 3, 4}), b = from_vector({4, 1}, {1, 1, 1, 1});  // a·b = 10
+  Tensor c({1, 1});
+  for (float alpha : {1.f, 1.000004f, 0.1250004f, 0.1249996f}) {
+    ops::bmm(a, false, b, false, c, alpha);
+    EXPECT_NEAR(c.f32()[0], 10.0 * alpha, 1e-7 * 10) << "alpha " << std::setprecision(9) << alpha;
+  }
+  for (float beta : {2.f, 2.000004f}) {
+    c.f32()[0] = 1000.f;
+    ops::bmm(a, false, b, false, c, 1.f, beta);
+    EXPECT_NEAR(c.f32()[0], 10.0 + 1000.0 * beta, 2e-4) << "beta " << std::setprecision(9) << beta;
   }
 }
 

@@ -272,6 +272,22 @@ TEST(Softmax, ShapeMismatchThrows) {
   EXPECT_THROW(ops::softmax_backward(y, dy, y_bad), Error) << "dx shape";
 }
 
+TEST(Softmax, LargeMaskedInputUsesParallelPath) {
+  std::mt19937 gen(112);
+  const int64_t B = 2, H = 4, T = 72;  // 41472 scores: above any serial threshold
+  Tensor x = random_tensor({B, H, T, T}, gen, -3.f, 3.f);
+  for (const Tensor& mask : {causal_mask(T), padding_mask(B, T, {50, 9})}) {
+    SCOPED_TRACE("mask " + shape_str(mask.shape()));
+    Tensor y = garbage_tensor(x.shape());
+    ops::softmax_forward(x, mask, y);
+    const std::vector<double> want = naive_softmax(x, mask);
+    EXPECT_TRUE(all_close(y, want, kSoftmaxAtol, kSoftmaxRtol));
+    Tensor dy = random_tensor(x.shape(), gen), dx = garbage_tensor(x.shape());
+    ops::softmax_backward(y, dy, dx);
+    EXPECT_TRUE(all_close(dx, naive_softmax_backward(want, dy, T), 1e-6, 1e-5));
+  }
+}
+
 TEST(Softmax, BackwardMatchesNaiveAndOverwrites) {
   std::mt19937 gen(108);
   for (const Shape& shape : {Shape{7, 13}, Shape{2, 3, 5, 11}, Shape{2, 300}}) {
@@ -433,6 +449,30 @@ TEST(LayerNorm, BackwardMatchesNaiveAccumulatesAndOverwrites) {
       EXPECT_TRUE(all_close(dbeta, eb, tol, tol)) << "dbeta accumulates";
     }
   }
+}
+
+TEST(LayerNorm, LargeInputUsesParallelPath) {
+  std::mt19937 gen(207);
+  const int64_t M = 64, N = 384;  // 24576 elements: above any serial threshold
+  Tensor x = random_tensor({M, N}, gen, -2.f, 2.f);
+  Tensor gamma = random_tensor({N}, gen, 0.5f, 1.5f), beta = random_tensor({N}, gen);
+  Tensor y = garbage_tensor({M, N}), mean({M}), rstd({M});
+  ops::layernorm_forward(x, gamma, beta, 1e-5f, y, mean, rstd);
+  const LnRef ref = naive_layernorm(x, gamma, beta, 1e-5);
+  EXPECT_TRUE(all_close(y, ref.y, 1e-5, 1e-5)) << "y";
+  EXPECT_TRUE(all_close(rstd, ref.rstd, 1e-6, 1e-5)) << "rstd";
+  Tensor dy = random_tensor({M, N}, gen), dx = garbage_tensor({M, N});
+  Tensor dgamma({N}), dbeta({N});
+  dgamma.fill(0.5f);
+  dbeta.fill(-0.5f);
+  ops::layernorm_backward(x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
+  std::vector<double> wx, wg, wb;
+  naive_layernorm_backward(ref, gamma, dy, wx, wg, wb);
+  for (int64_t j = 0; j < N; ++j) wg[j] += 0.5, wb[j] -= 0.5;
+  const double tol = 1e-5 * std::sqrt(static_cast<double>(M));
+  EXPECT_TRUE(all_close(dx, wx, tol, 1e-4)) << "dx";
+  EXPECT_TRUE(all_close(dgamma, wg, tol, tol)) << "dgamma";
+  EXPECT_TRUE(all_close(dbeta, wb, tol, tol)) << "dbeta";
 }
 
 TEST(LayerNorm, BackwardSkipsEmptyGradients) {
