@@ -24,9 +24,9 @@ dnnl::eltwise_forward::primitive_desc forward_pd(Activation a, int64_t n) {
 }
 
 void check_same(const char* op, const Tensor& a, const Tensor& b) {
-  if (a.numel() != b.numel() || a.dtype() != DType::f32 || b.dtype() != DType::f32)
+  if (a.shape() != b.shape() || a.dtype() != DType::f32 || b.dtype() != DType::f32)
     throw Error(std::string(op) + ": " + shape_str(a.shape()) + " and " + shape_str(b.shape()) +
-                " must be f32 of the same size");
+                " must be f32 of the same shape");
 }
 
 }  // namespace

@@ -35,9 +35,9 @@ double Rng::normal() {
 void dropout_forward(const Tensor& x, float p, Rng& rng, Tensor& y, Tensor& mask) {
   if (!(p >= 0.f && p < 1.f)) throw Error("dropout: p must be in [0, 1), not " + std::to_string(p));
   const int64_t n = x.numel();
-  if (y.numel() != n || mask.numel() != n || mask.dtype() != DType::u8)
+  if (y.shape() != x.shape() || mask.numel() != n || mask.dtype() != DType::u8)
     throw Error("dropout_forward: x " + shape_str(x.shape()) + ", y " + shape_str(y.shape()) +
-                " and u8 mask " + shape_str(mask.shape()) + " must have the same size");
+                " and u8 mask " + shape_str(mask.shape()) + " must match (the mask in size)");
   const float* in = x.f32();
   float* out = y.f32();
   uint8_t* keep = mask.u8();
@@ -58,9 +58,9 @@ void dropout_forward(const Tensor& x, float p, Rng& rng, Tensor& y, Tensor& mask
 
 void dropout_backward(const Tensor& dy, const Tensor& mask, float p, Tensor& dx) {
   const int64_t n = dy.numel();
-  if (dx.numel() != n || mask.numel() != n || mask.dtype() != DType::u8)
+  if (dx.shape() != dy.shape() || mask.numel() != n || mask.dtype() != DType::u8)
     throw Error("dropout_backward: dy " + shape_str(dy.shape()) + ", dx " + shape_str(dx.shape()) +
-                " and u8 mask " + shape_str(mask.shape()) + " must have the same size");
+                " and u8 mask " + shape_str(mask.shape()) + " must match (the mask in size)");
   const float scale = 1.f / (1.f - p);
   const float* g = dy.f32();
   const uint8_t* keep = mask.u8();

@@ -40,7 +40,8 @@ void run_matmul(const Operand& a, const Operand& b, const Operand* bias, const O
   append_key(key, b);
   if (bias) append_key(key, *bias);
   append_key(key, c);
-  key << "a" << alpha << "b" << beta;
+  // Exact values: alpha and beta are baked into the primitive.
+  key << std::hexfloat << "a" << alpha << "b" << beta;
   const dnnl::primitive& prim = detail::cached_primitive(key.str(), [&]() {
     dnnl::primitive_attr attr;
     if (alpha != 1.f) attr.set_output_scales(0, {alpha});

@@ -17,9 +17,9 @@
 
 namespace vitk::ops {
 
-// ---- Threads and CPU ---------------------------------------------------------------------------
-// Sets the OpenMP thread count for oneDNN and our loops. Call once, before the first op
-// (vitk does it from --threads or OMP_NUM_THREADS).
+// ---- Threads and CPU ----
+// Sets the OpenMP thread count for oneDNN and our loops. Call once, before the first op (vitk does
+// it from --threads or OMP_NUM_THREADS).
 void set_num_threads(int n);
 int num_threads();
 // oneDNN's view of the CPU, e.g. "avx512_core_bf16"; bf16_supported() is true when oneDNN can run
@@ -29,10 +29,9 @@ bool bf16_supported();
 // Number of oneDNN primitives created so far (a primitive is created once per shape and reused).
 int64_t primitive_count();
 
-// ---- Linear: y = x · wᵀ + b
-// ---------------------------------------------------------------------- x [M, K], w [N, K]
-// (PyTorch's {out, in}), b [N] or empty, y [M, N]. x, w may be bf16 (both the same); y is f32 or
-// bf16; accumulation is f32.
+// ---- Linear: y = x · wᵀ + b ----
+// x [M, K], w [N, K] (PyTorch's {out, in}), b [N] or empty, y [M, N]. x, w may be bf16 (both the
+// same); y is f32 or bf16; accumulation is f32.
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
 // dx [M, K] = dy · w (overwritten).
 void linear_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx);
@@ -42,29 +41,27 @@ void linear_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tens
 void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
                      Tensor& db);
 
-// ---- Batched matrix product (attention)
-// ---------------------------------------------------------- c = alpha · op(a) · op(b) + beta · c,
-// where op(t) is t or its transpose over the last two axes. a, b, c have rank 2, 3 or 4; their
-// leading (batch) axes must be equal. Example: scores [B, H, Tq, Tk] = q [B, H, Tq, D] · k [B, H,
-// Tk, D]ᵀ with trans_b = true.
+// ---- Batched matrix product (attention) ----
+// c = alpha · op(a) · op(b) + beta · c, where op(t) is t or its transpose over the last two
+// axes. a, b, c have rank 2, 3 or 4; their leading (batch) axes must be equal. Example: scores [B,
+// H, Tq, Tk] = q [B, H, Tq, D] · k [B, H, Tk, D]ᵀ with trans_b = true.
 void bmm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha = 1.f,
          float beta = 0.f);
 // Gradients of c = alpha · op(a) · op(b): da and db are OVERWRITTEN (either may be empty).
 void bmm_backward(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& dc,
                   float alpha, Tensor& da, Tensor& db);
 
-// ---- Softmax over the last axis, with an optional additive mask
-// ---------------------------------- y = softmax(x + mask). x, y [..., N] (y may be x). mask is
-// empty or f32 with the same rank as x and each axis equal to x's or 1 (broadcast), e.g. [B, 1, 1,
-// Tk] for padding, [Tq, Tk] padded to [1, 1, Tq, Tk] for causal. Masked entries hold -inf. A row
-// whose entries are all -inf yields zeros, never NaN.
+// ---- Softmax over the last axis, with an optional additive mask ----
+// y = softmax(x + mask). x, y [..., N] (y may be x). mask is empty or f32 with the same rank as x
+// and each axis equal to x's or 1 (broadcast), e.g. [B, 1, 1, Tk] for padding, [Tq, Tk] padded to
+// [1, 1, Tq, Tk] for causal. Masked entries hold -inf. A row whose entries are all -inf yields
+// zeros, never NaN.
 void softmax_forward(const Tensor& x, const Tensor& mask, Tensor& y);
 // dx = y ⊙ (dy − Σ(dy ⊙ y)) per row (overwritten; dx may be dy).
 void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
 
-// ---- Layer normalization over the last axis
-// ------------------------------------------------------- x, y [M, N]; gamma, beta [N]; mean, rstd
-// [M] are written when non-empty (training) for backward.
+// ---- Layer normalization over the last axis ----
+// x, y [M, N]; gamma, beta [N]; mean, rstd [M] are written when non-empty (training) for backward.
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                        Tensor& y, Tensor& mean, Tensor& rstd);
 // dx [M, N] overwritten; dgamma, dbeta [N] accumulated (either may be empty).
@@ -72,9 +69,8 @@ void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean
                         const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dgamma,
                         Tensor& dbeta);
 
-// ---- Activations
-// ------------------------------------------------------------------------------------- GELU is the
-// exact erf form, 0.5·x·(1 + erf(x/√2)), as torch.nn.GELU() by default.
+// ---- Activations ----
+// GELU is the exact erf form, 0.5·x·(1 + erf(x/√2)), as torch.nn.GELU() by default.
 enum class Activation { relu, gelu };
 Activation parse_activation(
     const std::string& name);  // "relu" | "gelu"; vitk::UsageError otherwise
@@ -83,10 +79,9 @@ void activation_forward(Activation a, const Tensor& x, Tensor& y);  // y may be 
 // dx = dy ⊙ f'(x), overwritten (dx may be dy).
 void activation_backward(Activation a, const Tensor& x, const Tensor& dy, Tensor& dx);
 
-// ---- Random numbers and dropout
-// ------------------------------------------------------------------ A counter-based generator: the
-// value at (seed, counter) does not depend on the thread count, and the whole state is two
-// integers, so a resumed run draws exactly what the original would have.
+// ---- Random numbers and dropout ----
+// A counter-based generator: the value at (seed, counter) does not depend on the thread count, and
+// the whole state is two integers, so a resumed run draws exactly what the original would have.
 class Rng {
  public:
   explicit Rng(uint64_t seed = 0) : seed_(seed) {}
@@ -116,27 +111,24 @@ void dropout_forward(const Tensor& x, float p, Rng& rng, Tensor& y, Tensor& mask
 // dx = dy ⊙ keep / (1 − p), overwritten (dx may be dy).
 void dropout_backward(const Tensor& dy, const Tensor& mask, float p, Tensor& dx);
 
-// ---- Embedding lookup
-// -------------------------------------------------------------------------------- ids i32 [M],
-// table [V, D], y [M, D]: y[i] = scale · table[ids[i]]. An id outside [0, V) throws vitk::Error
-// naming the id and its position.
+// ---- Embedding lookup ----
+// ids i32 [M], table [V, D], y [M, D]: y[i] = scale · table[ids[i]]. An id outside [0, V) throws
+// vitk::Error naming the id and its position.
 void embedding_forward(const Tensor& ids, const Tensor& table, Tensor& y, float scale = 1.f);
 // dtable[ids[i]] += scale · dy[i] (scatter-add; repeated ids accumulate, deterministically).
 void embedding_backward(const Tensor& ids, const Tensor& dy, Tensor& dtable, float scale = 1.f);
 
-// ---- Residual add
-// ------------------------------------------------------------------------------------ y = a + b (y
-// may be a or b). Its backward hands dy to both inputs: use accumulate() or reuse dy.
+// ---- Residual add ----
+// y = a + b (y may be a or b). Its backward hands dy to both inputs: use accumulate() or reuse dy.
 void add(const Tensor& a, const Tensor& b, Tensor& y);
 // y += alpha · x
 void accumulate(Tensor& y, const Tensor& x, float alpha = 1.f);
 
-// ---- Cross-entropy over logits
-// ------------------------------------------------------------------------ logits [M, C] f32,
-// targets i32 [M]. Per row: (1 − ε)·(−log p_t) + ε·mean_c(−log p_c), as
-// torch.nn.functional.cross_entropy(label_smoothing=ε). Rows whose target is ignore_index count for
-// nothing; the loss is the mean over the other rows (0 when none). A target outside [0, C) other
-// than ignore_index throws vitk::Error.
+// ---- Cross-entropy over logits ----
+// logits [M, C] f32, targets i32 [M]. Per row: (1 − ε)·(−log p_t) + ε·mean_c(−log p_c),
+// as torch.nn.functional.cross_entropy(label_smoothing=ε). Rows whose target is ignore_index count
+// for nothing; the loss is the mean over the other rows (0 when none). A target outside [0, C)
+// other than ignore_index throws vitk::Error.
 struct CrossEntropyStats {
   double loss = 0;      // mean over counted rows
   int64_t count = 0;    // rows counted
@@ -148,11 +140,10 @@ CrossEntropyStats cross_entropy_forward(const Tensor& logits, const Tensor& targ
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, float label_smoothing,
                             int ignore_index, float scale, Tensor& dlogits);
 
-// ---- Gradient clipping
-// -------------------------------------------------------------------------------- L2 norm of all
-// values (accumulated in double).
+// ---- Gradient clipping ----
+// L2 norm of all values (accumulated in double).
 double l2_norm(const Tensor& t);
-// Scales t in place by max_norm / (norm + 1e-6) when the norm exceeds max_norm, as
+// Scales t in place by max_norm / (norm + 1e-6) when that factor is below 1, as
 // torch.nn.utils.clip_grad_norm_; returns the norm before clipping. Used on the flat gradient
 // arena.
 double clip_grad_norm(Tensor& grads, double max_norm);
