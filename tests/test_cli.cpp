@@ -13,6 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "common/io/checkpoint.h"
+#include "common/params.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -244,3 +247,48 @@ TEST_F(Cli, MissingConfigFileIsNamed) {
 }
 
 }  // namespace
+
+// `vitk inspect` reads a real checkpoint, and turns a damaged or foreign file into one error line
+// naming the file, with exit code 1.
+TEST_F(Cli, InspectShowsCheckpointAndNamesBadFiles) {
+  {
+    vitk::ParamStore params;
+    params.add("blocks.0.attn.qkv.weight", {6, 2});
+    params.add("head.bias", {3}, false);
+    params.finalize();
+    vitk::io::CheckpointMeta meta;
+    meta.config["model.d_model"] = "2";
+    meta.class_names = {"cat", "dog", "eel"};
+    meta.step = 12;
+    vitk::io::save_checkpoint((dir_ / "good.h5").string(), params, meta);
+  }
+  Result good = run({"inspect", "good.h5", "--tensors"});
+  EXPECT_EQ(good.status, 0) << good.err;
+  EXPECT_TRUE(contains(good.out, "2 tensors, 15 parameters, step 12")) << good.out;
+  EXPECT_TRUE(contains(good.out, "model.d_model = 2")) << good.out;
+  EXPECT_TRUE(contains(good.out, "cat dog eel")) << good.out;
+  EXPECT_TRUE(contains(good.out, "blocks.0.attn.qkv.weight [6, 2]")) << good.out;
+
+  std::string bytes = slurp(dir_ / "good.h5");
+  write("truncated.h5", bytes.substr(0, bytes.size() / 2));
+  write("text.h5", "this is not a checkpoint\n");
+  for (const char* name : {"truncated.h5", "text.h5", "missing.h5"}) {
+    Result r = run({"inspect", name});
+    EXPECT_EQ(r.status, 1) << name << ": " << r.err;
+    expect_one_error_line(r);
+    EXPECT_TRUE(contains(r.err, name)) << r.err;
+  }
+  Result no_arg = run({"inspect"});
+  EXPECT_EQ(no_arg.status, 2);
+  expect_one_error_line(no_arg);
+}
+
+TEST_F(Cli, BenchRefusesUnknownBenchmarkAndPrecision) {
+  Result r = run({"bench", "nothing"});
+  EXPECT_EQ(r.status, 2);
+  expect_one_error_line(r);
+  EXPECT_TRUE(contains(r.err, "nothing")) << r.err;
+  r = run({"bench", "ops", "--precision", "f16"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(contains(r.err, "--precision")) << r.err;
+}

@@ -72,5 +72,7 @@ std::string format_value(const po::variable_value& value);
 void register_env_commands(Registry& registry);
 // `vitk bench ops` (tools/cmd_bench.cpp).
 void register_bench_commands(Registry& registry);
+// `vitk inspect CKPT` (tools/cmd_inspect.cpp).
+void register_inspect_commands(Registry& registry);
 
 }  // namespace vitk::tools
