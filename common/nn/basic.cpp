@@ -1,0 +1,114 @@
+// The small layers every model uses: Linear, LayerNorm, Dropout, and parameter initialisation.
+#include <cmath>
+
+#include "common/error.h"
+#include "common/nn/nn.h"
+
+namespace vitk::nn {
+
+Tensor Context::alloc(Shape shape) {
+  if (!arena) throw Error("nn::Context has no arena for activations");
+  return arena->alloc(std::move(shape));
+}
+
+namespace {
+
+Shape with_last(const Shape& s, int64_t last) {
+  Shape out = s;
+  out.back() = last;
+  return out;
+}
+
+}  // namespace
+
+Linear::Linear(ParamStore& params, const std::string& name, int64_t in_features,
+               int64_t out_features, bool with_bias)
+    : weight(params.add(name + ".weight", {out_features, in_features})),
+      in(in_features),
+      out(out_features) {
+  if (with_bias) bias = &params.add(name + ".bias", {out_features}, /*decay=*/false);
+}
+
+Tensor Linear::forward(Context& ctx, const Tensor& x) {
+  if (x.rank() < 1 || x.dim(-1) != in)
+    throw Error(weight.name + ": input " + shape_str(x.shape()) + " does not end in " +
+                std::to_string(in));
+  Tensor y = ctx.alloc(with_last(x.shape(), out));
+  ops::linear_forward(x, weight.value, bias ? bias->value : Tensor(), y);
+  x_ = ctx.training ? x : Tensor();
+  return y;
+}
+
+Tensor Linear::backward(Context& ctx, const Tensor& dy) {
+  if (x_.empty()) throw Error(weight.name + ": backward without a training forward");
+  Tensor dx = ctx.alloc(x_.shape());
+  Tensor db = bias ? bias->grad : Tensor();
+  ops::linear_backward(x_, weight.value, dy, dx, weight.grad, db);
+  return dx;
+}
+
+LayerNorm::LayerNorm(ParamStore& params, const std::string& name, int64_t dim, float epsilon)
+    : weight(params.add(name + ".weight", {dim}, /*decay=*/false)),
+      bias(params.add(name + ".bias", {dim}, /*decay=*/false)),
+      eps(epsilon) {}
+
+Tensor LayerNorm::forward(Context& ctx, const Tensor& x) {
+  Tensor y = ctx.alloc(x.shape());
+  const int64_t rows = x.numel() / x.dim(-1);
+  if (ctx.training) {
+    x_ = x;
+    mean_ = ctx.alloc({rows});
+    rstd_ = ctx.alloc({rows});
+  } else {
+    x_ = mean_ = rstd_ = Tensor();
+  }
+  ops::layernorm_forward(x, weight.value, bias.value, eps, y, mean_, rstd_);
+  return y;
+}
+
+Tensor LayerNorm::backward(Context& ctx, const Tensor& dy) {
+  if (x_.empty()) throw Error(weight.name + ": backward without a training forward");
+  Tensor dx = ctx.alloc(x_.shape());
+  ops::layernorm_backward(x_, weight.value, mean_, rstd_, dy, dx, weight.grad, bias.grad);
+  return dx;
+}
+
+Tensor Dropout::forward(Context& ctx, const Tensor& x) {
+  applied_ = ctx.training && p > 0.f;
+  if (!applied_) return x;
+  if (!ctx.rng) throw Error("dropout in training needs nn::Context::rng");
+  Tensor y = ctx.alloc(x.shape());
+  mask_ = ctx.arena->alloc(x.shape(), DType::u8);
+  ops::dropout_forward(x, p, *ctx.rng, y, mask_);
+  return y;
+}
+
+Tensor Dropout::backward(Context& ctx, const Tensor& dy) {
+  if (!applied_) return dy;
+  Tensor dx = ctx.alloc(dy.shape());
+  ops::dropout_backward(dy, mask_, p, dx);
+  return dx;
+}
+
+void init_defaults(ParamStore& params) {
+  for (auto& p : params.params()) {
+    const bool norm_weight = p.name.find("norm") != std::string::npos && p.name.size() >= 7 &&
+                             p.name.compare(p.name.size() - 7, 7, ".weight") == 0;
+    if (norm_weight)
+      p.value.fill(1.f);
+    else
+      p.value.zero();
+  }
+}
+
+void init_trunc_normal(Tensor& t, float std, ops::Rng& rng) {
+  float* v = t.f32();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    double z;
+    do z = rng.normal();
+    while (z < -2.0 || z > 2.0);
+    v[i] = static_cast<float>(z * std);
+  }
+}
+
+}  // namespace vitk::nn

@@ -1,0 +1,262 @@
+#pragma once
+// The Transformer core shared by the Vision Transformer and the translation model: layers with a
+// forward and a hand-written backward each (DESIGN.md, "Forward and backward").
+//
+// Conventions
+// - A layer registers its parameters in a ParamStore under a PyTorch-style prefix, e.g.
+//   "encoder.layers.3" + ".attn.qkv.weight"; names follow timm's ViT blocks (norm1, attn.qkv,
+//   attn.proj, norm2, mlp.fc1, mlp.fc2), so timm checkpoints map one to one.
+// - forward() takes its outputs and the activations backward() needs from ctx.arena; the caller
+//   resets the arena once per step. With ctx.training == false nothing is kept and dropout is off.
+// - A layer object runs once per step: backward() uses what the last forward() kept.
+// - backward() takes d(output), returns d(input) (a fresh arena tensor) and ADDS into parameter
+//   gradients.
+// - Activations are f32, [B, T, d] row-major.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/ops/ops.h"
+#include "common/params.h"
+#include "common/tensor.h"
+
+namespace vitk::nn {
+
+struct Context {
+  bool training = false;
+  Arena* arena = nullptr;     // required
+  ops::Rng* rng = nullptr;    // required when training with dropout > 0
+  Tensor alloc(Shape shape);  // from arena (throws vitk::Error if there is none)
+};
+
+// ---- Basic layers ----
+class Linear {
+ public:
+  // weight [out, in] (truncated-normal init is the model's job), bias [out] (no weight decay).
+  Linear(ParamStore& params, const std::string& name, int64_t in_features, int64_t out_features,
+         bool with_bias = true);
+  Tensor forward(Context& ctx, const Tensor& x);  // [..., in] -> [..., out]
+  Tensor backward(Context& ctx, const Tensor& dy);
+  Parameter& weight;
+  Parameter* bias = nullptr;
+  int64_t in, out;
+
+ private:
+  Tensor x_;
+};
+
+class LayerNorm {
+ public:
+  LayerNorm(ParamStore& params, const std::string& name, int64_t dim, float eps = 1e-5f);
+  Tensor forward(Context& ctx, const Tensor& x);
+  Tensor backward(Context& ctx, const Tensor& dy);
+  Parameter& weight;  // initialised to 1 by the layer at finalize time: see init_defaults()
+  Parameter& bias;
+  float eps;
+
+ private:
+  Tensor x_, mean_, rstd_;
+};
+
+class Dropout {
+ public:
+  explicit Dropout(float probability = 0.f) : p(probability) {}
+  Tensor forward(Context& ctx, const Tensor& x);  // identity (same tensor) unless training, p > 0
+  Tensor backward(Context& ctx, const Tensor& dy);
+  float p;
+
+ private:
+  Tensor mask_;
+  bool applied_ = false;
+};
+
+// Sets every parameter named "*norm*.weight" to 1 and every other parameter to 0 after
+// ParamStore::finalize(); models then draw their weights (vitk::nn::init_trunc_normal).
+void init_defaults(ParamStore& params);
+// Truncated normal N(0, std) cut at ±2·std (timm's trunc_normal_ with a = −2·std, b = 2·std).
+void init_trunc_normal(Tensor& t, float std, ops::Rng& rng);
+
+// ---- Attention ----
+// Which keys each query may see: padding by per-sequence key lengths, causal, or both. Masked
+// scores get −inf before the softmax; a query that sees no key at all gets zero weights (and a
+// zero output), never NaN.
+struct AttentionMask {
+  Tensor key_lengths;   // i32 [B]; empty: every key is valid
+  bool causal = false;  // query i sees key j only if j <= i + (Tk − Tq)
+};
+
+enum class Score {
+  scaled_dot,  // q·k / √d_head (default)
+  dot,         // q·k
+  general,     // Luong: qᵀ W k, W [d_head, d_head] shared by the heads ("score.weight")
+  additive,  // Bahdanau: vᵀ tanh(W_q q + W_k k), W_q, W_k [a, d_head], v [a] shared by the heads
+};
+Score parse_score(const std::string& name);  // "scaled_dot" | "dot" | "general" | "additive"
+const char* score_name(Score s);
+
+struct AttentionConfig {
+  int64_t d_model = 512;
+  int64_t heads = 8;
+  Score score = Score::scaled_dot;
+  int64_t additive_dim = 0;  // a for the additive score; 0 means d_head
+  float dropout = 0.f;       // on the attention weights
+  bool cross = false;        // Q from x, K and V from memory
+  bool bias = true;          // biases in the projections
+};
+
+// Keys and values of one attention layer for incremental decoding, [B, H, capacity, d_head].
+struct KVCache {
+  Tensor k, v;
+  int64_t length = 0;  // positions filled
+};
+
+// Multi-head attention. Self-attention: one fused projection "qkv" [3d, d] (rows: q, k, v, each
+// head's d_head rows contiguous, as PyTorch's in_proj_weight); cross-attention: "q" [d, d] and
+// "kv" [2d, d]. Output projection "proj" [d, d].
+class MultiHeadAttention {
+ public:
+  MultiHeadAttention(ParamStore& params, const std::string& name, AttentionConfig config);
+  // x [B, Tq, d]; memory [B, Tk, d] for cross-attention (empty for self) -> [B, Tq, d].
+  Tensor forward(Context& ctx, const Tensor& x, const Tensor& memory, const AttentionMask& mask);
+  // Returns dx; for cross-attention also writes d(memory) into *dmemory (a fresh arena tensor).
+  Tensor backward(Context& ctx, const Tensor& dy, Tensor* dmemory = nullptr);
+
+  // Attention weights [B, H, Tq, Tk] of the last forward, kept when keep_weights is set.
+  bool keep_weights = false;
+  const Tensor& weights() const { return weights_; }
+
+  // Incremental decoding (inference only). Self-attention: x [B, 1, d] is the next position; its
+  // key and value are appended to cache (allocated on first use for `capacity` positions) and the
+  // query attends to every cached position. Cross-attention: prepare_memory() projects the
+  // memory's keys and values once; step() then attends to them with key_lengths.
+  void prepare_memory(Context& ctx, const Tensor& memory, KVCache& cache);
+  Tensor step(Context& ctx, const Tensor& x, KVCache& cache, int64_t capacity,
+              const Tensor& key_lengths = Tensor());
+
+  const AttentionConfig& config() const { return config_; }
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+  AttentionConfig config_;
+  Tensor weights_;
+};
+
+// ---- Feed-forward, layers and stacks ----
+struct LayerConfig {
+  int64_t d_model = 512;
+  int64_t heads = 8;
+  int64_t d_ff = 2048;
+  ops::Activation activation = ops::Activation::relu;
+  bool pre_norm = false;  // false: LN(x + Sublayer(x)) (2017); true: x + Sublayer(LN(x)) (ViT)
+  float dropout = 0.f;    // residual and FFN dropout
+  float attention_dropout = 0.f;
+  float norm_eps = 1e-5f;
+  Score score = Score::scaled_dot;
+  int64_t additive_dim = 0;
+};
+
+// fc1 [d_ff, d] -> activation -> dropout -> fc2 [d, d_ff]  ("mlp.fc1", "mlp.fc2")
+class FeedForward {
+ public:
+  FeedForward(ParamStore& params, const std::string& name, int64_t d_model, int64_t d_ff,
+              ops::Activation activation, float dropout);
+  Tensor forward(Context& ctx, const Tensor& x);
+  Tensor backward(Context& ctx, const Tensor& dy);
+
+ private:
+  Linear fc1_, fc2_;
+  ops::Activation activation_;
+  Dropout dropout_;
+  Tensor h_;  // pre-activation [.., d_ff]
+};
+
+// "norm1", "attn", "norm2", "mlp"
+class EncoderLayer {
+ public:
+  EncoderLayer(ParamStore& params, const std::string& name, const LayerConfig& config);
+  Tensor forward(Context& ctx, const Tensor& x, const AttentionMask& mask);  // [B, T, d]
+  Tensor backward(Context& ctx, const Tensor& dy);
+  MultiHeadAttention& attention();
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+// "norm1", "self_attn" (causal), "norm2", "cross_attn", "norm3", "mlp"
+class DecoderLayer {
+ public:
+  DecoderLayer(ParamStore& params, const std::string& name, const LayerConfig& config);
+  // x [B, Tt, d], memory [B, Ts, d]; self_mask usually {target lengths, causal}, memory_mask
+  // {source lengths}.
+  Tensor forward(Context& ctx, const Tensor& x, const Tensor& memory,
+                 const AttentionMask& self_mask, const AttentionMask& memory_mask);
+  // Returns dx and writes d(memory) into *dmemory (fresh arena tensor).
+  Tensor backward(Context& ctx, const Tensor& dy, Tensor* dmemory);
+  // One target position, x [B, 1, d], with the caches of this layer.
+  Tensor step(Context& ctx, const Tensor& x, KVCache& self_cache, const KVCache& memory_cache,
+              const Tensor& source_lengths, int64_t capacity);
+  void prepare_memory(Context& ctx, const Tensor& memory, KVCache& memory_cache);
+  MultiHeadAttention& cross_attention();
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+// N encoder layers "layers.0" ... and, when final_norm, "norm" (pre-norm models; nn.Transformer
+// always has it).
+class Encoder {
+ public:
+  Encoder(ParamStore& params, const std::string& name, const LayerConfig& config, int layers,
+          bool final_norm);
+  Tensor forward(Context& ctx, const Tensor& x, const AttentionMask& mask);
+  Tensor backward(Context& ctx, const Tensor& dy);
+  std::vector<EncoderLayer>& layers();
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+class Decoder {
+ public:
+  Decoder(ParamStore& params, const std::string& name, const LayerConfig& config, int layers,
+          bool final_norm);
+  Tensor forward(Context& ctx, const Tensor& x, const Tensor& memory,
+                 const AttentionMask& self_mask, const AttentionMask& memory_mask);
+  Tensor backward(Context& ctx, const Tensor& dy, Tensor* dmemory);
+
+  // Incremental decoding: start() projects the memory for every layer's cross-attention and
+  // empties the self-attention caches; step() runs one position x [B, 1, d] -> [B, 1, d].
+  struct State {
+    std::vector<KVCache> self, memory;
+    Tensor source_lengths;
+    int64_t capacity = 0;
+  };
+  void start(Context& ctx, const Tensor& memory, const Tensor& source_lengths, int64_t capacity,
+             State& state);
+  Tensor step(Context& ctx, const Tensor& x, State& state);
+  std::vector<DecoderLayer>& layers();
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+// ---- Positions ----
+// The paper's sinusoids: pe[pos, 2i] = sin(pos / 10000^(2i/d)), pe[pos, 2i+1] = cos(...), [T, d].
+Tensor sinusoidal_positions(int64_t length, int64_t d_model);
+
+// Learned position embeddings "name" [length, d], added to x [B, T <= length, d].
+class LearnedPositions {
+ public:
+  LearnedPositions(ParamStore& params, const std::string& name, int64_t length, int64_t d_model);
+  Tensor forward(Context& ctx, const Tensor& x);
+  Tensor backward(Context& ctx, const Tensor& dy);  // dx = dy; accumulates the table gradient
+  Parameter& table;
+};
+
+}  // namespace vitk::nn
