@@ -74,5 +74,7 @@ void register_env_commands(Registry& registry);
 void register_bench_commands(Registry& registry);
 // `vitk inspect CKPT` (tools/cmd_inspect.cpp).
 void register_inspect_commands(Registry& registry);
+// `vitk info` (tools/cmd_info.cpp).
+void register_info_commands(Registry& registry);
 
 }  // namespace vitk::tools

@@ -1,6 +1,7 @@
 // `vitk bench ...`: benchmarks. Wiring only; the measurements live in common/bench.
 #include <iostream>
 
+#include "common/bench/layer_bench.h"
 #include "common/bench/ops_bench.h"
 #include "common/error.h"
 #include "common/ops/ops.h"
@@ -11,10 +12,18 @@ namespace {
 
 int run_bench(const po::variables_map& vm) {
   const std::string what = vm["what"].as<std::string>();
-  if (what != "ops") throw UsageError("unknown benchmark '" + what + "' (available: ops)");
+  if (what != "ops" && what != "layers")
+    throw UsageError("unknown benchmark '" + what + "' (available: ops, layers)");
   bench::OpsBenchOptions options;
   options.repeats = vm["repeats"].as<int>();
   options.min_seconds = vm["min-time"].as<double>();
+  if (what == "layers") {
+    if (options.repeats < 1) throw UsageError("--repeats must be at least 1");
+    // Tab-separated seconds per call; tests/bench/core_vs_pytorch.py puts PyTorch beside them.
+    bench::print_layer_rows(std::cout,
+                            bench::run_layer_bench(options.repeats, options.min_seconds));
+    return kExitOk;
+  }
   const std::string precision = vm["precision"].as<std::string>();
   if (precision != "f32" && precision != "bf16")
     throw UsageError("--precision must be f32 or bf16, not '" + precision + "'");
@@ -45,13 +54,15 @@ void register_bench_commands(Registry& registry) {
   c.summary = "time vitk's ops against bare oneDNN on this CPU";
   c.example =
       "vitk bench ops\n"
-      "vitk bench ops --threads 2 --repeats 11 --precision bf16";
-  c.usage = "ops [options]";
+      "vitk bench ops --threads 2 --repeats 11 --precision bf16\n"
+      "vitk bench layers   # seconds per call; see tests/bench/core_vs_pytorch.py";
+  c.usage = "ops|layers [options]";
   c.add_options = [](po::options_description& o) {
-    o.add_options()("what", po::value<std::string>()->required()->value_name("NAME"),
-                    "what to time: ops")("repeats",
-                                         po::value<int>()->default_value(7)->value_name("N"),
-                                         "timed rounds per measurement; the table shows medians")(
+    o.add_options()(
+        "what", po::value<std::string>()->required()->value_name("NAME"),
+        "what to time: ops (linear products) or layers (one encoder and one decoder layer)")(
+        "repeats", po::value<int>()->default_value(7)->value_name("N"),
+        "timed rounds per measurement; the table shows medians")(
         "min-time", po::value<double>()->default_value(0.05, "0.05")->value_name("SECONDS"),
         "each round repeats the call for at least this long")(
         "precision", po::value<std::string>()->default_value("f32")->value_name("f32|bf16"),

@@ -10,6 +10,7 @@ namespace {
 // subcommands in this order. Add yours here (and declare it in tools/cli.h).
 constexpr void (*kRegistrations[])(vitk::tools::Registry&) = {
     vitk::tools::register_env_commands,
+    vitk::tools::register_info_commands,
     vitk::tools::register_bench_commands,
     vitk::tools::register_inspect_commands,
 };

@@ -1,0 +1,111 @@
+#include "common/nn/model_info.h"
+
+#include "common/error.h"
+
+namespace vitk::nn {
+namespace {
+
+int64_t count_params(const ParamStore& store, const std::string& prefix = "") {
+  int64_t n = 0;
+  for (const auto& p : store.params())
+    if (p.name.compare(0, prefix.size(), prefix) == 0) n += p.numel();
+  return n;
+}
+
+// Multiply-adds per token of every 2-D weight under prefix (a Linear computes out·in per row).
+int64_t count_linear_macs(const ParamStore& store, const std::string& prefix) {
+  int64_t n = 0;
+  for (const auto& p : store.params())
+    if (p.name.compare(0, prefix.size(), prefix) == 0 && p.shape.size() == 2 && p.name.size() > 7 &&
+        p.name.compare(p.name.size() - 7, 7, ".weight") == 0)
+      n += p.shape[0] * p.shape[1];
+  return n;
+}
+
+void check(const ModelSpec& s) {
+  const auto& l = s.layer;
+  if (l.d_model <= 0 || l.heads <= 0 || l.d_ff <= 0)
+    throw UsageError("model: d_model, heads and d_ff must be positive");
+  if (l.d_model % l.heads)
+    throw UsageError("model: d_model " + std::to_string(l.d_model) +
+                     " is not a multiple of heads " + std::to_string(l.heads));
+  if (s.type != "vit" && s.type != "transformer" && s.type != "encoder")
+    throw UsageError("model.type must be vit, transformer or encoder, not '" + s.type + "'");
+  if (s.type == "vit" && (s.patch_size <= 0 || s.image_size % s.patch_size))
+    throw UsageError("model: patch_size " + std::to_string(s.patch_size) +
+                     " must divide image_size " + std::to_string(s.image_size));
+}
+
+}  // namespace
+
+ModelSize model_size(const ModelSpec& spec) {
+  check(spec);
+  const int64_t d = spec.layer.d_model;
+  ModelSize size;
+  // One real layer of each kind, registered into a scratch store.
+  ParamStore store;
+  EncoderLayer enc(store, "enc", spec.layer);
+  const int64_t enc_params = count_params(store, "enc.");
+  const int64_t enc_macs = count_linear_macs(store, "enc.");
+  const std::string enc_note = "qkv 3d² + proj d² + 2·d·d_ff";
+
+  int64_t tokens = spec.sequence_length;
+  if (spec.type == "vit") {
+    const int64_t grid = spec.image_size / spec.patch_size;
+    const int64_t patch = spec.patch_size * spec.patch_size * spec.channels;
+    tokens = grid * grid + 1;
+    size.blocks.push_back({"patch embedding", 1, patch * d + d, patch * d, 0, "P²·C·d per patch"});
+    size.blocks.push_back({"class token + positions", 1, d + tokens * d, 0, 0, ""});
+  } else if (spec.vocab_size > 0) {
+    const int copies = spec.tied_embeddings ? 1 : (spec.type == "transformer" ? 3 : 2);
+    size.blocks.push_back({"token embeddings", copies, spec.vocab_size * d, 0, 0, "lookup"});
+  }
+  const int64_t attn_per_token = 2 * tokens * d;  // q·kᵀ and p·v: T·d each
+  size.blocks.push_back(
+      {"encoder layer", spec.encoder_layers, enc_params, enc_macs, attn_per_token, enc_note});
+  if (spec.type == "transformer" && spec.decoder_layers > 0) {
+    DecoderLayer dec(store, "dec", spec.layer);
+    const int64_t dec_params = count_params(store, "dec.");
+    // Cross-attention keys and values are projected once per source token, not per target token.
+    const int64_t kv = 2 * d * d;
+    size.blocks.push_back({"decoder layer", spec.decoder_layers, dec_params,
+                           count_linear_macs(store, "dec.") - kv, 2 * attn_per_token,
+                           "self qkv 3d² + proj d² + cross q, proj 2d² + 2·d·d_ff; cross k, v 2d² "
+                           "per source token"});
+  }
+  const bool final_norm = spec.layer.pre_norm || spec.type == "vit";
+  if (final_norm) {
+    const int stacks = spec.type == "transformer" ? 2 : 1;
+    size.blocks.push_back({"final layer norm", stacks, 2 * d, 0, 0, ""});
+  }
+  if (spec.type == "vit") {
+    size.blocks.push_back({"classifier head", 1, d * spec.num_classes + spec.num_classes,
+                           d * spec.num_classes, 0, "once per image"});
+  } else if (spec.vocab_size > 0 && spec.type == "transformer") {
+    // Its weights are counted with the embeddings (tied: the same matrix).
+    size.blocks.push_back(
+        {"output projection", 1, 0, d * spec.vocab_size, 0, "d·vocab per target token"});
+  }
+  for (const auto& b : size.blocks) size.total_params += b.count * b.params;
+
+  // Multiply-adds of one sequence (one image; or one source plus one target sequence).
+  double macs = 0, attention = 0;
+  const double t = static_cast<double>(tokens);
+  for (const auto& b : size.blocks) {
+    double per = static_cast<double>(b.macs);
+    if (b.name == "patch embedding")
+      per *= t - 1;
+    else if (b.name == "classifier head")
+      per *= 1;
+    else
+      per *= t;
+    macs += b.count * per;
+    attention += b.count * static_cast<double>(b.attention_macs) * t;
+  }
+  if (spec.type == "transformer") macs += spec.decoder_layers * 2.0 * d * d * t;  // cross k, v
+  size.macs_per_sequence = macs + attention;
+  size.attention_macs_per_sequence = attention;
+  return size;
+}
+
+}  // namespace vitk::nn

@@ -1,0 +1,45 @@
+#pragma once
+// Sizes of a model: parameters per block and in total, multiply-adds per token with the attention
+// term (which grows with the sequence length) apart. Block sizes come from building the real layers
+// into a scratch ParamStore (registration only, nothing is allocated), so they cannot drift from
+// the code; embeddings, patch embedding and heads are counted from their shapes.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/nn/nn.h"
+
+namespace vitk::nn {
+
+// The architecture, as the [model] section of a config file and a checkpoint's attributes hold it.
+struct ModelSpec {
+  std::string type = "transformer";  // "vit" | "transformer" (encoder-decoder) | "encoder"
+  LayerConfig layer;
+  int encoder_layers = 6;
+  int decoder_layers = 6;
+  int64_t sequence_length = 128;  // tokens per sequence (source and target) for the MAC count
+  int64_t vocab_size = 0;         // transformer/encoder: shared vocabulary (0: no embeddings)
+  bool tied_embeddings = true;    // source, target and output embeddings share one matrix
+  int64_t image_size = 224, patch_size = 16, channels = 3, num_classes = 1000;  // vit
+};
+
+struct BlockSize {
+  std::string name;            // "encoder layer", "patch embedding", ...
+  int count = 1;               // how many such blocks
+  int64_t params = 0;          // per block
+  int64_t macs = 0;            // multiply-adds per token (per patch, per output position) per block
+  int64_t attention_macs = 0;  // the part that grows with the sequence length, per token
+  std::string note;            // how macs is counted, e.g. "12·d² (d_ff = 4d)"
+};
+
+struct ModelSize {
+  std::vector<BlockSize> blocks;
+  int64_t total_params = 0;
+  double macs_per_sequence = 0;  // one image, or one source and one target sequence
+  double attention_macs_per_sequence = 0;
+};
+
+ModelSize model_size(const ModelSpec& spec);
+
+}  // namespace vitk::nn
