@@ -266,13 +266,18 @@ TEST_P(ParityCore, MatchesPyTorch) {
   RecordProperty("max_abs_error", std::to_string(all.max_abs));
   RecordProperty("tolerance_ratio", std::to_string(all.ratio));
   RecordProperty("worst_element", all.where);
-  std::printf("[ parity ] %s\n", name.c_str());
-  std::printf("[ parity ]   y       %s\n", ey.str().c_str());
-  std::printf("[ parity ]   dx      %s\n", edx.str().c_str());
-  if (with_memory) std::printf("[ parity ]   dmemory %s\n", edm.str().c_str());
-  std::printf("[ parity ]   dparams %s\n", ep.str().c_str());
-  std::printf("[ parity ]   (PyTorch's own float32 run: %.3f of the tolerance)\n",
-              f.attr_float("torch_float32_error"));
+  // vitk's errors next to those of PyTorch's own float32 run against the same reference.
+  std::printf("[ parity ] %s (vitk | PyTorch float32)\n", name.c_str());
+  auto line = [&](const char* group, const Errors& e) {
+    const std::string g = group;
+    std::printf("[ parity ]   %-8s %s | %.2e, %.3f\n", group, e.str().c_str(),
+                f.attr_float("torch_float32_max_abs_" + g),
+                f.attr_float("torch_float32_error_" + g));
+  };
+  line("y", ey);
+  line("dx", edx);
+  if (with_memory) line("dmemory", edm);
+  line("dparams", ep);
 }
 
 INSTANTIATE_TEST_SUITE_P(Core, ParityCore,
