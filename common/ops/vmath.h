@@ -12,7 +12,11 @@ namespace vitk::ops::detail {
 inline float fast_exp(float x) {
   x = x < -88.3762626647949f ? -88.3762626647949f : x;
   x = x > 88.0f ? 88.0f : x;
-  float fx = std::floor(x * 1.44269504088896341f + 0.5f);
+  // n = round(x / ln 2) by adding and removing 1.5·2^23, which leaves no fraction bits; unlike
+  // std::floor this needs no libm call (GCC keeps floorf out of line unless -fno-trapping-math),
+  // so loops that call fast_exp vectorise.
+  constexpr float kRound = 12582912.f;
+  float fx = (x * 1.44269504088896341f + kRound) - kRound;
   float r = x - fx * 0.693359375f;
   r = r + fx * 2.12194440e-4f;
   float z = r * r;
@@ -24,6 +28,7 @@ inline float fast_exp(float x) {
   p = p * r + 5.0000001201e-1f;
   p = p * z + r + 1.0f;
   int32_t e = static_cast<int32_t>(fx) + 127;
+  e = e < 0 ? 0 : e;  // the clamp can round to 2^-128: a zero scale, as for 2^-127
   uint32_t bits = static_cast<uint32_t>(e) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);

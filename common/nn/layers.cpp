@@ -1,0 +1,247 @@
+// The Transformer blocks: FeedForward, EncoderLayer and DecoderLayer, each with its forward and its
+// hand-written backward. Both arrangements of PyTorch's TransformerEncoderLayer and
+// TransformerDecoderLayer are supported:
+//   post-norm (norm_first=False, the 2017 paper): y = norm(x + drop(f(x)))
+//   pre-norm  (norm_first=True, ViT):             y = x + drop(f(norm(x)))
+#include <utility>
+
+#include "common/error.h"
+#include "common/nn/nn.h"
+
+namespace vitk::nn {
+
+// ---- FeedForward ----
+
+FeedForward::FeedForward(ParamStore& params, const std::string& name, int64_t d_model, int64_t d_ff,
+                         ops::Activation activation, float dropout)
+    : fc1_(params, name + ".fc1", d_model, d_ff),
+      fc2_(params, name + ".fc2", d_ff, d_model),
+      activation_(activation),
+      dropout_(dropout) {}
+
+Tensor FeedForward::forward(Context& ctx, const Tensor& x) {
+  Tensor h = fc1_.forward(ctx, x);  // [.., d_ff], pre-activation
+  if (ctx.training) {
+    h_ = h;  // backward needs f'(h)
+    Tensor a = ctx.alloc(h.shape());
+    ops::activation_forward(activation_, h, a);
+    return fc2_.forward(ctx, dropout_.forward(ctx, a));  // [.., d]
+  }
+  // Inference keeps nothing, so the activation can overwrite its input.
+  h_ = Tensor();
+  ops::activation_forward(activation_, h, h);
+  return fc2_.forward(ctx, dropout_.forward(ctx, h));
+}
+
+Tensor FeedForward::backward(Context& ctx, const Tensor& dy) {
+  if (h_.empty()) throw Error(fc1_.weight.name + ": backward without a training forward");
+  // Both backwards return tensors of their own (fresh from the arena), so f'(h) can be applied in
+  // place.
+  Tensor da = dropout_.backward(ctx, fc2_.backward(ctx, dy));  // [.., d_ff]
+  ops::activation_backward(activation_, h_, da, da);
+  return fc1_.backward(ctx, da);  // [.., d]
+}
+
+namespace {
+
+// One sublayer with its layer norm, its residual dropout and its residual connection, in either
+// arrangement. The sublayer itself is passed in as a function, so that the same code serves
+// self-attention, cross-attention, the feed-forward block and the incremental decoding path.
+class Residual {
+ public:
+  Residual(ParamStore& params, const std::string& norm_name, const LayerConfig& config)
+      : norm_(params, norm_name, config.d_model, config.norm_eps),
+        dropout_(config.dropout),
+        pre_norm_(config.pre_norm) {}
+
+  // x [B, T, d]; sublayer: [B, T, d] -> [B, T, d]
+  template <typename Sublayer>
+  Tensor forward(Context& ctx, const Tensor& x, Sublayer&& sublayer) {
+    if (pre_norm_) {
+      Tensor s = dropout_.forward(ctx, sublayer(norm_.forward(ctx, x)));
+      Tensor y = ctx.alloc(x.shape());
+      ops::add(x, s, y);
+      return y;
+    }
+    Tensor s = dropout_.forward(ctx, sublayer(x));
+    Tensor r = ctx.alloc(x.shape());  // x + s, kept by the norm for its backward
+    ops::add(x, s, r);
+    return norm_.forward(ctx, r);
+  }
+
+  // sublayer_backward: d(sublayer output) -> d(sublayer input), a fresh tensor (every layer's
+  // backward allocates its result), so the residual gradient can be added into it.
+  template <typename SublayerBackward>
+  Tensor backward(Context& ctx, const Tensor& dy, SublayerBackward&& sublayer_backward) {
+    if (pre_norm_) {
+      Tensor dx = norm_.backward(ctx, sublayer_backward(dropout_.backward(ctx, dy)));
+      ops::accumulate(dx, dy);
+      return dx;
+    }
+    Tensor dr = norm_.backward(ctx, dy);  // d(x + s)
+    Tensor dx = sublayer_backward(dropout_.backward(ctx, dr));
+    ops::accumulate(dx, dr);
+    return dx;
+  }
+
+ private:
+  LayerNorm norm_;
+  Dropout dropout_;
+  bool pre_norm_;
+};
+
+AttentionConfig attention_config(const LayerConfig& c, bool cross) {
+  AttentionConfig a;
+  a.d_model = c.d_model;
+  a.heads = c.heads;
+  a.score = c.score;
+  a.additive_dim = c.additive_dim;
+  a.dropout = c.attention_dropout;
+  a.cross = cross;
+  return a;
+}
+
+void check_input(const std::string& layer, const char* what, const Tensor& x, int64_t d_model) {
+  if (x.rank() != 3 || x.dim(2) != d_model || x.dtype() != DType::f32)
+    throw Error(layer + ": " + what + " " + shape_str(x.shape()) + " is not f32 [B, T, " +
+                std::to_string(d_model) + "]");
+}
+
+}  // namespace
+
+// ---- EncoderLayer ----
+
+// Members are declared in the order their parameters are registered: norm1, attn, norm2, mlp.
+struct EncoderLayer::Impl {
+  Impl(ParamStore& params, const std::string& prefix, const LayerConfig& c)
+      : name(prefix),
+        d_model(c.d_model),
+        attn_block(params, prefix + ".norm1", c),
+        attn(params, prefix + ".attn", attention_config(c, /*cross=*/false)),
+        mlp_block(params, prefix + ".norm2", c),
+        mlp(params, prefix + ".mlp", c.d_model, c.d_ff, c.activation, c.dropout) {}
+
+  std::string name;
+  int64_t d_model;
+  Residual attn_block;
+  MultiHeadAttention attn;
+  Residual mlp_block;
+  FeedForward mlp;
+  bool trained = false;  // the last forward kept its activations
+};
+
+EncoderLayer::EncoderLayer(ParamStore& params, const std::string& name, const LayerConfig& config)
+    : impl_(std::make_shared<Impl>(params, name, config)) {}
+
+Tensor EncoderLayer::forward(Context& ctx, const Tensor& x, const AttentionMask& mask) {
+  Impl& m = *impl_;
+  check_input(m.name, "input", x, m.d_model);
+  m.trained = ctx.training;
+  Tensor h = m.attn_block.forward(
+      ctx, x, [&](const Tensor& t) { return m.attn.forward(ctx, t, Tensor(), mask); });
+  return m.mlp_block.forward(ctx, h, [&](const Tensor& t) { return m.mlp.forward(ctx, t); });
+}
+
+Tensor EncoderLayer::backward(Context& ctx, const Tensor& dy) {
+  Impl& m = *impl_;
+  if (!m.trained) throw Error(m.name + ": backward without a training forward");
+  Tensor dh =
+      m.mlp_block.backward(ctx, dy, [&](const Tensor& d) { return m.mlp.backward(ctx, d); });
+  return m.attn_block.backward(ctx, dh, [&](const Tensor& d) { return m.attn.backward(ctx, d); });
+}
+
+MultiHeadAttention& EncoderLayer::attention() {
+  return impl_->attn;
+}
+
+// ---- DecoderLayer ----
+
+struct DecoderLayer::Impl {
+  Impl(ParamStore& params, const std::string& prefix, const LayerConfig& c)
+      : name(prefix),
+        d_model(c.d_model),
+        self_block(params, prefix + ".norm1", c),
+        self_attn(params, prefix + ".self_attn", attention_config(c, /*cross=*/false)),
+        cross_block(params, prefix + ".norm2", c),
+        cross_attn(params, prefix + ".cross_attn", attention_config(c, /*cross=*/true)),
+        mlp_block(params, prefix + ".norm3", c),
+        mlp(params, prefix + ".mlp", c.d_model, c.d_ff, c.activation, c.dropout) {}
+
+  std::string name;
+  int64_t d_model;
+  Residual self_block;
+  MultiHeadAttention self_attn;
+  Residual cross_block;
+  MultiHeadAttention cross_attn;
+  Residual mlp_block;
+  FeedForward mlp;
+  bool trained = false;
+};
+
+DecoderLayer::DecoderLayer(ParamStore& params, const std::string& name, const LayerConfig& config)
+    : impl_(std::make_shared<Impl>(params, name, config)) {}
+
+Tensor DecoderLayer::forward(Context& ctx, const Tensor& x, const Tensor& memory,
+                             const AttentionMask& self_mask, const AttentionMask& memory_mask) {
+  Impl& m = *impl_;
+  check_input(m.name, "input", x, m.d_model);
+  check_input(m.name, "memory", memory, m.d_model);
+  if (memory.dim(0) != x.dim(0))
+    throw Error(m.name + ": memory " + shape_str(memory.shape()) + " and input " +
+                shape_str(x.shape()) + " differ in batch size");
+  m.trained = ctx.training;
+  Tensor h = m.self_block.forward(
+      ctx, x, [&](const Tensor& t) { return m.self_attn.forward(ctx, t, Tensor(), self_mask); });
+  h = m.cross_block.forward(
+      ctx, h, [&](const Tensor& t) { return m.cross_attn.forward(ctx, t, memory, memory_mask); });
+  return m.mlp_block.forward(ctx, h, [&](const Tensor& t) { return m.mlp.forward(ctx, t); });
+}
+
+Tensor DecoderLayer::backward(Context& ctx, const Tensor& dy, Tensor* dmemory) {
+  Impl& m = *impl_;
+  if (!m.trained) throw Error(m.name + ": backward without a training forward");
+  Tensor dh =
+      m.mlp_block.backward(ctx, dy, [&](const Tensor& d) { return m.mlp.backward(ctx, d); });
+  // The attention computes d(memory) anyway; a caller that does not want it passes nullptr.
+  Tensor dmem;
+  dh = m.cross_block.backward(
+      ctx, dh, [&](const Tensor& d) { return m.cross_attn.backward(ctx, d, &dmem); });
+  if (dmemory) *dmemory = dmem;
+  return m.self_block.backward(ctx, dh,
+                               [&](const Tensor& d) { return m.self_attn.backward(ctx, d); });
+}
+
+void DecoderLayer::prepare_memory(Context& ctx, const Tensor& memory, KVCache& memory_cache) {
+  Impl& m = *impl_;
+  if (ctx.training) throw Error(m.name + ": prepare_memory() is for inference only");
+  check_input(m.name, "memory", memory, m.d_model);
+  m.cross_attn.prepare_memory(ctx, memory, memory_cache);
+}
+
+Tensor DecoderLayer::step(Context& ctx, const Tensor& x, KVCache& self_cache,
+                          const KVCache& memory_cache, const Tensor& source_lengths,
+                          int64_t capacity) {
+  Impl& m = *impl_;
+  if (ctx.training) throw Error(m.name + ": step() is for inference only");
+  check_input(m.name, "step input", x, m.d_model);
+  if (x.dim(1) != 1)
+    throw Error(m.name + ": step() takes one position, got " + shape_str(x.shape()));
+  // The inference forwards of the norms drop whatever a training forward kept.
+  m.trained = false;
+  // MultiHeadAttention::step() takes a mutable cache for both kinds; cross-attention only reads
+  // the keys and values prepare_memory() wrote, so the const_cast does not modify the cache.
+  KVCache& memory_kv = const_cast<KVCache&>(memory_cache);
+  Tensor h = m.self_block.forward(ctx, x, [&](const Tensor& t) {
+    return m.self_attn.step(ctx, t, self_cache, capacity);  // [B, 1, d]
+  });
+  h = m.cross_block.forward(ctx, h, [&](const Tensor& t) {
+    return m.cross_attn.step(ctx, t, memory_kv, memory_kv.length, source_lengths);
+  });
+  return m.mlp_block.forward(ctx, h, [&](const Tensor& t) { return m.mlp.forward(ctx, t); });
+}
+
+MultiHeadAttention& DecoderLayer::cross_attention() {
+  return impl_->cross_attn;
+}
+
+}  // namespace vitk::nn

@@ -1,0 +1,135 @@
+// Encoder and Decoder: N layers "<name>.layers.<i>" and an optional final LayerNorm "<name>.norm",
+// plus the decoder's incremental path (one target position at a time with per-layer caches).
+#include <memory>
+
+#include "common/error.h"
+#include "common/nn/nn.h"
+
+namespace vitk::nn {
+
+namespace {
+
+std::string layer_name(const std::string& name, int i) {
+  return name + ".layers." + std::to_string(i);
+}
+
+void check_layers(const std::string& name, int layers) {
+  if (layers < 1)
+    throw Error(name + ": a stack needs at least one layer, got " + std::to_string(layers));
+}
+
+}  // namespace
+
+// ---- Encoder ----
+
+struct Encoder::Impl {
+  std::string name;
+  // Filled once in the constructor (reserved, so never reallocated); the layers are handles to
+  // their own state, so the vector's storage moving would not matter either.
+  std::vector<EncoderLayer> layers;
+  std::unique_ptr<LayerNorm> norm;  // null without final_norm
+};
+
+Encoder::Encoder(ParamStore& params, const std::string& name, const LayerConfig& config, int layers,
+                 bool final_norm)
+    : impl_(std::make_shared<Impl>()) {
+  check_layers(name, layers);
+  impl_->name = name;
+  impl_->layers.reserve(static_cast<size_t>(layers));
+  for (int i = 0; i < layers; ++i) impl_->layers.emplace_back(params, layer_name(name, i), config);
+  if (final_norm)
+    impl_->norm =
+        std::make_unique<LayerNorm>(params, name + ".norm", config.d_model, config.norm_eps);
+}
+
+Tensor Encoder::forward(Context& ctx, const Tensor& x, const AttentionMask& mask) {
+  Tensor h = x;  // [B, T, d]
+  for (auto& layer : impl_->layers) h = layer.forward(ctx, h, mask);
+  return impl_->norm ? impl_->norm->forward(ctx, h) : h;
+}
+
+Tensor Encoder::backward(Context& ctx, const Tensor& dy) {
+  Tensor d = impl_->norm ? impl_->norm->backward(ctx, dy) : dy;
+  for (auto it = impl_->layers.rbegin(); it != impl_->layers.rend(); ++it) d = it->backward(ctx, d);
+  return d;
+}
+
+std::vector<EncoderLayer>& Encoder::layers() {
+  return impl_->layers;
+}
+
+// ---- Decoder ----
+
+struct Decoder::Impl {
+  std::string name;
+  std::vector<DecoderLayer> layers;
+  std::unique_ptr<LayerNorm> norm;
+};
+
+Decoder::Decoder(ParamStore& params, const std::string& name, const LayerConfig& config, int layers,
+                 bool final_norm)
+    : impl_(std::make_shared<Impl>()) {
+  check_layers(name, layers);
+  impl_->name = name;
+  impl_->layers.reserve(static_cast<size_t>(layers));
+  for (int i = 0; i < layers; ++i) impl_->layers.emplace_back(params, layer_name(name, i), config);
+  if (final_norm)
+    impl_->norm =
+        std::make_unique<LayerNorm>(params, name + ".norm", config.d_model, config.norm_eps);
+}
+
+Tensor Decoder::forward(Context& ctx, const Tensor& x, const Tensor& memory,
+                        const AttentionMask& self_mask, const AttentionMask& memory_mask) {
+  Tensor h = x;  // [B, Tt, d]
+  for (auto& layer : impl_->layers) h = layer.forward(ctx, h, memory, self_mask, memory_mask);
+  return impl_->norm ? impl_->norm->forward(ctx, h) : h;
+}
+
+Tensor Decoder::backward(Context& ctx, const Tensor& dy, Tensor* dmemory) {
+  Tensor d = impl_->norm ? impl_->norm->backward(ctx, dy) : dy;
+  // Every layer attends to the same memory: its gradient is the sum over the layers. The first
+  // layer's d(memory) (fresh from the arena) becomes the sum.
+  Tensor dmem_sum;
+  for (auto it = impl_->layers.rbegin(); it != impl_->layers.rend(); ++it) {
+    Tensor dmem;
+    d = it->backward(ctx, d, &dmem);
+    if (dmem_sum.empty())
+      dmem_sum = dmem;
+    else
+      ops::accumulate(dmem_sum, dmem);
+  }
+  if (dmemory) *dmemory = dmem_sum;
+  return d;
+}
+
+void Decoder::start(Context& ctx, const Tensor& memory, const Tensor& source_lengths,
+                    int64_t capacity, State& state) {
+  if (capacity < 1)
+    throw Error(impl_->name + ": incremental decoding needs a capacity of at least one position");
+  // Emptied, not freed: a cache whose storage already has the right shape is reused, so decoding
+  // batch after batch with one State does not allocate.
+  const size_t n = impl_->layers.size();
+  state.self.resize(n);
+  state.memory.resize(n);
+  for (auto& cache : state.self) cache.length = 0;
+  for (auto& cache : state.memory) cache.length = 0;
+  state.source_lengths = source_lengths;
+  state.capacity = capacity;
+  for (size_t i = 0; i < n; ++i) impl_->layers[i].prepare_memory(ctx, memory, state.memory[i]);
+}
+
+Tensor Decoder::step(Context& ctx, const Tensor& x, State& state) {
+  if (state.self.size() != impl_->layers.size() || state.memory.size() != impl_->layers.size())
+    throw Error(impl_->name + ": step() before start()");
+  Tensor h = x;  // [B, 1, d]
+  for (size_t i = 0; i < impl_->layers.size(); ++i)
+    h = impl_->layers[i].step(ctx, h, state.self[i], state.memory[i], state.source_lengths,
+                              state.capacity);
+  return impl_->norm ? impl_->norm->forward(ctx, h) : h;
+}
+
+std::vector<DecoderLayer>& Decoder::layers() {
+  return impl_->layers;
+}
+
+}  // namespace vitk::nn

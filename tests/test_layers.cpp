@@ -1,0 +1,741 @@
+// FeedForward, EncoderLayer, DecoderLayer, Encoder, Decoder and the position encodings: forwards
+// against the formulas they implement, backwards against central finite differences of
+// L = Σ w·y (w.r.t. the inputs, the memory and every parameter), gradient accumulation, the
+// inference path, and incremental decoding against the full causal forward.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/error.h"
+#include "common/nn/nn.h"
+#include "common/ops/ops.h"
+#include "op_test_util.h"
+
+using namespace vitk;
+using namespace vitk::nn;
+using namespace vitk::test;
+
+namespace {
+
+constexpr int64_t kD = 8, kHeads = 2, kFF = 16;
+
+LayerConfig small_config(bool pre_norm, ops::Activation act = ops::Activation::gelu) {
+  LayerConfig c;
+  c.d_model = kD;
+  c.heads = kHeads;
+  c.d_ff = kFF;
+  c.activation = act;
+  c.pre_norm = pre_norm;
+  return c;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Random values with every parameter mattering: norm gains around 1 (not exactly 1, so that their
+// gradients differ from the biases'), small biases, weights scaled by 1/√fan_in so that the
+// activations stay of order one through a few layers.
+void randomize(ParamStore& store, std::mt19937& gen) {
+  for (auto& p : store.params()) {
+    const bool norm = p.name.find("norm") != std::string::npos;
+    float lo, hi, offset = 0.f;
+    if (norm && ends_with(p.name, ".weight")) {
+      lo = -0.3f, hi = 0.3f, offset = 1.f;
+    } else if (p.shape.size() == 1) {
+      lo = -0.2f, hi = 0.2f;
+    } else {
+      const float a = 1.5f / std::sqrt(static_cast<float>(p.shape.back()));
+      lo = -a, hi = a;
+    }
+    std::uniform_real_distribution<float> dist(lo, hi);
+    float* v = p.value.f32();
+    for (int64_t i = 0; i < p.numel(); ++i) v[i] = offset + dist(gen);
+  }
+}
+
+// Copies every parameter of `to` from the parameter of the same name in `from`.
+void copy_values(ParamStore& from, ParamStore& to) {
+  ASSERT_EQ(from.params().size(), to.params().size());
+  for (auto& p : to.params()) p.value.copy_from(from.get(p.name).value);
+}
+
+std::vector<std::string> names_of(const ParamStore& store) {
+  std::vector<std::string> names;
+  for (const auto& p : store.params()) names.push_back(p.name);
+  return names;
+}
+
+Tensor plus(Context& ctx, const Tensor& a, const Tensor& b) {
+  Tensor y = ctx.alloc(a.shape());
+  ops::add(a, b, y);
+  return y;
+}
+
+// Position t of x [B, T, d] as a [B, 1, d] tensor.
+Tensor position(const Tensor& x, int64_t t) {
+  const int64_t B = x.dim(0), T = x.dim(1), d = x.dim(2);
+  Tensor y({B, 1, d});
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t e = 0; e < d; ++e) y.f32()[b * d + e] = x.f32()[(b * T + t) * d + e];
+  return y;
+}
+
+// LayerNorm over the last axis with unit gain and zero bias, in double.
+std::vector<double> naive_layernorm(const Tensor& x, double eps) {
+  const int64_t n = x.dim(-1), rows = x.numel() / n;
+  std::vector<double> v = to_double(x), y(v.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    double mean = 0, var = 0;
+    for (int64_t j = 0; j < n; ++j) mean += v[r * n + j];
+    mean /= n;
+    for (int64_t j = 0; j < n; ++j) var += (v[r * n + j] - mean) * (v[r * n + j] - mean);
+    var /= n;
+    for (int64_t j = 0; j < n; ++j) y[r * n + j] = (v[r * n + j] - mean) / std::sqrt(var + eps);
+  }
+  return y;
+}
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  std::vector<double> x = to_double(a), y = to_double(b);
+  double m = 0;
+  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]));
+  return m;
+}
+
+// ---- The finite-difference driver ----
+// A layer seen as a function of its inputs and of every parameter in `store`. forward() must read
+// the input tensors listed in `inputs` (they are perturbed in place); backward() returns the
+// gradients of those inputs, in the same order.
+struct GradientCase {
+  ParamStore* store = nullptr;
+  std::vector<std::pair<std::string, Tensor*>> inputs;
+  std::function<Tensor(Context&)> forward;
+  std::function<std::vector<Tensor>(Context&, const Tensor&)> backward;
+  uint64_t dropout_seed = 7;  // every evaluation restarts the generator: the same dropout masks
+};
+
+void expect_gradients(const GradientCase& c, FdOptions opt = {}) {
+  std::mt19937 gen(1234);
+  Arena arena;
+  ops::Rng rng(c.dropout_seed);
+  c.store->zero_grad();
+  Context ctx{true, &arena, &rng};
+  const Tensor y = c.forward(ctx);
+  const Tensor w = random_tensor(y.shape(), gen);  // dL/dy
+  const std::vector<Tensor> dinputs = c.backward(ctx, w);
+  ASSERT_EQ(dinputs.size(), c.inputs.size());
+
+  Arena fd_arena;
+  ops::Rng fd_rng;
+  auto loss = [&]() {
+    fd_arena.reset();
+    fd_rng.set_state(c.dropout_seed, 0);
+    Context fctx{true, &fd_arena, &fd_rng};
+    return weighted_sum(c.forward(fctx), w);
+  };
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    ASSERT_EQ(dinputs[i].shape(), c.inputs[i].second->shape()) << c.inputs[i].first;
+    EXPECT_GRAD_OK(
+        check_gradient(c.inputs[i].first, *c.inputs[i].second, dinputs[i].clone(), loss, opt));
+  }
+  for (auto& p : c.store->params()) {
+    const Tensor analytic = p.grad.clone();
+    // A parameter the forward ignored would pass the check with zeros on both sides.
+    EXPECT_GT(ops::l2_norm(analytic), 0.0) << p.name << " gets no gradient";
+    EXPECT_GRAD_OK(check_gradient(p.name, p.value, analytic, loss, opt));
+  }
+}
+
+// Shapes shared by the layer tests: B = 2 with unequal target (5, 3) and source (4, 2) lengths.
+struct Batch {
+  Tensor x, memory;  // [2, 5, d], [2, 4, d]
+  AttentionMask self_mask, memory_mask, padding;
+};
+
+Batch make_batch(std::mt19937& gen) {
+  Batch b;
+  b.x = random_tensor({2, 5, kD}, gen);
+  b.memory = random_tensor({2, 4, kD}, gen);
+  b.self_mask = {ids_tensor({5, 3}), /*causal=*/true};
+  b.memory_mask = {ids_tensor({4, 2}), false};
+  b.padding = {ids_tensor({5, 3}), false};
+  return b;
+}
+
+// ---- FeedForward ----
+
+class FeedForwardTest : public ::testing::TestWithParam<ops::Activation> {};
+
+TEST_P(FeedForwardTest, ForwardMatchesNaiveLoops) {
+  const ops::Activation act = GetParam();
+  ParamStore store;
+  FeedForward ffn(store, "blk.mlp", kD, kFF, act, 0.f);
+  store.finalize();
+  EXPECT_EQ(names_of(store), (std::vector<std::string>{"blk.mlp.fc1.weight", "blk.mlp.fc1.bias",
+                                                       "blk.mlp.fc2.weight", "blk.mlp.fc2.bias"}));
+  EXPECT_EQ(store.get("blk.mlp.fc1.weight").shape, (Shape{kFF, kD}));
+  EXPECT_EQ(store.get("blk.mlp.fc2.weight").shape, (Shape{kD, kFF}));
+  std::mt19937 gen(1);
+  randomize(store, gen);
+  Tensor x = random_tensor({2, 3, kD}, gen);
+  Arena arena;
+  Context ctx{false, &arena, nullptr};
+  Tensor y = ffn.forward(ctx, x);
+
+  const float* w1 = store.get("blk.mlp.fc1.weight").value.f32();
+  const float* b1 = store.get("blk.mlp.fc1.bias").value.f32();
+  const float* w2 = store.get("blk.mlp.fc2.weight").value.f32();
+  const float* b2 = store.get("blk.mlp.fc2.bias").value.f32();
+  std::vector<double> want;
+  for (int64_t r = 0; r < 6; ++r) {
+    std::vector<double> a(kFF);
+    for (int64_t j = 0; j < kFF; ++j) {
+      double h = b1[j];
+      for (int64_t k = 0; k < kD; ++k) h += double(w1[j * kD + k]) * x.f32()[r * kD + k];
+      a[j] = act == ops::Activation::relu ? std::max(h, 0.0)
+                                          : 0.5 * h * (1.0 + std::erf(h / std::sqrt(2.0)));
+    }
+    for (int64_t i = 0; i < kD; ++i) {
+      double o = b2[i];
+      for (int64_t j = 0; j < kFF; ++j) o += double(w2[i * kFF + j]) * a[j];
+      want.push_back(o);
+    }
+  }
+  EXPECT_TRUE(all_close(y, want, 1e-5, 1e-5));
+}
+
+TEST_P(FeedForwardTest, BackwardMatchesFiniteDifferences) {
+  const ops::Activation act = GetParam();
+  ParamStore store;
+  FeedForward ffn(store, "mlp", kD, kFF, act, 0.f);
+  store.finalize();
+  std::mt19937 gen(2);
+  randomize(store, gen);
+  Tensor x = random_tensor({2, 3, kD}, gen);
+  FdOptions opt;
+  if (act == ops::Activation::relu) {
+    // Keep every pre-activation away from ReLU's kink: small fc1 weights and fc1 biases of
+    // magnitude 0.4 to 0.8 with random signs. A ±h step then moves a pre-activation by at most
+    // 0.01, less than the margin asserted below. The function is then piecewise linear, so the
+    // differences are exact up to rounding and the tolerance can be tight.
+    std::uniform_real_distribution<float> small(-0.05f, 0.05f), mag(0.4f, 0.8f);
+    Tensor& w1 = store.get("mlp.fc1.weight").value;
+    for (int64_t i = 0; i < w1.numel(); ++i) w1.f32()[i] = small(gen);
+    Tensor& b1 = store.get("mlp.fc1.bias").value;
+    for (int64_t i = 0; i < b1.numel(); ++i) b1.f32()[i] = (i % 2 ? 1.f : -1.f) * mag(gen);
+    Tensor h({2, 3, kFF});
+    ops::linear_forward(x, w1, b1, h);
+    double margin = 1e9;
+    for (int64_t i = 0; i < h.numel(); ++i)
+      margin = std::min(margin, double(std::fabs(h.f32()[i])));
+    ASSERT_GT(margin, 0.05);
+    opt.atol = 2e-4;
+  }
+  GradientCase c;
+  c.store = &store;
+  c.inputs = {{"x", &x}};
+  c.forward = [&](Context& ctx) { return ffn.forward(ctx, x); };
+  c.backward = [&](Context& ctx, const Tensor& dy) {
+    return std::vector<Tensor>{ffn.backward(ctx, dy)};
+  };
+  expect_gradients(c, opt);
+}
+
+INSTANTIATE_TEST_SUITE_P(Activations, FeedForwardTest,
+                         ::testing::Values(ops::Activation::relu, ops::Activation::gelu),
+                         [](const auto& p) { return ops::activation_name(p.param); });
+
+TEST(FeedForwardTest, InferenceKeepsNothing) {
+  ParamStore store;
+  FeedForward ffn(store, "mlp", kD, kFF, ops::Activation::gelu, 0.f);
+  store.finalize();
+  std::mt19937 gen(3);
+  randomize(store, gen);
+  Tensor x = random_tensor({1, 2, kD}, gen);
+  Arena arena;
+  Context train{true, &arena, nullptr}, infer{false, &arena, nullptr};
+  Tensor y_train = ffn.forward(train, x);
+  Tensor y_infer = ffn.forward(infer, x);  // drops what the training forward kept
+  EXPECT_TRUE(all_close(y_infer, y_train, 0, 0));
+  EXPECT_THROW(ffn.backward(train, y_train), Error);
+}
+
+// ---- Parameter names (checkpoint compatibility) ----
+
+TEST(LayerNamesTest, EncoderLayerRegistersTimmNames) {
+  ParamStore store;
+  EncoderLayer layer(store, "encoder.layers.0", small_config(true));
+  const std::string p = "encoder.layers.0.";
+  EXPECT_EQ(names_of(store), (std::vector<std::string>{
+                                 p + "norm1.weight", p + "norm1.bias", p + "attn.qkv.weight",
+                                 p + "attn.qkv.bias", p + "attn.proj.weight", p + "attn.proj.bias",
+                                 p + "norm2.weight", p + "norm2.bias", p + "mlp.fc1.weight",
+                                 p + "mlp.fc1.bias", p + "mlp.fc2.weight", p + "mlp.fc2.bias"}));
+  EXPECT_EQ(store.get(p + "attn.qkv.weight").shape, (Shape{3 * kD, kD}));
+  EXPECT_FALSE(store.get(p + "norm1.weight").decay);
+
+  // The layer hands its score and attention settings to both attentions.
+  LayerConfig luong = small_config(false);
+  luong.score = Score::general;
+  luong.attention_dropout = 0.25f;
+  ParamStore other;
+  DecoderLayer dec(other, "dec", luong);
+  EXPECT_NE(other.find("dec.self_attn.score.weight"), nullptr);
+  EXPECT_NE(other.find("dec.cross_attn.score.weight"), nullptr);
+  EXPECT_EQ(dec.cross_attention().config().score, Score::general);
+  EXPECT_TRUE(dec.cross_attention().config().cross);
+  EXPECT_FLOAT_EQ(dec.cross_attention().config().dropout, 0.25f);
+}
+
+TEST(LayerNamesTest, DecoderStackRegistersLayersAndFinalNorm) {
+  ParamStore store;
+  Decoder dec(store, "decoder", small_config(false), 2, /*final_norm=*/true);
+  std::set<std::string> names;
+  for (const auto& n : names_of(store)) names.insert(n);
+  for (const char* layer : {"decoder.layers.0.", "decoder.layers.1."})
+    for (const char* s :
+         {"norm1.weight", "self_attn.qkv.weight", "self_attn.proj.bias", "norm2.bias",
+          "cross_attn.q.weight", "cross_attn.kv.weight", "cross_attn.proj.weight", "norm3.weight",
+          "mlp.fc1.weight", "mlp.fc2.bias"})
+      EXPECT_TRUE(names.count(std::string(layer) + s)) << layer << s;
+  EXPECT_TRUE(names.count("decoder.norm.weight"));
+  EXPECT_EQ(store.get("decoder.layers.1.cross_attn.kv.weight").shape, (Shape{2 * kD, kD}));
+  EXPECT_EQ(names.size(), 2u * 20u + 2u);  // 10 weights and 10 biases per layer, the final norm
+  EXPECT_EQ(dec.layers().size(), 2u);
+
+  ParamStore plain;
+  Encoder enc(plain, "encoder", small_config(false), 1, /*final_norm=*/false);
+  EXPECT_EQ(plain.find("encoder.norm.weight"), nullptr);
+  EXPECT_THROW(Encoder(plain, "bad", small_config(false), 0, false), Error);
+}
+
+// ---- EncoderLayer and DecoderLayer in both arrangements ----
+
+class ArrangementTest : public ::testing::TestWithParam<bool> {};  // pre_norm
+
+TEST_P(ArrangementTest, EncoderLayerForwardFollowsTheFormula) {
+  const bool pre = GetParam();
+  const LayerConfig cfg = small_config(pre);
+  ParamStore s1, s2;
+  EncoderLayer layer(s1, "enc", cfg);
+  s1.finalize();
+  // The same computation assembled by hand from separately built sublayers.
+  LayerNorm norm1(s2, "enc.norm1", kD, cfg.norm_eps);
+  AttentionConfig acfg;
+  acfg.d_model = kD;
+  acfg.heads = kHeads;
+  MultiHeadAttention attn(s2, "enc.attn", acfg);
+  LayerNorm norm2(s2, "enc.norm2", kD, cfg.norm_eps);
+  FeedForward mlp(s2, "enc.mlp", kD, kFF, cfg.activation, 0.f);
+  s2.finalize();
+  std::mt19937 gen(4);
+  randomize(s1, gen);
+  copy_values(s1, s2);
+  Batch b = make_batch(gen);
+
+  Arena arena;
+  Context ctx{false, &arena, nullptr};
+  Tensor y = layer.forward(ctx, b.x, b.padding);
+  Tensor want;
+  if (pre) {
+    Tensor h = plus(ctx, b.x, attn.forward(ctx, norm1.forward(ctx, b.x), Tensor(), b.padding));
+    want = plus(ctx, h, mlp.forward(ctx, norm2.forward(ctx, h)));
+  } else {
+    Tensor h = norm1.forward(ctx, plus(ctx, b.x, attn.forward(ctx, b.x, Tensor(), b.padding)));
+    want = norm2.forward(ctx, plus(ctx, h, mlp.forward(ctx, h)));
+  }
+  EXPECT_TRUE(all_close(y, want, 1e-6, 1e-6));
+}
+
+TEST_P(ArrangementTest, DecoderLayerForwardFollowsTheFormula) {
+  const bool pre = GetParam();
+  const LayerConfig cfg = small_config(pre);
+  ParamStore s1, s2;
+  DecoderLayer layer(s1, "dec", cfg);
+  s1.finalize();
+  AttentionConfig self_cfg, cross_cfg;
+  self_cfg.d_model = cross_cfg.d_model = kD;
+  self_cfg.heads = cross_cfg.heads = kHeads;
+  cross_cfg.cross = true;
+  LayerNorm norm1(s2, "dec.norm1", kD, cfg.norm_eps);
+  MultiHeadAttention self_attn(s2, "dec.self_attn", self_cfg);
+  LayerNorm norm2(s2, "dec.norm2", kD, cfg.norm_eps);
+  MultiHeadAttention cross_attn(s2, "dec.cross_attn", cross_cfg);
+  LayerNorm norm3(s2, "dec.norm3", kD, cfg.norm_eps);
+  FeedForward mlp(s2, "dec.mlp", kD, kFF, cfg.activation, 0.f);
+  s2.finalize();
+  std::mt19937 gen(5);
+  randomize(s1, gen);
+  copy_values(s1, s2);
+  Batch b = make_batch(gen);
+
+  Arena arena;
+  Context ctx{false, &arena, nullptr};
+  Tensor y = layer.forward(ctx, b.x, b.memory, b.self_mask, b.memory_mask);
+  auto sa = [&](const Tensor& t) { return self_attn.forward(ctx, t, Tensor(), b.self_mask); };
+  auto ca = [&](const Tensor& t) { return cross_attn.forward(ctx, t, b.memory, b.memory_mask); };
+  Tensor want;
+  if (pre) {
+    Tensor h1 = plus(ctx, b.x, sa(norm1.forward(ctx, b.x)));
+    Tensor h2 = plus(ctx, h1, ca(norm2.forward(ctx, h1)));
+    want = plus(ctx, h2, mlp.forward(ctx, norm3.forward(ctx, h2)));
+  } else {
+    Tensor h1 = norm1.forward(ctx, plus(ctx, b.x, sa(b.x)));
+    Tensor h2 = norm2.forward(ctx, plus(ctx, h1, ca(h1)));
+    want = norm3.forward(ctx, plus(ctx, h2, mlp.forward(ctx, h2)));
+  }
+  EXPECT_TRUE(all_close(y, want, 1e-6, 1e-6));
+}
+
+TEST_P(ArrangementTest, EncoderLayerBackwardMatchesFiniteDifferences) {
+  ParamStore store;
+  EncoderLayer layer(store, "enc", small_config(GetParam()));
+  store.finalize();
+  std::mt19937 gen(6);
+  randomize(store, gen);
+  Batch b = make_batch(gen);
+  GradientCase c;
+  c.store = &store;
+  c.inputs = {{"x", &b.x}};
+  c.forward = [&](Context& ctx) { return layer.forward(ctx, b.x, b.padding); };
+  c.backward = [&](Context& ctx, const Tensor& dy) {
+    return std::vector<Tensor>{layer.backward(ctx, dy)};
+  };
+  expect_gradients(c);
+}
+
+TEST_P(ArrangementTest, DecoderLayerBackwardMatchesFiniteDifferences) {
+  ParamStore store;
+  DecoderLayer layer(store, "dec", small_config(GetParam()));
+  store.finalize();
+  std::mt19937 gen(7);
+  randomize(store, gen);
+  Batch b = make_batch(gen);
+  GradientCase c;
+  c.store = &store;
+  c.inputs = {{"x", &b.x}, {"memory", &b.memory}};
+  c.forward = [&](Context& ctx) {
+    return layer.forward(ctx, b.x, b.memory, b.self_mask, b.memory_mask);
+  };
+  c.backward = [&](Context& ctx, const Tensor& dy) {
+    Tensor dmemory;
+    Tensor dx = layer.backward(ctx, dy, &dmemory);
+    return std::vector<Tensor>{dx, dmemory};
+  };
+  expect_gradients(c);
+}
+
+// Residual, feed-forward and attention dropout are part of the function being differentiated:
+// with the generator restarted for every evaluation, the masks are the same each time.
+TEST_P(ArrangementTest, BackwardThroughDropoutMatchesFiniteDifferences) {
+  LayerConfig cfg = small_config(GetParam());
+  cfg.dropout = 0.3f;
+  cfg.attention_dropout = 0.2f;
+  ParamStore store;
+  DecoderLayer layer(store, "dec", cfg);
+  store.finalize();
+  std::mt19937 gen(8);
+  randomize(store, gen);
+  Batch b = make_batch(gen);
+
+  // The masks must actually drop something, or this test would repeat the one above.
+  Arena arena;
+  ops::Rng rng(7);
+  Context train{true, &arena, &rng}, infer{false, &arena, nullptr};
+  Tensor y_drop = layer.forward(train, b.x, b.memory, b.self_mask, b.memory_mask);
+  Tensor y_plain = layer.forward(infer, b.x, b.memory, b.self_mask, b.memory_mask);
+  EXPECT_GT(max_abs_diff(y_drop, y_plain), 0.1);
+
+  GradientCase c;
+  c.store = &store;
+  c.inputs = {{"x", &b.x}, {"memory", &b.memory}};
+  c.forward = [&](Context& ctx) {
+    return layer.forward(ctx, b.x, b.memory, b.self_mask, b.memory_mask);
+  };
+  c.backward = [&](Context& ctx, const Tensor& dy) {
+    Tensor dmemory;
+    Tensor dx = layer.backward(ctx, dy, &dmemory);
+    return std::vector<Tensor>{dx, dmemory};
+  };
+  expect_gradients(c);
+}
+
+TEST_P(ArrangementTest, EncoderStackBackwardMatchesFiniteDifferences) {
+  ParamStore store;
+  Encoder enc(store, "encoder", small_config(GetParam()), 2, /*final_norm=*/true);
+  store.finalize();
+  std::mt19937 gen(9);
+  randomize(store, gen);
+  Batch b = make_batch(gen);
+  GradientCase c;
+  c.store = &store;
+  c.inputs = {{"x", &b.x}};
+  c.forward = [&](Context& ctx) { return enc.forward(ctx, b.x, b.padding); };
+  c.backward = [&](Context& ctx, const Tensor& dy) {
+    return std::vector<Tensor>{enc.backward(ctx, dy)};
+  };
+  expect_gradients(c);
+}
+
+TEST_P(ArrangementTest, DecoderStackBackwardMatchesFiniteDifferences) {
+  ParamStore store;
+  Decoder dec(store, "decoder", small_config(GetParam()), 2, /*final_norm=*/true);
+  store.finalize();
+  std::mt19937 gen(10);
+  randomize(store, gen);
+  Batch b = make_batch(gen);
+  GradientCase c;
+  c.store = &store;
+  c.inputs = {{"x", &b.x}, {"memory", &b.memory}};
+  c.forward = [&](Context& ctx) {
+    return dec.forward(ctx, b.x, b.memory, b.self_mask, b.memory_mask);
+  };
+  c.backward = [&](Context& ctx, const Tensor& dy) {
+    Tensor dmemory;
+    Tensor dx = dec.backward(ctx, dy, &dmemory);
+    return std::vector<Tensor>{dx, dmemory};
+  };
+  expect_gradients(c);
+}
+
+TEST_P(ArrangementTest, GradientsAccumulateOverTwoBackwardCalls) {
+  ParamStore store;
+  Decoder dec(store, "decoder", small_config(GetParam()), 2, /*final_norm=*/true);
+  store.finalize();
+  std::mt19937 gen(11);
+  randomize(store, gen);
+  Batch b = make_batch(gen);
+  Tensor dy = random_tensor({2, 5, kD}, gen);
+  Arena arena;
+  Context ctx{true, &arena, nullptr};
+  auto run = [&]() {
+    dec.forward(ctx, b.x, b.memory, b.self_mask, b.memory_mask);
+    Tensor dmemory;
+    Tensor dx = dec.backward(ctx, dy, &dmemory);
+    return std::make_pair(dx.clone(), dmemory.clone());
+  };
+  store.zero_grad();
+  auto once = run();
+  const Tensor single = store.grads().clone();
+  auto twice = run();
+  // Input gradients are overwritten, parameter gradients added.
+  EXPECT_TRUE(all_close(twice.first, once.first, 0, 0));
+  EXPECT_TRUE(all_close(twice.second, once.second, 0, 0));
+  std::vector<double> doubled = to_double(single);
+  for (auto& v : doubled) v *= 2;
+  EXPECT_TRUE(all_close(store.grads(), doubled, 1e-6, 1e-6));
+  EXPECT_GT(ops::l2_norm(single), 0.0);
+
+  // d(memory) is optional.
+  Tensor dx = dec.backward(ctx, dy, nullptr);
+  EXPECT_TRUE(all_close(dx, once.first, 0, 0));
+}
+
+TEST_P(ArrangementTest, InferenceKeepsNothing) {
+  const LayerConfig cfg = small_config(GetParam());
+  ParamStore store;
+  EncoderLayer enc_layer(store, "el", cfg);
+  DecoderLayer dec_layer(store, "dl", cfg);
+  Encoder enc(store, "enc", cfg, 2, true);
+  Decoder dec(store, "dec", cfg, 2, true);
+  store.finalize();
+  std::mt19937 gen(12);
+  randomize(store, gen);
+  Batch b = make_batch(gen);
+  Arena arena;
+  Context train{true, &arena, nullptr}, infer{false, &arena, nullptr};
+  Tensor dmem;
+
+  // Never trained.
+  Tensor y = enc_layer.forward(infer, b.x, b.padding);
+  EXPECT_THROW(enc_layer.backward(train, y), Error);
+  y = dec_layer.forward(infer, b.x, b.memory, b.self_mask, b.memory_mask);
+  EXPECT_THROW(dec_layer.backward(train, y, &dmem), Error);
+  y = enc.forward(infer, b.x, b.padding);
+  EXPECT_THROW(enc.backward(train, y), Error);
+  y = dec.forward(infer, b.x, b.memory, b.self_mask, b.memory_mask);
+  EXPECT_THROW(dec.backward(train, y, &dmem), Error);
+
+  // Trained, then an inference forward: what the training forward kept is gone, and both give
+  // the same output without dropout.
+  Tensor y_train = enc.forward(train, b.x, b.padding);
+  Tensor y_infer = enc.forward(infer, b.x, b.padding);
+  EXPECT_TRUE(all_close(y_infer, y_train, 1e-7, 1e-7));
+  EXPECT_THROW(enc.backward(train, y), Error);
+  y_train = dec.forward(train, b.x, b.memory, b.self_mask, b.memory_mask);
+  y_infer = dec.forward(infer, b.x, b.memory, b.self_mask, b.memory_mask);
+  EXPECT_TRUE(all_close(y_infer, y_train, 1e-7, 1e-7));
+  EXPECT_THROW(dec.backward(train, y, &dmem), Error);
+}
+
+TEST_P(ArrangementTest, ZeroWeightsReduceToTheResidualPath) {
+  const bool pre = GetParam();
+  ParamStore store;
+  EncoderLayer enc_layer(store, "el", small_config(pre));
+  DecoderLayer dec_layer(store, "dl", small_config(pre));
+  Encoder enc(store, "enc", small_config(pre), 2, /*final_norm=*/true);
+  store.finalize();
+  init_defaults(store);  // every sublayer outputs 0, every norm is a plain normalisation
+  std::mt19937 gen(13);
+  Batch b = make_batch(gen);
+  Arena arena;
+  Context ctx{false, &arena, nullptr};
+  const std::vector<double> ln = naive_layernorm(b.x, 1e-5);
+  // Pre-norm: x + 0 + 0 = x. Post-norm: LN(LN(x)) = LN(x) up to the eps in the second norm.
+  Tensor y = enc_layer.forward(ctx, b.x, b.padding);
+  EXPECT_TRUE(pre ? all_close(y, b.x, 0, 0) : all_close(y, ln, 1e-4, 1e-4));
+  y = dec_layer.forward(ctx, b.x, b.memory, b.self_mask, b.memory_mask);
+  EXPECT_TRUE(pre ? all_close(y, b.x, 0, 0) : all_close(y, ln, 1e-4, 1e-4));
+  // With the final norm, both arrangements end in LN(x).
+  y = enc.forward(ctx, b.x, b.padding);
+  EXPECT_TRUE(all_close(y, ln, 1e-4, 1e-4));
+}
+
+INSTANTIATE_TEST_SUITE_P(Layers, ArrangementTest, ::testing::Bool(),
+                         [](const auto& p) { return p.param ? "PreNorm" : "PostNorm"; });
+
+TEST(LayerArrangementTest, PreAndPostNormDiffer) {
+  ParamStore s_pre, s_post;
+  DecoderLayer pre(s_pre, "dec", small_config(true));
+  DecoderLayer post(s_post, "dec", small_config(false));
+  s_pre.finalize();
+  s_post.finalize();
+  std::mt19937 gen(14);
+  randomize(s_pre, gen);
+  copy_values(s_pre, s_post);
+  Batch b = make_batch(gen);
+  Arena arena;
+  Context ctx{false, &arena, nullptr};
+  Tensor y_pre = pre.forward(ctx, b.x, b.memory, b.self_mask, b.memory_mask);
+  Tensor y_post = post.forward(ctx, b.x, b.memory, b.self_mask, b.memory_mask);
+  EXPECT_GT(max_abs_diff(y_pre, y_post), 0.1);
+}
+
+// Copies of a stack are handles to the same layers: after a vector of encoders reallocates, each
+// one still trains its own parameters and nobody else's.
+TEST(LayerStackTest, CopiesKeepTheirParameters) {
+  ParamStore store;
+  std::vector<Encoder> encoders;
+  for (int i = 0; i < 3; ++i)
+    encoders.push_back(Encoder(store, "e" + std::to_string(i), small_config(true), 1, true));
+  store.finalize();
+  std::mt19937 gen(15);
+  randomize(store, gen);
+  Batch b = make_batch(gen);
+  Arena arena;
+  Context ctx{true, &arena, nullptr};
+  store.zero_grad();
+  Encoder copy = encoders[1];
+  copy.forward(ctx, b.x, b.padding);
+  encoders[1].backward(ctx, b.x);  // the copy's forward is the original's
+  for (auto& p : store.params()) {
+    const bool mine = p.name.rfind("e1.", 0) == 0;
+    EXPECT_EQ(ops::l2_norm(p.grad) > 0, mine) << p.name;
+  }
+}
+
+// ---- Incremental decoding ----
+
+class IncrementalDecodingTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(IncrementalDecodingTest, StepsEqualTheCausalForward) {
+  ParamStore store;
+  Decoder dec(store, "decoder", small_config(GetParam()), 2, /*final_norm=*/true);
+  store.finalize();
+  std::mt19937 gen(16);
+  randomize(store, gen);
+  Batch b = make_batch(gen);
+  const int64_t T = b.x.dim(1);
+  const AttentionMask causal{Tensor(), true};
+
+  Arena arena;
+  Context ctx{false, &arena, nullptr};
+  Tensor full = dec.forward(ctx, b.x, b.memory, causal, b.memory_mask).clone();  // [B, T, d]
+
+  Decoder::State state;
+  dec.start(ctx, b.memory, b.memory_mask.key_lengths, T, state);
+  for (int64_t t = 0; t < T; ++t) {
+    Tensor y = dec.step(ctx, position(b.x, t), state);  // [B, 1, d]
+    EXPECT_TRUE(all_close(y, to_double(position(full, t)), 1e-6, 1e-6)) << "position " << t;
+  }
+  // The caches are full; start() empties them for the next batch, which decodes the same way.
+  EXPECT_THROW(dec.step(ctx, position(b.x, 0), state), Error);
+  dec.start(ctx, b.memory, b.memory_mask.key_lengths, T, state);
+  for (int64_t t = 0; t < T; ++t) {
+    Tensor y = dec.step(ctx, position(b.x, t), state);
+    EXPECT_TRUE(all_close(y, to_double(position(full, t)), 1e-6, 1e-6)) << "again, position " << t;
+  }
+  Context train{true, &arena, nullptr};
+  EXPECT_THROW(dec.step(train, position(b.x, 0), state), Error);
+  Decoder::State fresh;
+  EXPECT_THROW(dec.step(ctx, position(b.x, 0), fresh), Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layers, IncrementalDecodingTest, ::testing::Bool(),
+                         [](const auto& p) { return p.param ? "PreNorm" : "PostNorm"; });
+
+// ---- Positions ----
+
+TEST(PositionTest, SinusoidsFollowThePaper) {
+  const int64_t T = 50, d = 16;
+  Tensor pe = sinusoidal_positions(T, d);
+  ASSERT_EQ(pe.shape(), (Shape{T, d}));
+  for (int64_t pos : {0, 1, 7, 49})
+    for (int64_t i : {0, 1, 3, 7}) {
+      const double angle = pos / std::pow(10000.0, 2.0 * i / d);
+      EXPECT_NEAR(pe.f32()[pos * d + 2 * i], std::sin(angle), 1e-6) << pos << ", " << i;
+      EXPECT_NEAR(pe.f32()[pos * d + 2 * i + 1], std::cos(angle), 1e-6) << pos << ", " << i;
+    }
+  for (int64_t i = 0; i < pe.numel(); ++i) EXPECT_LE(std::fabs(pe.f32()[i]), 1.f);
+  for (int64_t a = 0; a < T; ++a)
+    for (int64_t b = a + 1; b < T; ++b)
+      EXPECT_GT(max_abs_diff(pe.rows(a, a + 1), pe.rows(b, b + 1)), 1e-3) << a << ", " << b;
+  // Large positions are computed in double before rounding.
+  Tensor far = sinusoidal_positions(5001, 4);
+  EXPECT_NEAR(far.f32()[5000 * 4 + 0], std::sin(5000.0), 1e-6);
+  EXPECT_NEAR(far.f32()[5000 * 4 + 3], std::cos(5000.0 / 100.0), 1e-6);
+}
+
+TEST(PositionTest, OddWidthEndsInASine) {
+  Tensor pe = sinusoidal_positions(3, 5);
+  const double angle = 2 / std::pow(10000.0, 4.0 / 5);
+  EXPECT_NEAR(pe.f32()[2 * 5 + 4], std::sin(angle), 1e-6);
+  EXPECT_NEAR(pe.f32()[2 * 5 + 3], std::cos(2 / std::pow(10000.0, 2.0 / 5)), 1e-6);
+}
+
+TEST(PositionTest, LearnedPositionsAddAndAccumulate) {
+  ParamStore store;
+  LearnedPositions pos(store, "pos_embed", 6, 4);
+  store.finalize();
+  EXPECT_FALSE(store.get("pos_embed").decay);
+  std::mt19937 gen(17);
+  randomize(store, gen);
+  Tensor x = random_tensor({2, 3, 4}, gen), dy = random_tensor({2, 3, 4}, gen);
+  Arena arena;
+  Context ctx{true, &arena, nullptr};
+  Tensor y = pos.forward(ctx, x);
+  std::vector<double> want(24), dtable(24, 0.0);
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t i = 0; i < 12; ++i) {
+      want[b * 12 + i] = double(x.f32()[b * 12 + i]) + pos.table.value.f32()[i];
+      dtable[i] += 2.0 * dy.f32()[b * 12 + i];  // two backward calls
+    }
+  EXPECT_TRUE(all_close(y, want, 1e-6, 1e-6));
+  store.zero_grad();
+  EXPECT_TRUE(all_close(pos.backward(ctx, dy), dy, 0, 0));
+  pos.backward(ctx, dy);
+  EXPECT_TRUE(all_close(pos.table.grad, dtable, 1e-6, 1e-6));  // rows 3..5 stay zero
+
+  EXPECT_THROW(pos.forward(ctx, Tensor({1, 7, 4})), Error);
+  EXPECT_THROW(pos.forward(ctx, Tensor({1, 2, 5})), Error);
+}
+
+}  // namespace
