@@ -29,7 +29,12 @@ using namespace vitk;
 
 namespace {
 
-// The tolerance: 1e-5 relative or 1e-6 absolute.
+// The tolerance, 1e-5 relative or 1e-6 absolute, with the absolute part taken at the
+// tensor's own scale: 1e-6·max(1, max|PyTorch|). Gradients of weights are sums that cancel (an
+// element of 0.02 from terms adding up to 4), and float32 cannot bring such an element within
+// 1e-6 of the exact value when the tensor around it reaches 10: PyTorch's own float32 run misses
+// the unscaled rule by up to 1.7× on these fixtures (each file records its error), and vitk by
+// 1.6×. Scaled, a wrong LayerNorm eps (1e-6 for 1e-5) still fails every layer case.
 constexpr double kRelTol = 1e-5;
 constexpr double kAbsTol = 1e-6;
 
@@ -53,7 +58,7 @@ std::string index_str(int64_t flat, const Shape& shape) {
 // The worst differences seen over one or more tensors.
 struct Errors {
   double max_abs = 0;  // max |vitk − PyTorch|
-  double ratio = 0;    // max |vitk − PyTorch| / (kRelTol·|PyTorch| + kAbsTol): passes when <= 1
+  double ratio = 0;    // max |vitk − PyTorch| / tolerance: passes when <= 1
   std::string where;   // the element with the worst ratio
 
   void merge(const Errors& other) {
@@ -87,6 +92,9 @@ Errors compare(const std::string& what, const Tensor& got, const Tensor& want,
   const float* a = got.f32();
   const float* b = want.f32();
   const int64_t n = want.numel();
+  double scale = 1.0;
+  for (int64_t i = 0; i < n; ++i) scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
+  const double abs_tol = kAbsTol * scale;
   const int64_t row = want.dim(-1);
   const int64_t seq = lengths ? want.dim(1) : 1;
   int64_t bad = 0, checked = 0, worst = -1;
@@ -97,7 +105,7 @@ Errors compare(const std::string& what, const Tensor& got, const Tensor& want,
     }
     ++checked;
     const double err = std::fabs(static_cast<double>(a[i]) - b[i]);
-    const double r = err / (kRelTol * std::fabs(b[i]) + kAbsTol);
+    const double r = err / (kRelTol * std::fabs(b[i]) + abs_tol);
     if (!(r <= 1.0)) ++bad;  // NaN counts as bad
     e.max_abs = std::max(e.max_abs, err);
     if (worst < 0 || !(r <= e.ratio)) {
@@ -110,7 +118,7 @@ Errors compare(const std::string& what, const Tensor& got, const Tensor& want,
     ADD_FAILURE() << what << ": " << bad << " of " << checked << " elements off; worst at "
                   << index_str(worst, want.shape()) << ": vitk " << a[worst] << ", PyTorch "
                   << b[worst] << " (|err| " << std::fabs(static_cast<double>(a[worst]) - b[worst])
-                  << " > " << kRelTol * std::fabs(b[worst]) + kAbsTol << ")";
+                  << " > " << kRelTol * std::fabs(b[worst]) + abs_tol << ")";
   }
   return e;
 }
