@@ -5,9 +5,14 @@ same load. Prints medians and the speed-up of vitk over PyTorch.
 
     /usr/bin/python3 tests/bench/core_vs_pytorch.py [--vitk build/vitk] [--threads 2] [--rounds 3]
 
-Needs Debian's python3-torch (apt-get install python3-torch); vitk itself does not.
+Needs Debian's python3-torch and OpenBLAS as the system BLAS:
+    apt-get install python3-torch libopenblas0-openmp
+Debian's PyTorch calls whatever libblas.so.3 the alternatives system points at; with only the
+reference BLAS installed it multiplies matrices at about 3 GFLOP/s here, which is no baseline.
+vitk itself needs neither.
 """
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -94,7 +99,16 @@ def vitk_suite(vitk, threads, min_seconds, repeats):
     return rows, shapes
 
 
+def check_blas():
+    blas = os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
+    if "openblas" not in blas:
+        sys.exit(f"core_vs_pytorch.py: PyTorch would use the reference BLAS ({blas}); "
+                 "install OpenBLAS first: apt-get install libopenblas0-openmp")
+    return blas
+
+
 def main():
+    blas = check_blas()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vitk", default="build/vitk")
     ap.add_argument("--threads", type=int, default=2)
@@ -108,8 +122,9 @@ def main():
         torch_runs.append(torch_suite(args.min_time, args.repeats))
         rows, shapes = vitk_suite(args.vitk, args.threads, args.min_time, args.repeats)
         vitk_runs.append(rows)
-    print(f"PyTorch {torch.__version__} vs vitk, {args.threads} threads, medians of "
-          f"{args.rounds} alternating rounds x {args.repeats} repeats")
+    print(f"PyTorch {torch.__version__} ({os.path.basename(os.path.dirname(blas))}) vs vitk, "
+          f"{args.threads} threads, medians of {args.rounds} alternating rounds x {args.repeats} "
+          "repeats")
     print(f"{'layer':26} {'pass':17} {'PyTorch ms':>11} {'vitk ms':>9} {'speed-up':>9}  shape")
     for key in torch_runs[0]:
         t = statistics.median(r[key] for r in torch_runs) * 1e3
