@@ -1,6 +1,7 @@
 #pragma once
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <vector>
 
 namespace vitk {
@@ -23,6 +24,19 @@ inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Seconds per call of `call`, repeated until at least min_seconds have passed, after one untimed
+// call that creates primitives and grows arenas.
+inline double seconds_per_call(const std::function<void()>& call, double min_seconds) {
+  call();
+  int iterations = 0;
+  Timer t;
+  do {
+    call();
+    ++iterations;
+  } while (t.seconds() < min_seconds);
+  return t.seconds() / iterations;
 }
 
 }  // namespace vitk

@@ -24,17 +24,8 @@ void init_weights(ParamStore& store, ops::Rng& rng) {
 }
 
 double median_seconds(const std::function<void()>& call, int repeats, double min_seconds) {
-  call();  // primitives, arena growth
   std::vector<double> rounds;
-  for (int r = 0; r < repeats; ++r) {
-    int n = 0;
-    Timer t;
-    do {
-      call();
-      ++n;
-    } while (t.seconds() < min_seconds);
-    rounds.push_back(t.seconds() / n);
-  }
+  for (int r = 0; r < repeats; ++r) rounds.push_back(seconds_per_call(call, min_seconds));
   return median(rounds);
 }
 

@@ -38,18 +38,6 @@ Tensor random_tensor(Shape shape, DType dt, uint64_t seed) {
   return b;
 }
 
-// Seconds per call: repeat the call until min_seconds have passed.
-double time_call(const std::function<void()>& call, double min_seconds) {
-  call();  // warm: primitive creation, page faults
-  int iterations = 0;
-  Timer t;
-  do {
-    call();
-    ++iterations;
-  } while (t.seconds() < min_seconds);
-  return t.seconds() / iterations;
-}
-
 }  // namespace
 
 std::vector<OpsBenchRow> run_ops_bench(const std::vector<LinearShape>& shapes,
@@ -87,8 +75,8 @@ std::vector<OpsBenchRow> run_ops_bench(const std::vector<LinearShape>& shapes,
     for (auto& pass : passes) {
       std::vector<double> vt, bt;
       for (int r = 0; r < options.repeats; ++r) {
-        bt.push_back(time_call(pass.bare_call, options.min_seconds));
-        vt.push_back(time_call(pass.vitk_call, options.min_seconds));
+        bt.push_back(seconds_per_call(pass.bare_call, options.min_seconds));
+        vt.push_back(seconds_per_call(pass.vitk_call, options.min_seconds));
       }
       OpsBenchRow row{s, pass.name, flops / median(bt) * 1e-9, flops / median(vt) * 1e-9};
       rows.push_back(row);

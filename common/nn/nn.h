@@ -51,7 +51,7 @@ class LayerNorm {
   LayerNorm(ParamStore& params, const std::string& name, int64_t dim, float eps = 1e-5f);
   Tensor forward(Context& ctx, const Tensor& x);
   Tensor backward(Context& ctx, const Tensor& dy);
-  Parameter& weight;  // initialised to 1 by the layer at finalize time: see init_defaults()
+  Parameter& weight;  // 1 after init_defaults()
   Parameter& bias;
   float eps;
 
