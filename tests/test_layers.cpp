@@ -412,6 +412,24 @@ TEST_P(ArrangementTest, EncoderLayerBackwardMatchesFiniteDifferences) {
   expect_gradients(c);
 }
 
+// The finite-difference case of anything with the decoder's signature (a DecoderLayer or a
+// Decoder): inputs x and memory, gradients dx and d(memory).
+template <typename Module>
+GradientCase decoder_case(ParamStore& store, Module& module, Batch& b) {
+  GradientCase c;
+  c.store = &store;
+  c.inputs = {{"x", &b.x}, {"memory", &b.memory}};
+  c.forward = [&module, &b](Context& ctx) {
+    return module.forward(ctx, b.x, b.memory, b.self_mask, b.memory_mask);
+  };
+  c.backward = [&module](Context& ctx, const Tensor& dy) {
+    Tensor dmemory;
+    Tensor dx = module.backward(ctx, dy, &dmemory);
+    return std::vector<Tensor>{dx, dmemory};
+  };
+  return c;
+}
+
 TEST_P(ArrangementTest, DecoderLayerBackwardMatchesFiniteDifferences) {
   ParamStore store;
   DecoderLayer layer(store, "dec", small_config(GetParam()));
@@ -419,18 +437,7 @@ TEST_P(ArrangementTest, DecoderLayerBackwardMatchesFiniteDifferences) {
   std::mt19937 gen(7);
   randomize(store, gen);
   Batch b = make_batch(gen);
-  GradientCase c;
-  c.store = &store;
-  c.inputs = {{"x", &b.x}, {"memory", &b.memory}};
-  c.forward = [&](Context& ctx) {
-    return layer.forward(ctx, b.x, b.memory, b.self_mask, b.memory_mask);
-  };
-  c.backward = [&](Context& ctx, const Tensor& dy) {
-    Tensor dmemory;
-    Tensor dx = layer.backward(ctx, dy, &dmemory);
-    return std::vector<Tensor>{dx, dmemory};
-  };
-  expect_gradients(c);
+  expect_gradients(decoder_case(store, layer, b));
 }
 
 // Residual, feed-forward and attention dropout are part of the function being differentiated:
@@ -454,18 +461,7 @@ TEST_P(ArrangementTest, BackwardThroughDropoutMatchesFiniteDifferences) {
   Tensor y_plain = layer.forward(infer, b.x, b.memory, b.self_mask, b.memory_mask);
   EXPECT_GT(max_abs_diff(y_drop, y_plain), 0.1);
 
-  GradientCase c;
-  c.store = &store;
-  c.inputs = {{"x", &b.x}, {"memory", &b.memory}};
-  c.forward = [&](Context& ctx) {
-    return layer.forward(ctx, b.x, b.memory, b.self_mask, b.memory_mask);
-  };
-  c.backward = [&](Context& ctx, const Tensor& dy) {
-    Tensor dmemory;
-    Tensor dx = layer.backward(ctx, dy, &dmemory);
-    return std::vector<Tensor>{dx, dmemory};
-  };
-  expect_gradients(c);
+  expect_gradients(decoder_case(store, layer, b));
 }
 
 TEST_P(ArrangementTest, EncoderStackBackwardMatchesFiniteDifferences) {
@@ -492,18 +488,7 @@ TEST_P(ArrangementTest, DecoderStackBackwardMatchesFiniteDifferences) {
   std::mt19937 gen(10);
   randomize(store, gen);
   Batch b = make_batch(gen);
-  GradientCase c;
-  c.store = &store;
-  c.inputs = {{"x", &b.x}, {"memory", &b.memory}};
-  c.forward = [&](Context& ctx) {
-    return dec.forward(ctx, b.x, b.memory, b.self_mask, b.memory_mask);
-  };
-  c.backward = [&](Context& ctx, const Tensor& dy) {
-    Tensor dmemory;
-    Tensor dx = dec.backward(ctx, dy, &dmemory);
-    return std::vector<Tensor>{dx, dmemory};
-  };
-  expect_gradients(c);
+  expect_gradients(decoder_case(store, dec, b));
 }
 
 TEST_P(ArrangementTest, GradientsAccumulateOverTwoBackwardCalls) {
