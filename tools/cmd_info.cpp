@@ -49,11 +49,7 @@ int run_info(const po::variables_map& vm) {
             << " heads, d_ff " << l.d_ff << ", " << spec.encoder_layers << " encoder layers";
   if (spec.type == "transformer") std::cout << ", " << spec.decoder_layers << " decoder layers";
   std::cout << (l.pre_norm || spec.type == "vit" ? ", pre-norm" : ", post-norm") << "\n";
-  const int64_t tokens =
-      spec.type == "vit"
-          ? (spec.image_size / spec.patch_size) * (spec.image_size / spec.patch_size) + 1
-          : spec.sequence_length;
-  std::cout << "sequence: " << tokens << " tokens"
+  std::cout << "sequence: " << size.tokens << " tokens"
             << (spec.type == "vit" ? " (patches + class token)" : "") << "\n\n";
   char line[256];
   std::snprintf(line, sizeof line, "%-24s %5s %14s %16s %14s  %s\n", "block", "count",

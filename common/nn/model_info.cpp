@@ -49,42 +49,43 @@ ModelSize model_size(const ModelSpec& spec) {
   const int64_t enc_macs = count_linear_macs(store, "enc.");
   const std::string enc_note = "qkv 3d² + proj d² + 2·d·d_ff";
 
-  int64_t tokens = spec.sequence_length;
+  const int64_t tokens =
+      spec.type == "vit"
+          ? (spec.image_size / spec.patch_size) * (spec.image_size / spec.patch_size) + 1
+          : spec.sequence_length;
+  size.tokens = tokens;
+  auto add = [&](std::string name, int count, int64_t params, int64_t macs, int64_t positions,
+                 int64_t attention_macs, std::string note) {
+    size.blocks.push_back(
+        {std::move(name), count, params, macs, attention_macs, std::move(note), positions});
+  };
   if (spec.type == "vit") {
-    const int64_t grid = spec.image_size / spec.patch_size;
     const int64_t patch = spec.patch_size * spec.patch_size * spec.channels;
-    tokens = grid * grid + 1;
-    size.blocks.push_back({"patch embedding", 1, patch * d + d, patch * d, 0, "P²·C·d per patch"});
-    size.blocks.push_back({"class token + positions", 1, d + tokens * d, 0, 0, ""});
+    add("patch embedding", 1, patch * d + d, patch * d, tokens - 1, 0, "P²·C·d per patch");
+    add("class token + positions", 1, d + tokens * d, 0, 0, 0, "");
   } else if (spec.vocab_size > 0) {
     const int copies = spec.tied_embeddings ? 1 : (spec.type == "transformer" ? 3 : 2);
-    size.blocks.push_back({"token embeddings", copies, spec.vocab_size * d, 0, 0, "lookup"});
+    add("token embeddings", copies, spec.vocab_size * d, 0, 0, 0, "lookup");
   }
   const int64_t attn_per_token = 2 * tokens * d;  // q·kᵀ and p·v: T·d each
-  size.blocks.push_back(
-      {"encoder layer", spec.encoder_layers, enc_params, enc_macs, attn_per_token, enc_note});
+  add("encoder layer", spec.encoder_layers, enc_params, enc_macs, tokens, attn_per_token, enc_note);
   if (spec.type == "transformer" && spec.decoder_layers > 0) {
     DecoderLayer dec(store, "dec", spec.layer);
     const int64_t dec_params = count_params(store, "dec.");
     // Cross-attention keys and values are projected once per source token, not per target token.
     const int64_t kv = 2 * d * d;
-    size.blocks.push_back({"decoder layer", spec.decoder_layers, dec_params,
-                           count_linear_macs(store, "dec.") - kv, 2 * attn_per_token,
-                           "self qkv 3d² + proj d² + cross q, proj 2d² + 2·d·d_ff; cross k, v 2d² "
-                           "per source token"});
+    add("decoder layer", spec.decoder_layers, dec_params, count_linear_macs(store, "dec.") - kv,
+        tokens, 2 * attn_per_token,
+        "self qkv 3d² + proj d² + cross q, proj 2d² + 2·d·d_ff; cross k, v 2d² per source token");
   }
   const bool final_norm = spec.layer.pre_norm || spec.type == "vit";
-  if (final_norm) {
-    const int stacks = spec.type == "transformer" ? 2 : 1;
-    size.blocks.push_back({"final layer norm", stacks, 2 * d, 0, 0, ""});
-  }
+  if (final_norm) add("final layer norm", spec.type == "transformer" ? 2 : 1, 2 * d, 0, 0, 0, "");
   if (spec.type == "vit") {
-    size.blocks.push_back({"classifier head", 1, d * spec.num_classes + spec.num_classes,
-                           d * spec.num_classes, 0, "once per image"});
+    add("classifier head", 1, d * spec.num_classes + spec.num_classes, d * spec.num_classes, 1, 0,
+        "once per image");
   } else if (spec.vocab_size > 0 && spec.type == "transformer") {
     // Its weights are counted with the embeddings (tied: the same matrix).
-    size.blocks.push_back(
-        {"output projection", 1, 0, d * spec.vocab_size, 0, "d·vocab per target token"});
+    add("output projection", 1, 0, d * spec.vocab_size, tokens, 0, "d·vocab per target token");
   }
   for (const auto& b : size.blocks) size.total_params += b.count * b.params;
 
@@ -92,14 +93,7 @@ ModelSize model_size(const ModelSpec& spec) {
   double macs = 0, attention = 0;
   const double t = static_cast<double>(tokens);
   for (const auto& b : size.blocks) {
-    double per = static_cast<double>(b.macs);
-    if (b.name == "patch embedding")
-      per *= t - 1;
-    else if (b.name == "classifier head")
-      per *= 1;
-    else
-      per *= t;
-    macs += b.count * per;
+    macs += b.count * static_cast<double>(b.macs) * static_cast<double>(b.positions);
     attention += b.count * static_cast<double>(b.attention_macs) * t;
   }
   if (spec.type == "transformer") macs += spec.decoder_layers * 2.0 * d * d * t;  // cross k, v

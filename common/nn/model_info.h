@@ -31,10 +31,12 @@ struct BlockSize {
   int64_t macs = 0;            // multiply-adds per token (per patch, per output position) per block
   int64_t attention_macs = 0;  // the part that grows with the sequence length, per token
   std::string note;            // how macs is counted, e.g. "12·d² (d_ff = 4d)"
+  int64_t positions = 0;       // how many times per sequence macs is spent (patches, 1, T)
 };
 
 struct ModelSize {
   std::vector<BlockSize> blocks;
+  int64_t tokens = 0;  // sequence length T (for a ViT: patches + class token)
   int64_t total_params = 0;
   double macs_per_sequence = 0;  // one image, or one source and one target sequence
   double attention_macs_per_sequence = 0;
