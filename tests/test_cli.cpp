@@ -213,11 +213,23 @@ TEST_F(Cli, ConfigTypoNamesFileLineAndKey) {
   EXPECT_TRUE(contains(r.err, "typo.ini:4: unknown option 'lerning_rate'")) << r.err;
   expect_one_error_line(r);
 
-  // Keys inside a [section] are named section.key, as program_options names them.
-  write("section.ini", "seed = 1\n[train]\nsteps = 10\n");
+  // [model] keys are "model.KEY"; other sections are headings over plain options.
+  write("section.ini", "[train]\nseed = 1\n[model]\nd_modl = 10\n");
   r = run({"env", "--config", "section.ini"});
   EXPECT_EQ(r.status, 2);
-  EXPECT_TRUE(contains(r.err, "section.ini:3: unknown option 'train.steps'")) << r.err;
+  EXPECT_TRUE(contains(r.err, "section.ini:4: unknown option 'model.d_modl'")) << r.err;
+}
+
+TEST_F(Cli, ConfigKeysOfOtherSubcommandsAreSkipped) {
+  // One preset serves several subcommands: `env` skips [model] keys that `info` takes, and
+  // `info` skips `env`'s keys, but each still reads its own.
+  write("shared.ini", "[train]\nseed = 7\n[model]\ntype = vit\nd_model = 192\n");
+  Result r = run({"env", "--config", "shared.ini"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "seed = 7")) << r.out;
+  r = run({"info", "--config", "shared.ini"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "d_model 192")) << r.out;
 }
 
 TEST_F(Cli, ConfigBadValueOrSyntaxNamesTheLine) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>
@@ -99,12 +100,15 @@ void print_command_help(const Subcommand& cmd, const po::options_description& ow
 
 struct ConfigKey {
   int line;
-  std::string key;  // as program_options names it: "section.key" inside a [section]
+  std::string key;    // the option it sets: "model.d_model", or "epochs" under [train]
+  std::string value;  // as written
 };
 
-// Boost reports neither line numbers nor which line is malformed, so we scan the file the way its
-// parser does (comments from '#', [section] prefixes joined with '.', "key = value" lines) to
-// point at the line at fault. Malformed lines are reported here, before Boost sees them.
+// Sections: "[model]" keys describe the network and are options named "model.KEY" (they travel
+// in checkpoints); every other section ("[train]", "[data]", "[augment]", ...) is only a
+// heading, and its keys are plain options ("epochs"). Boost's own parser neither knows this nor
+// reports line numbers, so we read the file here (comments from '#', "key = value" lines) and
+// hand Boost a flat file of the same keys.
 std::vector<ConfigKey> scan_config(const std::string& path, const std::string& text) {
   std::vector<ConfigKey> keys;
   std::istringstream in(text);
@@ -115,9 +119,9 @@ std::vector<ConfigKey> scan_config(const std::string& path, const std::string& t
     if (s.empty()) continue;
     std::string where = path + ":" + std::to_string(line) + ": ";
     if (s.front() == '[' && s.back() == ']') {
-      prefix = s.substr(1, s.size() - 2);
-      if (prefix.empty()) throw UsageError(where + "empty section name '[]'");
-      if (prefix.back() != '.') prefix += '.';
+      std::string section = trim(s.substr(1, s.size() - 2));
+      if (section.empty()) throw UsageError(where + "empty section name '[]'");
+      prefix = section == "model" ? "model." : "";
       continue;
     }
     size_t eq = s.find('=');
@@ -125,7 +129,7 @@ std::vector<ConfigKey> scan_config(const std::string& path, const std::string& t
       throw UsageError(where + "expected 'key = value' or '[section]', got '" + s + "'");
     std::string key = trim(s.substr(0, eq));
     if (key.empty()) throw UsageError(where + "missing option name before '='");
-    keys.push_back({line, prefix + key});
+    keys.push_back({line, prefix + key, trim(s.substr(eq + 1))});
   }
   return keys;
 }
@@ -154,17 +158,21 @@ std::string read_config(const std::string& path) {
 // first value stored for an option, so the command line wins, while a value from the file still
 // replaces a default.
 void store_config(const std::string& path, const po::options_description& file_options,
-                  po::variables_map& vm) {
+                  const std::set<std::string>& other_commands_options, po::variables_map& vm) {
   std::string text = read_config(path);
   std::vector<ConfigKey> keys = scan_config(path, text);
-  std::istringstream in(text);
-  // Unregistered keys are allowed here only so that we learn their names and can report the
-  // first one with its line; Boost's own error names the key but neither the file nor the line.
-  po::parsed_options parsed = po::parse_config_file(in, file_options, true);
-  for (const po::option& opt : parsed.options)
-    if (opt.unregistered)
-      throw UsageError(config_location(path, keys, opt.string_key) + ": unknown option '" +
-                       opt.string_key + "'");
+  // One preset serves several subcommands (train reads [train], info only [model]): a key that
+  // another subcommand takes is skipped; a key no subcommand takes is a typo.
+  std::ostringstream flat;
+  for (const ConfigKey& k : keys) {
+    if (file_options.find_nothrow(k.key, false)) {
+      flat << k.key << " = " << k.value << "\n";
+    } else if (!other_commands_options.count(k.key)) {
+      throw UsageError(path + ":" + std::to_string(k.line) + ": unknown option '" + k.key + "'");
+    }
+  }
+  std::istringstream in(flat.str());
+  po::parsed_options parsed = po::parse_config_file(in, file_options, false);
   try {
     po::store(parsed, vm);
   } catch (const po::multiple_occurrences& e) {
@@ -179,7 +187,19 @@ void store_config(const std::string& path, const po::options_description& file_o
 
 // ---- Dispatch ---------------------------------------------------------------------------------
 
-int run_command(const Subcommand& cmd, const std::vector<std::string>& args) {
+// Every option name any subcommand declares (what a shared config file may hold).
+std::set<std::string> all_option_names(const Registry& registry) {
+  std::set<std::string> names{"threads"};
+  for (const Subcommand& c : registry.all()) {
+    po::options_description d;
+    if (c.add_options) c.add_options(d);
+    for (const auto& o : d.options()) names.insert(o->long_name());
+  }
+  return names;
+}
+
+int run_command(const Registry& registry, const Subcommand& cmd,
+                const std::vector<std::string>& args) {
   po::options_description own("Options for '" + cmd.name + "'");
   if (cmd.add_options) cmd.add_options(own);
 
@@ -231,7 +251,8 @@ int run_command(const Subcommand& cmd, const std::vector<std::string>& args) {
     print_command_help(cmd, own, common, std::cout);
     return kExitOk;
   }
-  if (vm.count("config")) store_config(vm["config"].as<std::string>(), file_options, vm);
+  if (vm.count("config"))
+    store_config(vm["config"].as<std::string>(), file_options, all_option_names(registry), vm);
   try {
     po::notify(vm);
   } catch (const po::error& e) {
@@ -271,7 +292,7 @@ int dispatch(const Registry& registry, const std::vector<std::string>& args) {
                      (suggestion.empty() ? "" : "; did you mean '" + suggestion + "'?") +
                      " (see 'vitk --help')");
   }
-  return run_command(*cmd, std::vector<std::string>(args.begin() + 1, args.end()));
+  return run_command(registry, *cmd, std::vector<std::string>(args.begin() + 1, args.end()));
 }
 
 void report_error(const char* what) {

@@ -152,6 +152,9 @@ struct LayerConfig {
   bool pre_norm = false;  // false: LN(x + Sublayer(x)) (2017); true: x + Sublayer(LN(x)) (ViT)
   float dropout = 0.f;    // residual and FFN dropout
   float attention_dropout = 0.f;
+  // Stochastic depth (encoder layers): each residual branch of each sample is dropped with this
+  // probability and the kept ones scaled by 1/(1 − p), as timm's DropPath; training only.
+  float drop_path = 0.f;
   float norm_eps = 1e-5f;
   Score score = Score::scaled_dot;
   int64_t additive_dim = 0;

@@ -1,0 +1,213 @@
+// VitConfig <-> text, validation, and the core settings of each block.
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+#include "common/error.h"
+#include "vit/vit.h"
+
+namespace vitk::vit {
+namespace {
+
+// Shortest text that reads back to the same float.
+std::string float_text(float x) {
+  char buf[32];
+  for (int precision = 6; precision <= 9; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, static_cast<double>(x));
+    if (std::strtof(buf, nullptr) == x) break;
+  }
+  return buf;
+}
+
+std::string floats_text(const std::vector<float>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + float_text(v[i]);
+  return out;
+}
+
+struct Reader {
+  const std::string& source;
+  std::string where(const std::string& key) const {
+    return source + ": model setting '" + key + "'";
+  }
+
+  int64_t integer(const std::string& key, const std::string& text) const {
+    errno = 0;
+    char* end = nullptr;
+    long long v = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || *end || errno)
+      throw Error(where(key) + ": expected an integer, got '" + text + "'");
+    return v;
+  }
+  float real(const std::string& key, const std::string& text) const {
+    errno = 0;
+    char* end = nullptr;
+    float v = std::strtof(text.c_str(), &end);
+    if (text.empty() || *end || errno || !std::isfinite(v))
+      throw Error(where(key) + ": expected a number, got '" + text + "'");
+    return v;
+  }
+  std::vector<float> reals(const std::string& key, const std::string& text) const {
+    std::vector<float> out;
+    std::stringstream in(text);
+    std::string item;
+    while (std::getline(in, item, ',')) {
+      size_t a = item.find_first_not_of(" \t"), b = item.find_last_not_of(" \t");
+      out.push_back(real(key, a == std::string::npos ? "" : item.substr(a, b - a + 1)));
+    }
+    if (out.empty())
+      throw Error(where(key) + ": expected comma-separated numbers, got '" + text + "'");
+    return out;
+  }
+};
+
+}  // namespace
+
+std::pair<int64_t, int64_t> parse_image_size(const std::string& text) {
+  auto bad = [&] {
+    return UsageError("image size '" + text + "': expected a positive integer or HEIGHTxWIDTH");
+  };
+  size_t x = text.find('x');
+  auto one = [&](const std::string& s) {
+    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos)
+      throw bad();
+    int64_t v = std::stoll(s);
+    if (v <= 0) throw bad();
+    return v;
+  };
+  if (x == std::string::npos) {
+    int64_t v = one(text);
+    return {v, v};
+  }
+  return {one(text.substr(0, x)), one(text.substr(x + 1))};
+}
+
+nn::LayerConfig VitConfig::layer_config(int block) const {
+  nn::LayerConfig c;
+  c.d_model = d_model;
+  c.heads = heads;
+  c.d_ff = d_ff;
+  c.activation = ops::Activation::gelu;
+  c.pre_norm = true;
+  c.dropout = dropout;
+  c.attention_dropout = attention_dropout;
+  c.norm_eps = norm_eps;
+  // timm: torch.linspace(0, drop_path_rate, depth)[block]
+  c.drop_path = layers > 1 ? drop_path * static_cast<float>(block) / static_cast<float>(layers - 1)
+                           : drop_path;
+  return c;
+}
+
+void VitConfig::validate() const {
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) throw UsageError("model." + what);
+  };
+  need(image_height > 0 && image_width > 0, "image_size must be positive");
+  need(patch_size > 0, "patch_size must be positive");
+  need(image_height % patch_size == 0 && image_width % patch_size == 0,
+       "patch_size " + std::to_string(patch_size) + " does not divide the image size " +
+           std::to_string(image_height) + "x" + std::to_string(image_width));
+  need(channels == 1 || channels == 3, "channels must be 1 or 3, got " + std::to_string(channels));
+  need(num_classes >= 1, "num_classes must be at least 1");
+  need(d_model > 0 && heads > 0 && d_model % heads == 0,
+       "d_model " + std::to_string(d_model) + " must be a positive multiple of heads " +
+           std::to_string(heads));
+  need(d_ff > 0, "d_ff must be positive");
+  need(layers >= 1, "layers must be at least 1");
+  need(norm_eps > 0, "norm_eps must be positive");
+  need(pool == "token" || pool == "avg", "pool must be 'token' or 'avg', got '" + pool + "'");
+  need(dropout >= 0 && dropout < 1, "dropout must be in [0, 1)");
+  need(attention_dropout >= 0 && attention_dropout < 1, "attention_dropout must be in [0, 1)");
+  need(drop_path >= 0 && drop_path < 1, "drop_path must be in [0, 1)");
+  preprocess.validate(static_cast<int>(channels));
+}
+
+std::map<std::string, std::string> to_config_map(const VitConfig& c) {
+  std::map<std::string, std::string> m;
+  m["type"] = "vit";
+  m["image_size"] = c.image_height == c.image_width
+                        ? std::to_string(c.image_height)
+                        : std::to_string(c.image_height) + "x" + std::to_string(c.image_width);
+  m["patch_size"] = std::to_string(c.patch_size);
+  m["channels"] = std::to_string(c.channels);
+  m["num_classes"] = std::to_string(c.num_classes);
+  m["d_model"] = std::to_string(c.d_model);
+  m["heads"] = std::to_string(c.heads);
+  m["d_ff"] = std::to_string(c.d_ff);
+  m["layers"] = std::to_string(c.layers);
+  m["norm_eps"] = float_text(c.norm_eps);
+  m["pool"] = c.pool;
+  m["dropout"] = float_text(c.dropout);
+  m["attention_dropout"] = float_text(c.attention_dropout);
+  m["drop_path"] = float_text(c.drop_path);
+  m["resize"] = c.preprocess.resize;
+  m["crop_fraction"] = float_text(c.preprocess.crop_fraction);
+  m["interpolation"] = c.preprocess.interpolation;
+  m["mean"] = floats_text(c.preprocess.mean);
+  m["std"] = floats_text(c.preprocess.std);
+  return m;
+}
+
+VitConfig from_config_map(const std::map<std::string, std::string>& map,
+                          const std::string& source) {
+  VitConfig c;
+  Reader r{source};
+  auto type = map.find("type");
+  if (type != map.end() && type->second != "vit")
+    throw Error(source + ": a '" + type->second + "' model, not a vision transformer (vit)");
+  for (const auto& [key, value] : map) {
+    if (key == "type") continue;
+    if (key == "image_size") {
+      try {
+        std::tie(c.image_height, c.image_width) = parse_image_size(value);
+      } catch (const UsageError& e) {
+        throw Error(r.where(key) + ": " + e.what());
+      }
+    } else if (key == "patch_size")
+      c.patch_size = r.integer(key, value);
+    else if (key == "channels")
+      c.channels = r.integer(key, value);
+    else if (key == "num_classes")
+      c.num_classes = r.integer(key, value);
+    else if (key == "d_model")
+      c.d_model = r.integer(key, value);
+    else if (key == "heads")
+      c.heads = r.integer(key, value);
+    else if (key == "d_ff")
+      c.d_ff = r.integer(key, value);
+    else if (key == "layers")
+      c.layers = static_cast<int>(r.integer(key, value));
+    else if (key == "norm_eps")
+      c.norm_eps = r.real(key, value);
+    else if (key == "pool")
+      c.pool = value;
+    else if (key == "dropout")
+      c.dropout = r.real(key, value);
+    else if (key == "attention_dropout")
+      c.attention_dropout = r.real(key, value);
+    else if (key == "drop_path")
+      c.drop_path = r.real(key, value);
+    else if (key == "resize")
+      c.preprocess.resize = value;
+    else if (key == "crop_fraction")
+      c.preprocess.crop_fraction = r.real(key, value);
+    else if (key == "interpolation")
+      c.preprocess.interpolation = value;
+    else if (key == "mean")
+      c.preprocess.mean = r.reals(key, value);
+    else if (key == "std")
+      c.preprocess.std = r.reals(key, value);
+    else
+      throw Error(source + ": unknown model setting '" + key + "'");
+  }
+  try {
+    c.validate();
+  } catch (const UsageError& e) {
+    throw Error(source + ": " + e.what());
+  }
+  return c;
+}
+
+}  // namespace vitk::vit
