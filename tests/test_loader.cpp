@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
 
 #include "common/error.h"
 #include "datasets/dataset.h"
@@ -210,6 +211,49 @@ TEST(Loader, EvalBatchesAreTheEvalTransform) {
     const float* got = b.images.f32() + (i % 4) * want.size();
     EXPECT_EQ(std::vector<float>(got, got + want.size()), want) << i;
     EXPECT_EQ(b.labels.i32()[i % 4], data.label(i));
+  }
+}
+
+TEST(Loader, TrainingPipelineIsCropFlipNormalise) {
+  // 16 x 16 images: a crop of scale 1 and ratio 1 is the whole image, so the training transform
+  // is resize → mirror → normalise, and without the crop the eval transform then the mirror.
+  Synthetic data(4, 4, 16, 16);
+  for (bool crop : {true, false}) {
+    SCOPED_TRACE(crop ? "random resized crop" : "eval transform");
+    LoaderOptions o;
+    o.batch_size = 4;
+    o.height = o.width = 12;
+    o.channels = 3;
+    o.training = true;
+    o.augment.random_resized_crop = crop;
+    o.augment.scale = {1.f, 1.f};
+    o.augment.ratio = {1.f, 1.f};
+    o.augment.hflip = 1.f;
+    Loader loader(data, o);
+    const std::vector<Batch> batches = epoch(loader, 0);
+    ASSERT_EQ(batches.size(), 1u);
+    const Batch& b = batches[0];
+    std::vector<float> want(3 * 12 * 12);
+    for (int64_t row = 0; row < 4; ++row) {
+      const int64_t i = b.labels.i32()[row];  // label = index here
+      cv::Mat m;
+      std::string why;
+      ASSERT_TRUE(data.load(i, m, why));
+      const cv::Mat rgb = vit::to_channels(m, 3);
+      if (crop) {
+        cv::Mat resized;
+        cv::resize(rgb, resized, cv::Size(12, 12), 0, 0,
+                   vit::parse_interpolation(o.preprocess.interpolation));
+        cv::flip(resized, resized, 1);
+        vit::normalize_to_chw(resized, o.preprocess, want.data());
+      } else {
+        vit::preprocess_image(rgb, o.preprocess, 12, 12, want.data());
+        for (int64_t r = 0; r < 3 * 12; ++r)
+          std::reverse(want.begin() + r * 12, want.begin() + (r + 1) * 12);
+      }
+      const float* got = b.images.f32() + row * want.size();
+      EXPECT_EQ(std::vector<float>(got, got + want.size()), want) << i;
+    }
   }
 }
 
