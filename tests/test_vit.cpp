@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -84,6 +85,11 @@ std::vector<double> naive_patches(const Tensor& images, int64_t P) {
 struct PatchCase {
   int64_t B, C, H, W, P;
 };
+
+// For readable test names under ctest (gtest would print the bytes).
+void PrintTo(const PatchCase& k, std::ostream* os) {
+  *os << "B " << k.B << ", C " << k.C << ", " << k.H << "x" << k.W << ", P " << k.P;
+}
 
 class PatchTest : public ::testing::TestWithParam<PatchCase> {};
 
