@@ -3,6 +3,7 @@
 
 #include "common/bench/layer_bench.h"
 #include "common/bench/ops_bench.h"
+#include "common/bench/vit_step_bench.h"
 #include "common/error.h"
 #include "common/ops/ops.h"
 #include "tools/cli.h"
@@ -12,8 +13,8 @@ namespace {
 
 int run_bench(const po::variables_map& vm) {
   const std::string what = vm["what"].as<std::string>();
-  if (what != "ops" && what != "layers")
-    throw UsageError("unknown benchmark '" + what + "' (available: ops, layers)");
+  if (what != "ops" && what != "layers" && what != "vit-step")
+    throw UsageError("unknown benchmark '" + what + "' (available: ops, layers, vit-step)");
   bench::OpsBenchOptions options;
   options.repeats = vm["repeats"].as<int>();
   options.min_seconds = vm["min-time"].as<double>();
@@ -32,6 +33,19 @@ int run_bench(const po::variables_map& vm) {
   options.bf16 = precision == "bf16";
   if (options.bf16 && !ops::bf16_supported())
     throw Error("--precision bf16 needs a CPU with AVX512_BF16; oneDNN sees " + ops::cpu_isa());
+  if (what == "vit-step") {
+    bench::VitStepOptions vo;
+    if (options.bf16) throw UsageError("vit-step: --precision bf16 is not available yet");
+    vo.rounds = options.repeats;
+    vo.steps = vm["steps"].as<int>();
+    vo.batch = vm["batch-size"].as<int>();
+    vo.drop_path = vm["drop-path"].as<float>();
+    vo.breakdown = !vm["no-breakdown"].as<bool>();
+    if (vo.steps < 1 || vo.batch < 1) throw UsageError("--steps and --batch-size must be >= 1");
+    auto r = bench::run_vit_step_bench(vo, &std::cerr);
+    bench::print_vit_step(std::cout, vo, r);
+    return kExitOk;
+  }
 
   std::cout << "vitk bench ops: " << precision << ", " << ops::num_threads() << " threads, "
             << ops::cpu_isa() << ", median of " << options.repeats << " rounds\n"
@@ -55,18 +69,27 @@ void register_bench_commands(Registry& registry) {
   c.example =
       "vitk bench ops\n"
       "vitk bench ops --threads 2 --repeats 11 --precision bf16\n"
-      "vitk bench layers   # seconds per call; see tests/bench/core_vs_pytorch.py";
-  c.usage = "ops|layers [options]";
+      "vitk bench layers   # seconds per call; see tests/bench/core_vs_pytorch.py\n"
+      "vitk bench vit-step --threads 2 --repeats 5 --steps 10   # the Fashion-MNIST ViT";
+  c.usage = "ops|layers|vit-step [options]";
   c.add_options = [](po::options_description& o) {
     o.add_options()(
         "what", po::value<std::string>()->required()->value_name("NAME"),
-        "what to time: ops (linear products) or layers (one encoder and one decoder layer)")(
+        "what to time: ops (linear products), layers (one encoder and one decoder layer) or "
+        "vit-step (a training step of the Fashion-MNIST ViT, with a breakdown)")(
         "repeats", po::value<int>()->default_value(7)->value_name("N"),
         "timed rounds per measurement; the table shows medians")(
         "min-time", po::value<double>()->default_value(0.05, "0.05")->value_name("SECONDS"),
         "each round repeats the call for at least this long")(
         "precision", po::value<std::string>()->default_value("f32")->value_name("f32|bf16"),
-        "data type of inputs and weights (accumulation is always f32)");
+        "data type of inputs and weights (accumulation is always f32)")(
+        "steps", po::value<int>()->default_value(10)->value_name("N"),
+        "vit-step: training steps per timed round")(
+        "batch-size", po::value<int>()->default_value(128)->value_name("N"),
+        "vit-step: batch size")("drop-path",
+                                po::value<float>()->default_value(0.f, "0")->value_name("P"),
+                                "vit-step: stochastic depth of the last block")(
+        "no-breakdown", po::bool_switch(), "vit-step: skip the profiled round");
   };
   c.add_positional = [](po::positional_options_description& p) { p.add("what", 1); };
   c.run = run_bench;

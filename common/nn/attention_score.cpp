@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/nn/attention_impl.h"
+#include "common/ops/profile.h"
 #include "common/ops/vmath.h"
 
 namespace vitk::nn::attention {
@@ -218,6 +219,7 @@ void score_step(Context& ctx, const ScoreParams& p, const Tensor& q, const Tenso
 void split_heads(const Tensor& x, int64_t block, Tensor& dst) {
   const int64_t B = dst.dim(0), H = dst.dim(1), T = dst.dim(2), dh = dst.dim(3);
   const int64_t cols = x.dim(-1), offset = block * H * dh;
+  ops::profile::Scope scope("split_heads");
   const float* src = x.f32();
   float* out = dst.f32();
 #pragma omp parallel for schedule(static) if (B * T * H * dh > 65536)
@@ -232,6 +234,7 @@ void split_heads(const Tensor& x, int64_t block, Tensor& dst) {
 void merge_heads(const Tensor& src, int64_t block, Tensor& dst) {
   const int64_t B = src.dim(0), H = src.dim(1), T = src.dim(2), dh = src.dim(3);
   const int64_t cols = dst.dim(-1), offset = block * H * dh;
+  ops::profile::Scope scope("merge_heads");
   const float* in = src.f32();
   float* out = dst.f32();
 #pragma omp parallel for schedule(static) if (B * T * H * dh > 65536)

@@ -3,11 +3,13 @@
 
 #include "common/error.h"
 #include "common/nn/nn.h"
+#include "common/ops/profile.h"
 
 namespace vitk::nn {
 
 Tensor Context::alloc(Shape shape) {
   if (!arena) throw Error("nn::Context has no arena for activations");
+  ops::profile::Scope scope("arena_alloc");
   return arena->alloc(std::move(shape));
 }
 

@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "common/ops/dnnl_context.h"
 #include "common/ops/ops.h"
+#include "common/ops/profile.h"
 
 namespace vitk::ops {
 namespace {
@@ -45,6 +46,7 @@ void activation_forward(Activation a, const Tensor& x, Tensor& y) {
   check_same("activation_forward", x, y);
   const int64_t n = x.numel();
   if (n == 0) return;
+  profile::Scope scope("activation_forward", n);
   std::string key = std::string("eltwise_fwd:") + activation_name(a) + ":" + std::to_string(n);
   const auto& prim =
       detail::cached_primitive(key, [&]() { return dnnl::eltwise_forward(forward_pd(a, n)); });
@@ -58,6 +60,7 @@ void activation_backward(Activation a, const Tensor& x, const Tensor& dy, Tensor
   check_same("activation_backward", x, dx);
   const int64_t n = x.numel();
   if (n == 0) return;
+  profile::Scope scope("activation_backward", n);
   std::string key = std::string("eltwise_bwd:") + activation_name(a) + ":" + std::to_string(n);
   const auto& prim = detail::cached_primitive(key, [&]() {
     dnnl::eltwise_backward::desc desc(algo(a), flat(n), flat(n), 0.f, 0.f);

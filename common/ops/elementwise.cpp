@@ -3,6 +3,7 @@
 
 #include "common/error.h"
 #include "common/ops/ops.h"
+#include "common/ops/profile.h"
 
 namespace vitk::ops {
 namespace {
@@ -19,6 +20,7 @@ void add(const Tensor& a, const Tensor& b, Tensor& y) {
   check_same("add", a, b);
   check_same("add", a, y);
   const int64_t n = a.numel();
+  profile::Scope scope("add", n);
   const float* pa = a.f32();
   const float* pb = b.f32();
   float* py = y.f32();
@@ -29,6 +31,7 @@ void add(const Tensor& a, const Tensor& b, Tensor& y) {
 void accumulate(Tensor& y, const Tensor& x, float alpha) {
   check_same("accumulate", y, x);
   const int64_t n = x.numel();
+  profile::Scope scope("accumulate", n);
   const float* px = x.f32();
   float* py = y.f32();
 #pragma omp parallel for simd schedule(static) if (n > 65536)

@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/ops/ops.h"
+#include "common/ops/profile.h"
 
 namespace vitk::ops {
 namespace {
@@ -34,6 +35,7 @@ void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
     check_vec(op, mean, rows, "mean");
     check_vec(op, rstd, rows, "rstd");
   }
+  profile::Scope scope("layernorm_forward", rows, n);
   const float* xp = x.f32();
   const float* g = gamma.f32();
   const float* b = beta.f32();
@@ -72,6 +74,7 @@ void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean
   const bool want_dg = !dgamma.empty(), want_db = !dbeta.empty();
   if (want_dg) check_vec(op, dgamma, n, "dgamma");
   if (want_db) check_vec(op, dbeta, n, "dbeta");
+  profile::Scope scope("layernorm_backward", rows, n);
   const float* xp = x.f32();
   const float* g = gamma.f32();
   const float* mp = mean.f32();

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/ops/dnnl_context.h"
 #include "common/ops/ops.h"
+#include "common/ops/profile.h"
 
 namespace vitk::ops {
 namespace {
@@ -103,6 +104,7 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y
     shape_error(op, "output " + shape_str(y.shape()) + " should hold [" + std::to_string(m) + ", " +
                         std::to_string(n) + "]");
   if (x.dtype() != w.dtype()) shape_error(op, "x and w must have the same dtype");
+  profile::Scope scope("linear_forward", m, n, k);
   Operand bias;
   if (!b.empty()) {
     if (b.dtype() != DType::f32 || b.numel() != n)
@@ -124,6 +126,7 @@ void linear_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) {
   if (dy.dim(-1) != n || dx.dim(-1) != k || leading(dx) != m)
     shape_error(op, "dy " + shape_str(dy.shape()) + ", w " + shape_str(w.shape()) + " and dx " +
                         shape_str(dx.shape()) + " do not fit");
+  profile::Scope scope("linear_backward_data", m, n, k);
   run_matmul(plain(dy, m, n), plain(w, n, k), nullptr, plain(dx, m, k), 1.f, 0.f);
 }
 
@@ -140,12 +143,14 @@ void linear_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tens
       shape_error(op, "dw " + shape_str(dw.shape()) + " should be f32 [" + std::to_string(n) +
                           ", " + std::to_string(k) + "]");
     // dw [N, K] += dyᵀ [N, M] · x [M, K]
+    profile::Scope scope("linear_backward_weights", m, n, k);
     run_matmul(transposed(dy, n, m), plain(x, m, k), nullptr, plain(dw, n, k), 1.f, 1.f);
   }
   if (!db.empty()) {
     if (db.dtype() != DType::f32 || db.numel() != n)
       shape_error(op, "db " + shape_str(db.shape()) + " should be f32 [" + std::to_string(n) + "]");
     if (dy.dtype() != DType::f32) shape_error(op, "bias gradient needs an f32 dy");
+    profile::Scope scope("bias_grad", m, n);
     const float* g = dy.f32();
     float* out = db.f32();
     // Each thread owns a block of columns and sums all rows into it: deterministic, no atomics.
@@ -225,6 +230,7 @@ void bmm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c
     shape_error(op, "op(a) " + shape_str(oa.dims) + " · op(b) " + shape_str(ob.dims) +
                         " does not give c " + shape_str(c.shape()));
   if (a.dtype() != b.dtype()) shape_error(op, "a and b must have the same dtype");
+  profile::Scope scope("bmm", m, n, k);
   run_matmul(oa, ob, nullptr, oc, alpha, beta);
 }
 

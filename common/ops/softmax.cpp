@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/ops/ops.h"
+#include "common/ops/profile.h"
 #include "common/ops/vmath.h"
 
 namespace vitk::ops {
@@ -38,6 +39,7 @@ void softmax_forward(const Tensor& x, const Tensor& mask, Tensor& y) {
     throw Error("softmax_forward: x " + shape_str(x.shape()) + " and y " + shape_str(y.shape()) +
                 " differ");
   const int64_t n = x.dim(-1), rows = n ? x.numel() / n : 0;
+  profile::Scope scope("softmax_forward", rows, n);
   const float* in = x.f32();
   float* out = y.f32();
   const bool masked = !mask.empty();
@@ -93,6 +95,7 @@ void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
     throw Error("softmax_backward: y " + shape_str(y.shape()) + ", dy " + shape_str(dy.shape()) +
                 " and dx " + shape_str(dx.shape()) + " differ");
   const int64_t n = y.dim(-1), rows = n ? y.numel() / n : 0;
+  profile::Scope scope("softmax_backward", rows, n);
   const float* yp = y.f32();
   const float* gp = dy.f32();
   float* out = dx.f32();
