@@ -1,5 +1,6 @@
 #include "common/tensor.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -189,7 +190,29 @@ void Tensor::copy_from(const Tensor& other) {
   if (nbytes()) std::memmove(data_, other.data_, nbytes());
 }
 
-Arena::Arena(size_t bytes) {
+namespace {
+bool poison_from_env() {
+  const char* v = std::getenv("VITK_POISON_ARENA");
+  return v && *v && std::strcmp(v, "0") != 0;
+}
+
+// memset in parallel: zero-filling a [6400, 768] activation is 20 MB.
+void fill_bytes(void* p, int value, size_t bytes) {
+  constexpr size_t kBlock = size_t{1} << 18;
+  if (bytes < 2 * kBlock) {
+    std::memset(p, value, bytes);
+    return;
+  }
+  const int64_t blocks = static_cast<int64_t>((bytes + kBlock - 1) / kBlock);
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const size_t begin = static_cast<size_t>(b) * kBlock;
+    std::memset(static_cast<char*>(p) + begin, value, std::min(kBlock, bytes - begin));
+  }
+}
+}  // namespace
+
+Arena::Arena(size_t bytes) : poison_(poison_from_env()) {
   if (bytes) chunks_.push_back({aligned_alloc_shared(bytes), bytes, 0});
 }
 
@@ -199,9 +222,7 @@ size_t Arena::capacity() const {
   return c;
 }
 
-Tensor Arena::alloc(Shape shape, DType dtype) {
-  check_shape(shape);
-  size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+void* Arena::take(size_t bytes) {
   size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   Chunk* chunk = chunks_.empty() ? nullptr : &chunks_.back();
   if (!chunk || chunk->used + rounded > chunk->size) {
@@ -213,7 +234,22 @@ Tensor Arena::alloc(Shape shape, DType dtype) {
   chunk->used += rounded;
   used_ += rounded;
   if (used_ > high_water_) high_water_ = used_;
-  std::memset(p, 0, rounded);
+  return p;
+}
+
+Tensor Arena::alloc(Shape shape, DType dtype) {
+  check_shape(shape);
+  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  void* p = take(bytes);
+  fill_bytes(p, 0, bytes);
+  return Tensor::view(p, std::move(shape), dtype);
+}
+
+Tensor Arena::alloc_uninit(Shape shape, DType dtype) {
+  check_shape(shape);
+  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  void* p = take(bytes);
+  if (poison_) fill_bytes(p, 0xff, bytes);
   return Tensor::view(p, std::move(shape), dtype);
 }
 

@@ -79,6 +79,14 @@ class Arena {
  public:
   explicit Arena(size_t bytes = 0);
   Tensor alloc(Shape shape, DType dtype = DType::f32);  // zero-filled
+  // Not initialised (whatever the last step left there): for outputs that an op overwrites
+  // entirely, where zero-filling would be a wasted pass over memory.
+  Tensor alloc_uninit(Shape shape, DType dtype = DType::f32);
+  // Tests: with poison on, alloc_uninit() fills its memory with 0xFF bytes (a NaN in f32 and bf16)
+  // so that any read before a write shows up in the results. Initially on when the environment
+  // variable VITK_POISON_ARENA is set to a non-empty value other than "0".
+  void set_poison(bool on) { poison_ = on; }
+  bool poison() const { return poison_; }
   void reset();
   size_t used() const { return used_; }
   size_t capacity() const;
@@ -90,9 +98,11 @@ class Arena {
     size_t size = 0;
     size_t used = 0;
   };
+  void* take(size_t bytes);
   std::vector<Chunk> chunks_;
   size_t used_ = 0;
   size_t high_water_ = 0;
+  bool poison_ = false;
 };
 
 std::shared_ptr<void> aligned_alloc_shared(size_t bytes);

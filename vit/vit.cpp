@@ -208,11 +208,11 @@ Tensor VisionTransformer::forward(nn::Context& ctx, const Tensor& images) {
   const int64_t K = c.channels * c.patch_size * c.patch_size;
   m.trained = false;  // until this forward has succeeded
 
-  Tensor patches = ctx.alloc({B, N, K});  // [B, N, K]
+  Tensor patches = ctx.alloc_uninit({B, N, K});  // [B, N, K]
   extract_patches(images, c.patch_size, patches);
-  Tensor emb = ctx.alloc({B, N, d});  // [B, N, d]
+  Tensor emb = ctx.alloc_uninit({B, N, d});  // [B, N, d]
   ops::linear_forward(patches, m.proj_weight->value.reshaped({d, K}), m.proj_bias->value, emb);
-  Tensor x = ctx.alloc({B, T, d});  // [B, T, d]
+  Tensor x = ctx.alloc_uninit({B, T, d});  // [B, T, d]
   embed_tokens(emb, m.cls_token->value, m.pos_embed->value, x);
   x = m.pos_drop.forward(ctx, x);
 
@@ -249,14 +249,14 @@ void VisionTransformer::backward(nn::Context& ctx, const Tensor& dlogits, Tensor
   for (auto it = m.blocks.rbegin(); it != m.blocks.rend(); ++it) dx = it->backward(ctx, dx);
   dx = m.pos_drop.backward(ctx, dx);
 
-  Tensor demb = ctx.alloc({B, N, d});  // [B, N, d]
+  Tensor demb = ctx.alloc_uninit({B, N, d});  // [B, N, d]
   split_token_grads(dx, m.cls_token->grad, m.pos_embed->grad, demb);
   Tensor dw = m.proj_weight->grad.reshaped({d, K});
   ops::linear_backward_weights(m.patches, demb, dw, m.proj_bias->grad);
   if (dimages) {
-    Tensor dpatches = ctx.alloc({B, N, K});  // [B, N, K]
+    Tensor dpatches = ctx.alloc_uninit({B, N, K});  // [B, N, K]
     ops::linear_backward_data(demb, m.proj_weight->value.reshaped({d, K}), dpatches);
-    *dimages = ctx.alloc({B, c.channels, c.image_height, c.image_width});
+    *dimages = ctx.alloc_uninit({B, c.channels, c.image_height, c.image_width});
     fold_patches(dpatches, c.patch_size, *dimages);
   }
 }

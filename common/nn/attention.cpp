@@ -1,12 +1,13 @@
 // Multi-head attention: construction, forward and its hand-written backward. The score functions
 // live in attention_score.cpp and incremental decoding in attention_decode.cpp.
 //
-// Forward, with every head-split tensor a contiguous [B, H, T, dh] copy:
-//   q, k, v   = split(x·Wqkvᵀ + b)  (cross: q from x, k and v from memory)
+// Forward (q, k, v are strided views of the projection, heads [B, H, T, dh]; the general and
+// additive scores take contiguous copies instead):
+//   q, k, v   = heads(x·Wqkvᵀ + b)  (cross: q from x, k and v from memory)
 //   scores    = score(q, k)                          [B, H, Tq, Tk]
 //   probs     = softmax(scores + mask)               [B, H, Tq, Tk]  (rows that see nothing: 0)
 //   attn      = dropout(probs)                       [B, H, Tq, Tk]
-//   context   = merge(attn · v)                      [B, Tq, d]
+//   context   = attn · v, written as heads of        [B, Tq, d]
 //   y         = context·Wprojᵀ + b                   [B, Tq, d]
 #include <cmath>
 #include <limits>
@@ -59,6 +60,15 @@ Tensor build_mask(Context& ctx, int64_t B, int64_t Tq, int64_t Tk, const Attenti
         if (hidden) p[(b * mq + i) * Tk + j] = minus_inf;
       }
   return m;
+}
+
+// The factor of the dot-product scores: 1/√dh for scaled_dot, 1 for dot.
+float score_scale(const attention::ScoreParams& p) {
+  return p.kind == Score::scaled_dot ? 1.f / std::sqrt(static_cast<float>(p.head_dim)) : 1.f;
+}
+
+ops::MatrixView heads_view(const Tensor& x, int64_t heads, int64_t head_dim, int64_t block) {
+  return ops::heads_view(x, heads, head_dim, block);
 }
 
 }  // namespace
@@ -129,41 +139,73 @@ Tensor MultiHeadAttention::forward(Context& ctx, const Tensor& x, const Tensor& 
   if (training && m.dropout.p > 0.f && !ctx.rng)
     throw Error(m.name + ": attention dropout in training needs nn::Context::rng");
 
-  Tensor qh = ctx.alloc({B, H, Tq, dh});  // [B, H, Tq, dh]
-  Tensor kh = ctx.alloc({B, H, Tk, dh});  // [B, H, Tk, dh]
-  Tensor vh = ctx.alloc({B, H, Tk, dh});  // [B, H, Tk, dh]
+  // Projections: self [B, T, 3d] (q, k, v), cross [B, Tq, d] (q) and [B, Tk, 2d] (k, v).
+  Tensor qp, kvp;
   if (config_.cross) {
-    Tensor qp = m.q->forward(ctx, x);         // [B, Tq, d]
-    Tensor kvp = m.kv->forward(ctx, memory);  // [B, Tk, 2d]: k then v
-    attention::split_heads(qp, 0, qh);
-    attention::split_heads(kvp, 0, kh);
-    attention::split_heads(kvp, 1, vh);
+    qp = m.q->forward(ctx, x);
+    kvp = m.kv->forward(ctx, memory);
   } else {
-    Tensor qkvp = m.qkv->forward(ctx, x);  // [B, T, 3d]: q, k, v
-    attention::split_heads(qkvp, 0, qh);
-    attention::split_heads(qkvp, 1, kh);
-    attention::split_heads(qkvp, 2, vh);
+    qp = m.qkv->forward(ctx, x);
   }
-
-  Tensor probs = ctx.alloc({B, H, Tq, Tk});  // [B, H, Tq, Tk]: scores, then softmax in place
+  const bool strided = m.score.kind == Score::scaled_dot || m.score.kind == Score::dot;
+  Tensor probs = ctx.alloc_uninit({B, H, Tq, Tk});  // [B, H, Tq, Tk]: scores, then softmax
+  Tensor context = ctx.alloc_uninit({B, Tq, d});    // [B, Tq, d], written head by head in place
   m.score_saved = attention::ScoreSaved();
-  attention::score_forward(ctx, m.score, qh, kh, probs, training ? &m.score_saved : nullptr);
+  Tensor qh, kh, vh;
+  // q [B, H, Tq, dh], k and v [B, H, Tk, dh] in place in the projections (strided scores).
+  const Tensor& kv_src = config_.cross ? kvp : qp;
+  const ops::MatrixView q = heads_view(qp, H, dh, 0);
+  const ops::MatrixView k = heads_view(kv_src, H, dh, config_.cross ? 0 : 1);
+  ops::MatrixView v = heads_view(kv_src, H, dh, config_.cross ? 1 : 2);
+  // Without a mask and dropout, one kernel per (batch, head) does the products and the softmax in
+  // cache (f32 only: the bf16 path keeps its rounded products).
+  const bool fused = strided && mask.key_lengths.empty() && !mask.causal &&
+                     !(training && m.dropout.p > 0.f) && ctx.precision == ops::Precision::f32 &&
+                     ops::fused_attention_supported(q, k);
+  if (fused) {
+    ops::fused_attention_forward(q, k, v, score_scale(m.score), probs,
+                                 heads_view(context, H, dh, 0));
+    weights_ = keep_weights ? probs.clone() : Tensor();
+    Tensor y = m.proj->forward(ctx, context);  // [B, Tq, d]
+    m.saved = training;
+    m.strided = m.fused = true;
+    m.batch = B, m.tq = Tq, m.tk = Tk;
+    m.qh = m.kh = m.vh = Tensor();
+    if (training) {
+      m.qp = qp, m.kvp = kvp, m.probs = m.attn = probs;
+    } else {
+      m.qp = m.kvp = m.probs = m.attn = Tensor();
+    }
+    return y;
+  }
+  if (strided) {
+    ops::bmm(q, k.t(), ops::matrix_view(probs), score_scale(m.score), 0.f, ctx.precision);
+  } else {
+    qh = ctx.alloc_uninit({B, H, Tq, dh});  // [B, H, Tq, dh]
+    kh = ctx.alloc_uninit({B, H, Tk, dh});  // [B, H, Tk, dh]
+    vh = ctx.alloc_uninit({B, H, Tk, dh});  // [B, H, Tk, dh]
+    attention::split_heads(qp, 0, qh);
+    attention::split_heads(config_.cross ? kvp : qp, config_.cross ? 0 : 1, kh);
+    attention::split_heads(config_.cross ? kvp : qp, config_.cross ? 1 : 2, vh);
+    attention::score_forward(ctx, m.score, qh, kh, probs, training ? &m.score_saved : nullptr);
+    v = ops::matrix_view(vh);
+  }
   Tensor additive_mask = build_mask(ctx, B, Tq, Tk, mask);  // broadcasts to [B, H, Tq, Tk]
   ops::softmax_forward(probs, additive_mask, probs);
   weights_ = keep_weights ? probs.clone() : Tensor();
 
-  Tensor attn = m.dropout.forward(ctx, probs);   // [B, H, Tq, Tk] (probs itself without dropout)
-  Tensor context_h = ctx.alloc({B, H, Tq, dh});  // [B, H, Tq, dh]
-  ops::bmm(attn, false, vh, false, context_h);
-  Tensor context = ctx.alloc({B, Tq, d});  // [B, Tq, d]
-  attention::merge_heads(context_h, 0, context);
+  Tensor attn = m.dropout.forward(ctx, probs);  // [B, H, Tq, Tk] (probs itself without dropout)
+  ops::bmm(ops::matrix_view(attn), v, heads_view(context, H, dh, 0), 1.f, 0.f, ctx.precision);
   Tensor y = m.proj->forward(ctx, context);  // [B, Tq, d]
 
   m.saved = training;
+  m.strided = strided;
+  m.fused = false;
+  m.batch = B, m.tq = Tq, m.tk = Tk;
   if (training) {
-    m.qh = qh, m.kh = kh, m.vh = vh, m.probs = probs, m.attn = attn;
+    m.qp = qp, m.kvp = kvp, m.qh = qh, m.kh = kh, m.vh = vh, m.probs = probs, m.attn = attn;
   } else {
-    m.qh = m.kh = m.vh = m.probs = m.attn = Tensor();
+    m.qp = m.kvp = m.qh = m.kh = m.vh = m.probs = m.attn = Tensor();
   }
   return y;
 }
@@ -171,39 +213,63 @@ Tensor MultiHeadAttention::forward(Context& ctx, const Tensor& x, const Tensor& 
 Tensor MultiHeadAttention::backward(Context& ctx, const Tensor& dy, Tensor* dmemory) {
   Impl& m = *impl_;
   if (!m.saved) throw Error(m.name + ": backward without a training forward");
-  const int64_t B = m.qh.dim(0), H = m.heads, Tq = m.qh.dim(2), Tk = m.kh.dim(2);
+  const int64_t B = m.batch, H = m.heads, Tq = m.tq, Tk = m.tk;
   const int64_t d = m.d, dh = m.head_dim;
+  const bool cross = config_.cross;
   if (dy.dtype() != DType::f32 || dy.shape() != Shape{B, Tq, d})
     throw Error(m.name + ": dy " + shape_str(dy.shape()) + " should be f32 " +
                 shape_str({B, Tq, d}) + " like the forward output");
 
-  Tensor dcontext = m.proj->backward(ctx, dy);    // [B, Tq, d]
-  Tensor dcontext_h = ctx.alloc({B, H, Tq, dh});  // [B, H, Tq, dh]
-  attention::split_heads(dcontext, 0, dcontext_h);
-  Tensor dattn = ctx.alloc({B, H, Tq, Tk});  // [B, H, Tq, Tk]
-  Tensor dvh = ctx.alloc({B, H, Tk, dh});    // [B, H, Tk, dh]
-  ops::bmm_backward(m.attn, false, m.vh, false, dcontext_h, 1.f, dattn, dvh);
+  Tensor dcontext = m.proj->backward(ctx, dy);                  // [B, Tq, d]
+  const ops::MatrixView dctx = heads_view(dcontext, H, dh, 0);  // [B, H, Tq, dh]
+  // Gradients of the projections, written head by head in place.
+  Tensor dqp = ctx.alloc_uninit(m.qp.shape());                       // [B, Tq, d] or [B, T, 3d]
+  Tensor dkvp = cross ? ctx.alloc_uninit(m.kvp.shape()) : Tensor();  // [B, Tk, 2d]
+  Tensor& dk_of = cross ? dkvp : dqp;
+  const int64_t kb = cross ? 0 : 1, vb = cross ? 1 : 2;
+  if (m.fused) {
+    const Tensor& kv_src = cross ? m.kvp : m.qp;
+    ops::fused_attention_backward(heads_view(m.qp, H, dh, 0), heads_view(kv_src, H, dh, kb),
+                                  heads_view(kv_src, H, dh, vb), m.probs, dctx,
+                                  score_scale(m.score), heads_view(dqp, H, dh, 0),
+                                  heads_view(dk_of, H, dh, kb), heads_view(dk_of, H, dh, vb));
+    if (cross) {
+      Tensor dmem = m.kv->backward(ctx, dkvp);  // [B, Tk, d]
+      if (dmemory) *dmemory = dmem;
+      return m.q->backward(ctx, dqp);  // [B, Tq, d]
+    }
+    return m.qkv->backward(ctx, dqp);  // [B, T, d]
+  }
+  const ops::MatrixView v = m.strided ? heads_view(cross ? m.kvp : m.qp, H, dh, vb)
+                                      : ops::matrix_view(m.vh);             // [B, H, Tk, dh]
+  const ops::MatrixView attn = ops::matrix_view(m.attn);                    // [B, H, Tq, Tk]
+  Tensor dattn = ctx.alloc_uninit({B, H, Tq, Tk});                          // [B, H, Tq, Tk]
+  ops::bmm(dctx, v.t(), ops::matrix_view(dattn), 1.f, 0.f, ctx.precision);  // dP = dO·Vᵀ
+  ops::bmm(attn.t(), dctx, heads_view(dk_of, H, dh, vb), 1.f, 0.f, ctx.precision);  // dV = Pᵀ·dO
   Tensor dscores = m.dropout.backward(ctx, dattn);   // [B, H, Tq, Tk]: d(probs) ...
   ops::softmax_backward(m.probs, dscores, dscores);  // ... then d(scores), in place
-  Tensor dqh = ctx.alloc({B, H, Tq, dh});            // [B, H, Tq, dh]
-  Tensor dkh = ctx.alloc({B, H, Tk, dh});            // [B, H, Tk, dh]
-  attention::score_backward(ctx, m.score, m.qh, m.kh, m.score_saved, dscores, dqh, dkh);
 
-  if (config_.cross) {
-    Tensor dqp = ctx.alloc({B, Tq, d});       // [B, Tq, d]
-    Tensor dkvp = ctx.alloc({B, Tk, 2 * d});  // [B, Tk, 2d]
+  if (m.strided) {
+    const ops::MatrixView q = heads_view(m.qp, H, dh, 0);
+    const ops::MatrixView k = heads_view(cross ? m.kvp : m.qp, H, dh, kb);
+    const ops::MatrixView ds = ops::matrix_view(dscores);
+    const float scale = score_scale(m.score);
+    ops::bmm(ds, k, heads_view(dqp, H, dh, 0), scale, 0.f, ctx.precision);         // dQ = dS·K
+    ops::bmm(ds.t(), q, heads_view(dk_of, H, dh, kb), scale, 0.f, ctx.precision);  // dK = dSᵀ·Q
+  } else {
+    Tensor dqh = ctx.alloc_uninit({B, H, Tq, dh});  // [B, H, Tq, dh]
+    Tensor dkh = ctx.alloc_uninit({B, H, Tk, dh});  // [B, H, Tk, dh]
+    attention::score_backward(ctx, m.score, m.qh, m.kh, m.score_saved, dscores, dqh, dkh);
     attention::merge_heads(dqh, 0, dqp);
-    attention::merge_heads(dkh, 0, dkvp);
-    attention::merge_heads(dvh, 1, dkvp);
+    attention::merge_heads(dkh, kb, dk_of);
+  }
+
+  if (cross) {
     Tensor dmem = m.kv->backward(ctx, dkvp);  // [B, Tk, d]
     if (dmemory) *dmemory = dmem;
     return m.q->backward(ctx, dqp);  // [B, Tq, d]
   }
-  Tensor dqkvp = ctx.alloc({B, Tq, 3 * d});  // [B, T, 3d]
-  attention::merge_heads(dqh, 0, dqkvp);
-  attention::merge_heads(dkh, 1, dqkvp);
-  attention::merge_heads(dvh, 2, dqkvp);
-  return m.qkv->backward(ctx, dqkvp);  // [B, T, d]
+  return m.qkv->backward(ctx, dqp);  // [B, T, d]
 }
 
 }  // namespace vitk::nn

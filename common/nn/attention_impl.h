@@ -3,8 +3,10 @@
 // forward, backward), attention_score.cpp (the four score functions) and attention_decode.cpp
 // (incremental decoding). Not part of the core's interface: include only from common/nn.
 //
-// Layouts: activations are [B, T, d]; inside the layer every head-split tensor is a contiguous
-// [B, H, T, dh] copy, so that scores and P·V are plain batched matrix products (ops::bmm).
+// Layouts: activations are [B, T, d]. With the dot and scaled-dot scores, q, k and v are read in
+// place from the projection outputs ([B, T, 3, H, dh] for self-attention) as strided views, and
+// the context is written straight into [B, T, H·dh] (ops::heads_view): no head copies. The general
+// and additive scores work on contiguous [B, H, T, dh] copies (split_heads, merge_heads).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -65,7 +67,11 @@ struct MultiHeadAttention::Impl {
 
   // Kept by a training forward for backward (arena views; empty after an inference forward).
   bool saved = false;
-  Tensor qh, kh, vh;  // [B, H, Tq, dh], [B, H, Tk, dh], [B, H, Tk, dh]
+  bool strided = false;  // the last forward read q, k, v in place (dot and scaled-dot scores)
+  bool fused = false;    // ... with ops::fused_attention_forward (no mask, no dropout, f32)
+  int64_t batch = 0, tq = 0, tk = 0;
+  Tensor qp, kvp;     // strided: self [B, T, 3d] (kvp empty); cross [B, Tq, d] and [B, Tk, 2d]
+  Tensor qh, kh, vh;  // copies: [B, H, Tq, dh], [B, H, Tk, dh], [B, H, Tk, dh]
   Tensor probs;       // softmax output [B, H, Tq, Tk]
   Tensor attn;        // probs after dropout [B, H, Tq, Tk] (probs itself without dropout)
   attention::ScoreSaved score_saved;

@@ -13,6 +13,11 @@ Tensor Context::alloc(Shape shape) {
   return arena->alloc(std::move(shape));
 }
 
+Tensor Context::alloc_uninit(Shape shape, DType dtype) {
+  if (!arena) throw Error("nn::Context has no arena for activations");
+  return arena->alloc_uninit(std::move(shape), dtype);
+}
+
 namespace {
 
 Shape with_last(const Shape& s, int64_t last) {
@@ -35,7 +40,7 @@ Tensor Linear::forward(Context& ctx, const Tensor& x) {
   if (x.rank() < 1 || x.dim(-1) != in)
     throw Error(weight.name + ": input " + shape_str(x.shape()) + " does not end in " +
                 std::to_string(in));
-  Tensor y = ctx.alloc(with_last(x.shape(), out));
+  Tensor y = ctx.alloc_uninit(with_last(x.shape(), out));
   ops::linear_forward(x, weight.value, bias ? bias->value : Tensor(), y);
   x_ = ctx.training ? x : Tensor();
   return y;
@@ -43,7 +48,7 @@ Tensor Linear::forward(Context& ctx, const Tensor& x) {
 
 Tensor Linear::backward(Context& ctx, const Tensor& dy) {
   if (x_.empty()) throw Error(weight.name + ": backward without a training forward");
-  Tensor dx = ctx.alloc(x_.shape());
+  Tensor dx = ctx.alloc_uninit(x_.shape());
   Tensor db = bias ? bias->grad : Tensor();
   ops::linear_backward(x_, weight.value, dy, dx, weight.grad, db);
   return dx;
@@ -55,12 +60,12 @@ LayerNorm::LayerNorm(ParamStore& params, const std::string& name, int64_t dim, f
       eps(epsilon) {}
 
 Tensor LayerNorm::forward(Context& ctx, const Tensor& x) {
-  Tensor y = ctx.alloc(x.shape());
+  Tensor y = ctx.alloc_uninit(x.shape());
   const int64_t rows = x.numel() / x.dim(-1);
   if (ctx.training) {
     x_ = x;
-    mean_ = ctx.alloc({rows});
-    rstd_ = ctx.alloc({rows});
+    mean_ = ctx.alloc_uninit({rows});
+    rstd_ = ctx.alloc_uninit({rows});
   } else {
     x_ = mean_ = rstd_ = Tensor();
   }
@@ -69,9 +74,13 @@ Tensor LayerNorm::forward(Context& ctx, const Tensor& x) {
 }
 
 Tensor LayerNorm::backward(Context& ctx, const Tensor& dy) {
+  return backward(ctx, dy, Tensor());
+}
+
+Tensor LayerNorm::backward(Context& ctx, const Tensor& dy, const Tensor& add) {
   if (x_.empty()) throw Error(weight.name + ": backward without a training forward");
-  Tensor dx = ctx.alloc(x_.shape());
-  ops::layernorm_backward(x_, weight.value, mean_, rstd_, dy, dx, weight.grad, bias.grad);
+  Tensor dx = ctx.alloc_uninit(x_.shape());
+  ops::layernorm_backward(x_, weight.value, mean_, rstd_, dy, dx, weight.grad, bias.grad, add);
   return dx;
 }
 
@@ -79,15 +88,15 @@ Tensor Dropout::forward(Context& ctx, const Tensor& x) {
   applied_ = ctx.training && p > 0.f;
   if (!applied_) return x;
   if (!ctx.rng) throw Error("dropout in training needs nn::Context::rng");
-  Tensor y = ctx.alloc(x.shape());
-  mask_ = ctx.arena->alloc(x.shape(), DType::u8);
+  Tensor y = ctx.alloc_uninit(x.shape());
+  mask_ = ctx.alloc_uninit(x.shape(), DType::u8);
   ops::dropout_forward(x, p, *ctx.rng, y, mask_);
   return y;
 }
 
 Tensor Dropout::backward(Context& ctx, const Tensor& dy) {
   if (!applied_) return dy;
-  Tensor dx = ctx.alloc(dy.shape());
+  Tensor dx = ctx.alloc_uninit(dy.shape());
   ops::dropout_backward(dy, mask_, p, dx);
   return dx;
 }

@@ -26,7 +26,7 @@ Tensor FeedForward::forward(Context& ctx, const Tensor& x) {
   Tensor h = fc1_.forward(ctx, x);  // [.., d_ff], pre-activation
   if (ctx.training) {
     h_ = h;  // backward needs f'(h)
-    Tensor a = ctx.alloc(h.shape());
+    Tensor a = ctx.alloc_uninit(h.shape());
     ops::activation_forward(activation_, h, a);
     return fc2_.forward(ctx, dropout_.forward(ctx, a));  // [.., d]
   }
@@ -66,7 +66,7 @@ class DropPath {
     }
     if (!ctx.rng) throw Error(layer_ + ": drop_path in training needs nn::Context::rng");
     const int64_t B = x.dim(0), n = x.numel() / B;
-    scale_ = ctx.alloc({B});  // [B]
+    scale_ = ctx.alloc_uninit({B});  // [B]
     float* scale = scale_.f32();
     const uint64_t seed = ctx.rng->seed(), first = ctx.rng->reserve(static_cast<uint64_t>(B));
     const float kept = 1.f / (1.f - p_);
@@ -92,7 +92,7 @@ class DropPath {
   Tensor backward(Context& ctx, const Tensor& dy) {
     if (!applied_) return dy;
     const int64_t B = dy.dim(0), n = dy.numel() / B;
-    Tensor ds = ctx.alloc(dy.shape());
+    Tensor ds = ctx.alloc_uninit(dy.shape());
     const float* scale = scale_.f32();
     const float* g = dy.f32();
     float* out = ds.f32();
@@ -130,12 +130,12 @@ class Residual {
   Tensor forward(Context& ctx, const Tensor& x, Sublayer&& sublayer) {
     if (pre_norm_) {
       Tensor s = dropout_.forward(ctx, sublayer(norm_.forward(ctx, x)));
-      Tensor y = ctx.alloc(x.shape());
+      Tensor y = ctx.alloc_uninit(x.shape());
       drop_path_.add(ctx, x, s, y);
       return y;
     }
     Tensor s = dropout_.forward(ctx, sublayer(x));
-    Tensor r = ctx.alloc(x.shape());  // x + s, kept by the norm for its backward
+    Tensor r = ctx.alloc_uninit(x.shape());  // x + s, kept by the norm for its backward
     drop_path_.add(ctx, x, s, r);
     return norm_.forward(ctx, r);
   }
@@ -146,9 +146,8 @@ class Residual {
   Tensor backward(Context& ctx, const Tensor& dy, SublayerBackward&& sublayer_backward) {
     if (pre_norm_) {
       Tensor ds = drop_path_.backward(ctx, dy);
-      Tensor dx = norm_.backward(ctx, sublayer_backward(dropout_.backward(ctx, ds)));
-      ops::accumulate(dx, dy);
-      return dx;
+      // d(norm input) + dy, the residual's share, in the norm's own pass.
+      return norm_.backward(ctx, sublayer_backward(dropout_.backward(ctx, ds)), dy);
     }
     Tensor dr = norm_.backward(ctx, dy);  // d(x + s)
     Tensor dx = sublayer_backward(dropout_.backward(ctx, drop_path_.backward(ctx, dr)));

@@ -25,9 +25,13 @@ namespace vitk::nn {
 
 struct Context {
   bool training = false;
-  Arena* arena = nullptr;     // required
-  ops::Rng* rng = nullptr;    // required when training with dropout > 0
-  Tensor alloc(Shape shape);  // from arena (throws vitk::Error if there is none)
+  Arena* arena = nullptr;   // required
+  ops::Rng* rng = nullptr;  // required when training with dropout > 0
+  // Of the matrix products (Linear, attention); everything else is f32 either way.
+  ops::Precision precision = ops::Precision::f32;
+  Tensor alloc(Shape shape);  // from arena, zero-filled (throws vitk::Error if there is none)
+  // From arena, not initialised: for outputs that are overwritten entirely (Arena::alloc_uninit).
+  Tensor alloc_uninit(Shape shape, DType dtype = DType::f32);
 };
 
 // ---- Basic layers ----
@@ -51,6 +55,8 @@ class LayerNorm {
   LayerNorm(ParamStore& params, const std::string& name, int64_t dim, float eps = 1e-5f);
   Tensor forward(Context& ctx, const Tensor& x);
   Tensor backward(Context& ctx, const Tensor& dy);
+  // backward(dy) + add in one pass (a pre-norm block's residual gradient).
+  Tensor backward(Context& ctx, const Tensor& dy, const Tensor& add);
   Parameter& weight;  // 1 after init_defaults()
   Parameter& bias;
   float eps;

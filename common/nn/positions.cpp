@@ -47,7 +47,7 @@ void check_positions(const Parameter& table, const Tensor& x) {
 Tensor LearnedPositions::forward(Context& ctx, const Tensor& x) {
   check_positions(table, x);
   const int64_t B = x.dim(0), n = x.dim(1) * x.dim(2);  // rows [0, T) of the table are contiguous
-  Tensor y = ctx.alloc(x.shape());                      // [B, T, d]
+  Tensor y = ctx.alloc_uninit(x.shape());               // [B, T, d]
   const float* xs = x.f32();
   const float* ts = table.value.f32();
   float* ys = y.f32();

@@ -62,7 +62,7 @@ void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
 
 void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
                         const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dgamma,
-                        Tensor& dbeta) {
+                        Tensor& dbeta, const Tensor& add) {
   const char* op = "layernorm_backward";
   if (x.shape() != dy.shape() || x.rank() < 1 || (!dx.empty() && dx.shape() != x.shape()))
     throw Error(std::string(op) + ": x " + shape_str(x.shape()) + ", dy " + shape_str(dy.shape()) +
@@ -71,6 +71,9 @@ void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean
   check_vec(op, gamma, n, "gamma");
   check_vec(op, mean, rows, "mean");
   check_vec(op, rstd, rows, "rstd");
+  if (!add.empty() && (add.shape() != x.shape() || add.dtype() != DType::f32 || dx.empty()))
+    throw Error(std::string(op) + ": add " + shape_str(add.shape()) + " should be f32 " +
+                shape_str(x.shape()) + " with a dx");
   const bool want_dg = !dgamma.empty(), want_db = !dbeta.empty();
   if (want_dg) check_vec(op, dgamma, n, "dgamma");
   if (want_db) check_vec(op, dbeta, n, "dbeta");
@@ -81,6 +84,7 @@ void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean
   const float* sp = rstd.f32();
   const float* gp = dy.f32();
   float* dxp = dx.empty() ? nullptr : dx.f32();
+  const float* ap = add.empty() ? nullptr : add.f32();
 
   // Per-thread partial sums for dgamma and dbeta, reduced in thread order: deterministic for a
   // given thread count.
@@ -111,10 +115,19 @@ void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean
         float* dr = dxp + r * n;
         const float inv_n = 1.f / static_cast<float>(n);
         const float mg = sum_g * inv_n, mgx = sum_gx * inv_n;
+        if (ap) {
+          const float* ar = ap + r * n;
 #pragma omp simd
-        for (int64_t j = 0; j < n; ++j) {
-          const float xhat = (xr[j] - mu) * rs;
-          dr[j] = rs * (gr[j] * g[j] - mg - xhat * mgx);
+          for (int64_t j = 0; j < n; ++j) {
+            const float xhat = (xr[j] - mu) * rs;
+            dr[j] = ar[j] + rs * (gr[j] * g[j] - mg - xhat * mgx);
+          }
+        } else {
+#pragma omp simd
+          for (int64_t j = 0; j < n; ++j) {
+            const float xhat = (xr[j] - mu) * rs;
+            dr[j] = rs * (gr[j] * g[j] - mg - xhat * mgx);
+          }
         }
       }
     }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 #include <unordered_map>
+#include <vector>
 
 #include "common/error.h"
 #include "common/ops/dnnl_context.h"
@@ -88,6 +89,41 @@ Operand transposed(const Tensor& t, int64_t rows, int64_t cols) {
   return {{rows, cols}, {1, rows}, t.dtype(), t.data()};
 }
 
+// out[c] += Σ_r g[r, c] over g [m, n]. Rows are cut into fixed blocks whose partial sums are added
+// in block order: the result does not depend on the thread count, and both threads stay busy
+// whatever n is (a split by columns left one of two threads idle for n = 192).
+void column_sums(const float* g, int64_t m, int64_t n, float* out) {
+  constexpr int64_t kRows = 128;
+  const int64_t blocks = (m + kRows - 1) / kRows;
+  if (blocks <= 1 || m * n < 32768) {
+    for (int64_t r = 0; r < m; ++r) {
+      const float* row = g + r * n;
+#pragma omp simd
+      for (int64_t c = 0; c < n; ++c) out[c] += row[c];
+    }
+    return;
+  }
+  static thread_local std::vector<float> partial;
+  partial.resize(static_cast<size_t>(blocks * n));
+  float* part = partial.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    float* acc = part + blk * n;
+    const int64_t r0 = blk * kRows, r1 = std::min(m, r0 + kRows);
+    std::copy(g + r0 * n, g + (r0 + 1) * n, acc);
+    for (int64_t r = r0 + 1; r < r1; ++r) {
+      const float* row = g + r * n;
+#pragma omp simd
+      for (int64_t c = 0; c < n; ++c) acc[c] += row[c];
+    }
+  }
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const float* acc = part + blk * n;
+#pragma omp simd
+    for (int64_t c = 0; c < n; ++c) out[c] += acc[c];
+  }
+}
+
 }  // namespace
 
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
@@ -151,22 +187,7 @@ void linear_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tens
       shape_error(op, "db " + shape_str(db.shape()) + " should be f32 [" + std::to_string(n) + "]");
     if (dy.dtype() != DType::f32) shape_error(op, "bias gradient needs an f32 dy");
     profile::Scope scope("bias_grad", m, n);
-    const float* g = dy.f32();
-    float* out = db.f32();
-    // Each thread owns a block of columns and sums all rows into it: deterministic, no atomics.
-    constexpr int64_t kBlock = 64;
-    int64_t blocks = (n + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (m * n > 32768)
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      int64_t c0 = blk * kBlock, c1 = std::min(n, c0 + kBlock);
-      float acc[kBlock] = {};
-      for (int64_t r = 0; r < m; ++r) {
-        const float* row = g + r * n;
-#pragma omp simd
-        for (int64_t c = c0; c < c1; ++c) acc[c - c0] += row[c];
-      }
-      for (int64_t c = c0; c < c1; ++c) out[c] += acc[c - c0];
-    }
+    column_sums(dy.f32(), m, n, db.f32());
   }
 }
 
@@ -231,6 +252,70 @@ void bmm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c
                         " does not give c " + shape_str(c.shape()));
   if (a.dtype() != b.dtype()) shape_error(op, "a and b must have the same dtype");
   profile::Scope scope("bmm", m, n, k);
+  run_matmul(oa, ob, nullptr, oc, alpha, beta);
+}
+
+MatrixView MatrixView::t() const {
+  MatrixView v = *this;
+  const size_t r = dims.size();
+  if (r < 2) throw Error("MatrixView::t: a view needs at least two axes");
+  std::swap(v.dims[r - 2], v.dims[r - 1]);
+  std::swap(v.strides[r - 2], v.strides[r - 1]);
+  return v;
+}
+
+MatrixView matrix_view(const Tensor& t) {
+  if (t.rank() < 2) throw Error("matrix_view: " + shape_str(t.shape()) + " has fewer than 2 axes");
+  MatrixView v;
+  v.data = const_cast<void*>(t.data());
+  v.dtype = t.dtype();
+  v.dims = t.shape();
+  v.strides.assign(v.dims.size(), 1);
+  for (int i = t.rank() - 2; i >= 0; --i) v.strides[i] = v.strides[i + 1] * v.dims[i + 1];
+  return v;
+}
+
+MatrixView heads_view(const Tensor& x, int64_t heads, int64_t head_dim, int64_t block) {
+  if (x.rank() != 3 || heads < 1 || head_dim < 1 || block < 0 ||
+      (block + 1) * heads * head_dim > x.dim(2))
+    throw Error("heads_view: block " + std::to_string(block) + " of " + std::to_string(heads) +
+                " heads of " + std::to_string(head_dim) + " does not fit " + shape_str(x.shape()));
+  const int64_t B = x.dim(0), T = x.dim(1), cols = x.dim(2);
+  MatrixView v;
+  v.dtype = x.dtype();
+  v.dims = {B, heads, T, head_dim};
+  v.strides = {T * cols, head_dim, cols, 1};
+  v.data = static_cast<char*>(const_cast<void*>(x.data())) +
+           static_cast<size_t>(block * heads * head_dim) * dtype_size(x.dtype());
+  return v;
+}
+
+void bmm(const MatrixView& a, const MatrixView& b, const MatrixView& c, float alpha, float beta,
+         Precision precision) {
+  const char* op = "bmm";
+  const size_t r = a.dims.size();
+  auto fits = [](const MatrixView& v) {
+    return v.data && v.dims.size() >= 2 && v.dims.size() <= 4 && v.strides.size() == v.dims.size();
+  };
+  if (!fits(a) || !fits(b) || !fits(c) || b.dims.size() != r || c.dims.size() != r)
+    shape_error(op, "views must have the same rank, 2 to 4, and a stride per axis: " +
+                        shape_str(a.dims) + ", " + shape_str(b.dims) + ", " + shape_str(c.dims));
+  for (size_t i = 0; i + 2 < r; ++i)
+    if (a.dims[i] != b.dims[i] || a.dims[i] != c.dims[i])
+      shape_error(op, "batch axes differ: " + shape_str(a.dims) + ", " + shape_str(b.dims) + ", " +
+                          shape_str(c.dims));
+  const int64_t m = a.dims[r - 2], k = a.dims[r - 1], n = b.dims[r - 1];
+  if (b.dims[r - 2] != k || c.dims[r - 2] != m || c.dims[r - 1] != n)
+    shape_error(
+        op, shape_str(a.dims) + " · " + shape_str(b.dims) + " does not give " + shape_str(c.dims));
+  if (a.dtype != b.dtype) shape_error(op, "a and b must have the same dtype");
+  for (const MatrixView* v : {&a, &b, &c})
+    if (v->dtype != DType::f32 && v->dtype != DType::bf16)
+      shape_error(op, std::string("views must be f32 or bf16, not ") + dtype_name(v->dtype));
+  profile::Scope scope("bmm", m, n, k);
+  Operand oa{a.dims, a.strides, a.dtype, a.data}, ob{b.dims, b.strides, b.dtype, b.data};
+  Operand oc{c.dims, c.strides, c.dtype, c.data};
+  (void)precision;
   run_matmul(oa, ob, nullptr, oc, alpha, beta);
 }
 

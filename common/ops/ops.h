@@ -29,6 +29,11 @@ bool bf16_supported();
 // Number of oneDNN primitives created so far (a primitive is created once per shape and reused).
 int64_t primitive_count();
 
+// ---- Precision of the matrix products ----
+// f32: everything in f32. bf16: mixed precision as PyTorch's CPU autocast: f32 inputs are rounded
+// to bf16 for the product, accumulation and outputs stay f32 (master weights are never touched).
+enum class Precision { f32, bf16 };
+
 // ---- Linear: y = x · wᵀ + b ----
 // x [M, K], w [N, K] (PyTorch's {out, in}), b [N] or empty, y [M, N]. x, w may be bf16 (both the
 // same); y is f32 or bf16; accumulation is f32.
@@ -51,6 +56,39 @@ void bmm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c
 void bmm_backward(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& dc,
                   float alpha, Tensor& da, Tensor& db);
 
+// ---- Batched matrix product on strided views (attention without head copies) ----
+// A batch of matrices read or written in place: logical dims [batch..., rows, cols] (rank 2 to 4)
+// and element strides, e.g. the heads inside a fused qkv projection, or a transpose.
+struct MatrixView {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  Shape dims, strides;
+  MatrixView t() const;  // the transpose over the last two axes (strides swapped, no copy)
+};
+// The whole (contiguous) tensor as [batch..., rows, cols].
+MatrixView matrix_view(const Tensor& t);
+// Column block `block` of x [B, T, n·heads·dh] as heads [B, heads, T, dh]: block 1 of the fused
+// qkv projection [B, T, 3·d] is k, and block 0 of a context [B, T, d] is its heads.
+MatrixView heads_view(const Tensor& x, int64_t heads, int64_t head_dim, int64_t block);
+// c = alpha · a · b + beta · c; batch axes equal, views of c must not overlap a or b. With
+// precision bf16, f32 a and b are rounded to bf16 for the product (accumulation and c stay f32).
+void bmm(const MatrixView& a, const MatrixView& b, const MatrixView& c, float alpha = 1.f,
+         float beta = 0.f, Precision precision = Precision::f32);
+
+// ---- Fused attention: softmax(scale · q·kᵀ)·v per batch and head, in cache ----
+// q [B, H, Tq, dh], k and v [B, H, Tk, dh]: f32 views with contiguous rows (heads_view of the
+// fused projection); probs [B, H, Tq, Tk] f32 contiguous, written (the backward needs it);
+// context [B, H, Tq, dh], a view, written. No mask and no dropout: callers use bmm and
+// softmax_forward for those. fused_attention_supported() is false when this build or shape has
+// no kernel (it needs AVX-512 and dh = 64).
+bool fused_attention_supported(const MatrixView& q, const MatrixView& k);
+void fused_attention_forward(const MatrixView& q, const MatrixView& k, const MatrixView& v,
+                             float scale, Tensor& probs, const MatrixView& context);
+// dq, dk, dv (views shaped like q, k, v) overwritten, from dcontext and the forward's probs.
+void fused_attention_backward(const MatrixView& q, const MatrixView& k, const MatrixView& v,
+                              const Tensor& probs, const MatrixView& dcontext, float scale,
+                              const MatrixView& dq, const MatrixView& dk, const MatrixView& dv);
+
 // ---- Softmax over the last axis, with an optional additive mask ----
 // y = softmax(x + mask). x, y [..., N] (y may be x). mask is empty or f32 with the same rank as x
 // and each axis equal to x's or 1 (broadcast), e.g. [B, 1, 1, Tk] for padding, [Tq, Tk] padded to
@@ -64,10 +102,12 @@ void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
 // x, y [M, N]; gamma, beta [N]; mean, rstd [M] are written when non-empty (training) for backward.
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                        Tensor& y, Tensor& mean, Tensor& rstd);
-// dx [M, N] overwritten; dgamma, dbeta [N] accumulated (either may be empty).
+// dx [M, N] overwritten; dgamma, dbeta [N] accumulated (either may be empty). With `add`
+// non-empty ([M, N]), dx = add + d(input) in the same pass: a pre-norm block's residual gradient
+// (dx may be add).
 void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,
                         const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dgamma,
-                        Tensor& dbeta);
+                        Tensor& dbeta, const Tensor& add = Tensor());
 
 // ---- Activations ----
 // GELU is the exact erf form, 0.5·x·(1 + erf(x/√2)), as torch.nn.GELU() by default.

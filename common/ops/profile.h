@@ -17,7 +17,8 @@ void clear();
 
 struct Entry {
   std::string name;
-  double seconds = 0;  // exclusive
+  double seconds = 0;      // exclusive wall time
+  double cpu_seconds = 0;  // exclusive CPU time of the process (all threads)
   int64_t calls = 0;
 };
 // Sorted by time, largest first.
@@ -35,7 +36,8 @@ class Scope {
   bool on_ = false;
   Scope* parent_ = nullptr;
   std::chrono::steady_clock::time_point start_;
-  double child_seconds_ = 0;
+  double start_cpu_ = 0;
+  double child_seconds_ = 0, child_cpu_seconds_ = 0;
   std::string name_;
 };
 
