@@ -789,4 +789,36 @@ TEST_F(Classify, BenchmarkReportsImagesPerSecond) {
   EXPECT_TRUE(has(r.err, "classified 2 images (0 failed)")) << r.err;
 }
 
+// ---- The pipeline in-process -------------------------------------------------------------------
+
+TEST_F(Classify, PipelineKeepsOrderAndStopsCleanlyOnACallbackError) {
+  vitk::vit::LoadedVit m = vitk::vit::load_vit((*dir_ / "rgb.h5").string());
+  vitk::vit::ClassifyOptions options;
+  options.batch_size = 2;
+  options.prefetch = 1;
+  options.preprocess = m.config.preprocess;
+  std::vector<std::string> paths;
+  for (const std::string& f : all_files()) paths.push_back((*dir_ / f).string());
+
+  std::vector<int64_t> order;
+  vitk::vit::ClassifyStats stats = vitk::vit::classify_files(
+      *m.model, paths, options, [&](const vitk::vit::ImageResult& r) { order.push_back(r.index); });
+  ASSERT_EQ(order.size(), paths.size());
+  for (size_t i = 0; i < order.size(); ++i) EXPECT_EQ(order[i], static_cast<int64_t>(i));
+  EXPECT_EQ(stats.images, static_cast<int64_t>(good_->size()));
+  EXPECT_EQ(stats.failed, static_cast<int64_t>(bad_->size()));
+
+  // An exception from the consumer stops the decode thread and comes out; nothing hangs.
+  int seen = 0;
+  EXPECT_THROW(vitk::vit::classify_files(*m.model, paths, options,
+                                         [&](const vitk::vit::ImageResult&) {
+                                           if (++seen == 3) throw std::runtime_error("stop");
+                                         }),
+               std::runtime_error);
+  EXPECT_EQ(seen, 3);
+  // No files at all: nothing to do.
+  stats = vitk::vit::classify_files(*m.model, {}, options, [](const vitk::vit::ImageResult&) {});
+  EXPECT_EQ(stats.images + stats.failed, 0);
+}
+
 }  // namespace

@@ -78,5 +78,7 @@ void register_inspect_commands(Registry& registry);
 void register_info_commands(Registry& registry);
 // `vitk classify` (tools/cmd_classify.cpp).
 void register_classify_commands(Registry& registry);
+// `vitk export-samples` (tools/cmd_export_samples.cpp).
+void register_export_commands(Registry& registry);
 
 }  // namespace vitk::tools
