@@ -115,6 +115,8 @@ bool is_sof(uint8_t m) {
   return m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC;
 }
 
+constexpr int kMaxJpegScans = 1000;
+
 bool jpeg_header(const uint8_t* d, size_t n, ImageHeader& h, std::string& error) {
   size_t pos = 2;
   bool frame = false, orientation_read = false;
@@ -155,7 +157,10 @@ bool jpeg_header(const uint8_t* d, size_t n, ImageHeader& h, std::string& error)
     pos += length;
     if (m == 0xDA) {
       if (!frame) return fail(error, "corrupt JPEG (image data before the frame header)");
-      ++scans;
+      // A progressive image has about ten scans; thousands of tiny ones make libjpeg spend
+      // minutes on a small file (libjpeg-turbo's djpeg has -maxscans for this).
+      if (++scans > kMaxJpegScans)
+        return fail(error, "corrupt JPEG (more than " + std::to_string(kMaxJpegScans) + " scans)");
       // Entropy-coded data: it ends at the first 0xFF that is neither a stuffed 0xFF00 nor a
       // restart marker.
       for (;;) {

@@ -215,6 +215,14 @@ TEST_F(ImageIo, TruncatedJpegs) {
   EXPECT_TRUE(has(reason(write("soi.jpg", Bytes(jpg.begin(), jpg.begin() + 3))), "truncated JPEG"));
 }
 
+TEST_F(ImageIo, JpegWithThousandsOfScansIsRefused) {
+  // Thousands of tiny progressive scans make libjpeg spend minutes on a few kilobytes.
+  Bytes j = {0xFF, 0xD8, 0xFF, 0xC0, 0, 11, 8, 0, 16, 0, 16, 1, 1, 0x11, 0};
+  for (int i = 0; i < 1001; ++i) j.insert(j.end(), {0xFF, 0xDA, 0, 8, 1, 1, 0, 0, 0x3F, 0, 0x00});
+  j.insert(j.end(), {0xFF, 0xD9});
+  EXPECT_EQ(reason(write("scans.jpg", j)), "corrupt JPEG (more than 1000 scans)");
+}
+
 TEST_F(ImageIo, TruncatedAndCorruptPngs) {
   const Bytes png = encode(".png", pattern(40, 50, CV_8UC3));
   EXPECT_EQ(reason(write("noiend.png", Bytes(png.begin(), png.end() - 12))),
