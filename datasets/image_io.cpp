@@ -13,6 +13,7 @@
 #include <cstring>
 #include <iostream>
 #include <new>
+#include <sstream>
 
 #include <opencv2/imgcodecs.hpp>
 
@@ -72,28 +73,21 @@ class StderrCapture {
   bool active_ = false;
 };
 
-// The useful part of a codec's message: "libpng error: IDAT: CRC error" -> "IDAT: CRC error";
-// OpenCV's "imdecode_(''): can't read data: OpenCV(4.6.0) file:102: error: (-2:Unspecified
-// error) Unexpected end of input stream in function 'readBlock'" -> "Unexpected end of input
-// stream".
+// The part of the codecs' words worth showing a user: libpng's fatal error ("libpng error:
+// IDAT: CRC error" -> "IDAT: CRC error"). libjpeg prints only its warnings (OpenCV's handler
+// swallows the error that stopped it), OpenCV's log lines and internal errors ("OpenCV(4.6.0)
+// grfmt_tiff.cpp:704: error: ... TIFFReadRGBAStrip") say nothing to a user: all dropped.
 std::string codec_reason(const std::string& text) {
-  std::string line;
-  for (size_t start = 0; start < text.size() && line.empty();) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    line = text.substr(start, end - start);
+  std::istringstream in(text);
+  const std::string prefix = "libpng error: ";
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    line = line.substr(prefix.size());
     while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
-    start = end + 1;
+    if (line.size() > 160) line = line.substr(0, 157) + "...";
+    return line;
   }
-  if (size_t at = line.find("error: ("); at != std::string::npos) {
-    size_t open = line.find(") ", at);
-    if (open != std::string::npos) line = line.substr(open + 2);
-    if (size_t fn = line.find(" in function"); fn != std::string::npos) line.resize(fn);
-  }
-  for (const char* prefix : {"libpng error: ", "libpng warning: "})
-    if (line.rfind(prefix, 0) == 0) line = line.substr(std::strlen(prefix));
-  if (line.size() > 160) line = line.substr(0, 157) + "...";
-  return line;
+  return "";
 }
 
 // As a viewer shows it; OpenCV's ExifTransform for IMREAD_COLOR does the same.
@@ -154,21 +148,27 @@ bool decode_image(const std::vector<uint8_t>& bytes, cv::Mat& image, std::string
     return false;
   }
   cv::Mat out;
-  std::string thrown;
+  bool out_of_memory = false;
   StderrCapture capture(options.quiet);
   try {
     out = cv::imdecode(bytes, cv::IMREAD_UNCHANGED);
-  } catch (const cv::Exception& e) {
-    thrown = e.err;
   } catch (const std::bad_alloc&) {
-    thrown = "out of memory";
-  } catch (const std::exception& e) {
-    thrown = e.what();
+    out_of_memory = true;
+  } catch (const std::exception&) {
+    // cv::Exception: an assertion inside a codec; its text is for OpenCV's developers.
   }
   const std::string said = capture.finish();
+  if (out_of_memory) {
+    error = "out of memory decoding the " + h.format + " image of " + size_text(h.width, h.height) +
+            " pixels";
+    return false;
+  }
   if (out.empty()) {
-    std::string detail = codec_reason(thrown.empty() ? said : thrown);
-    error = "truncated or corrupt " + h.format + (detail.empty() ? "" : " (" + detail + ")");
+    std::string detail = codec_reason(said);
+    // PNG and JPEG files were walked to their end already: what fails now is inside the data.
+    const bool walked = h.format == "PNG" || h.format == "JPEG";
+    error = (walked ? "corrupt " : "truncated or corrupt ") + h.format +
+            (detail.empty() ? "" : " (" + detail + ")");
     return false;
   }
   apply_orientation(out, h.orientation);

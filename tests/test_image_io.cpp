@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -275,6 +276,45 @@ TEST_F(ImageIo, BombsAreRefusedFromTheHeader) {
   put_be32(&png[20], 1);
   put_be32(&png[29], crc32_of(&png[12], 17));
   EXPECT_TRUE(has(reason(write("wide.png", png), huge), "beyond OpenCV's limits"));
+}
+
+TEST_F(ImageIo, MutatedFilesNeverCrash) {
+  // Cut short, bits flipped, header bytes replaced: thousands of broken files of every format.
+  // Each must come back as an image or a reason; the test fails by crashing or hanging.
+  std::mt19937 rng(12345);
+  DecodeOptions quiet;
+  quiet.quiet = true;
+  const cv::Mat img = pattern(37, 45, CV_8UC3);
+  int failed = 0, total = 0;
+  for (const char* ext : {".png", ".jpg", ".bmp", ".tif", ".webp", ".ppm"}) {
+    const Bytes good =
+        encode(ext, img,
+               std::string(ext) == ".jpg" ? std::vector<int>{cv::IMWRITE_JPEG_PROGRESSIVE, 1}
+                                          : std::vector<int>{});
+    for (int i = 0; i < 300; ++i) {
+      Bytes b = good;
+      switch (rng() % 3) {
+        case 0:
+          b.resize(rng() % b.size());
+          break;
+        case 1:
+          for (unsigned f = 0, n = 1 + rng() % 8; f < n; ++f)
+            b[rng() % b.size()] ^= 1u << (rng() % 8);
+          break;
+        default:
+          b[rng() % std::min<size_t>(b.size(), 64)] = static_cast<uint8_t>(rng());
+      }
+      cv::Mat out;
+      std::string error;
+      const bool ok = vitk::datasets::decode_image(b, out, error, quiet);
+      EXPECT_EQ(ok, error.empty());
+      EXPECT_EQ(ok, !out.empty());
+      EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+      failed += !ok;
+      ++total;
+    }
+  }
+  EXPECT_GT(failed, total / 4);  // the mutations did break files
 }
 
 TEST_F(ImageIo, QuietDecodingKeepsCodecChatterOffStderr) {
