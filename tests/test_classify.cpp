@@ -821,4 +821,39 @@ TEST_F(Classify, PipelineKeepsOrderAndStopsCleanlyOnACallbackError) {
   EXPECT_EQ(stats.images + stats.failed, 0);
 }
 
+// ---- vitk export-samples
+// ---------------------------------------------------------------------------
+
+TEST_F(Classify, ExportSamplesNamesFilesByIndexAndClass) {
+  // An image folder: "T-shirt/top"-like names become slugs.
+  const fs::path root = *dir_ / "folder_data";
+  fs::create_directories(root / "Ankle boot");
+  fs::create_directories(root / "Sandal");
+  cv::Mat a(9, 7, CV_8UC3, cv::Scalar(10, 20, 30)), b(5, 6, CV_8UC1, cv::Scalar(200));
+  ASSERT_TRUE(cv::imwrite((root / "Ankle boot" / "x1.png").string(), a));
+  ASSERT_TRUE(cv::imwrite((root / "Ankle boot" / "x2.jpg").string(), a));
+  ASSERT_TRUE(cv::imwrite((root / "Sandal" / "y.png").string(), b));
+  Result r = run({"export-samples", "folder_data", "--per-class", "1", "--out", "exported"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "exported/0000-ankle-boot.png\nexported/0002-sandal.png\n");
+  cv::Mat back = cv::imread((*dir_ / "exported/0002-sandal.png").string(), cv::IMREAD_UNCHANGED);
+  ASSERT_FALSE(back.empty());
+  EXPECT_EQ(cv::norm(back, b, cv::NORM_INF), 0);
+
+  r = run({"export-samples", "folder_data", "--count", "2", "--start", "1", "--out", "exported2"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "exported2/0001-ankle-boot.png\nexported2/0002-sandal.png\n");
+  // What it writes, classify reads.
+  r = run({"classify", "--model", "rgb.h5", "--dir", "exported2"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(lines(r.out).size(), 3u);
+
+  r = run({"export-samples", "nowhere", "--out", "x"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(has(r.err, "nowhere")) << r.err;
+  r = run({"export-samples", "folder_data"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(has(r.err, "--out")) << r.err;
+}
+
 }  // namespace

@@ -12,6 +12,7 @@ constexpr void (*kRegistrations[])(vitk::tools::Registry&) = {
     vitk::tools::register_env_commands,      vitk::tools::register_info_commands,
     vitk::tools::register_bench_commands,    vitk::tools::register_inspect_commands,
     vitk::tools::register_classify_commands,
+    vitk::tools::register_export_commands,
 };
 
 }  // namespace
