@@ -13,6 +13,7 @@ constexpr void (*kRegistrations[])(vitk::tools::Registry&) = {
     vitk::tools::register_info_commands,
     vitk::tools::register_bench_commands,
     vitk::tools::register_inspect_commands,
+    vitk::tools::register_import_commands,
 };
 
 }  // namespace
