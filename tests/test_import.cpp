@@ -340,6 +340,48 @@ TEST_F(Import, Labels) {
   EXPECT_THROW(vitk::vit::import_vit(kDir + "tiny_timm_bf16.safetensors", o), UsageError);
 }
 
+TEST_F(Import, HuggingFaceConfig) {
+  std::string labels;
+  for (int k = 0; k < 10; ++k)
+    labels += (k ? "," : "") + ("\"" + std::to_string(k) + "\": \"n" + std::to_string(k) + "\"");
+  std::ofstream(path("config.json"))
+      << "{\"architectures\": [\"ViTForImageClassification\"], \"hidden_act\": \"gelu\", "
+         "\"num_attention_heads\": 2, \"layer_norm_eps\": 1e-12, \"image_size\": 32, "
+         "\"qkv_bias\": true, \"id2label\": {"
+      << labels << "}}";
+  ImportOptions o = vitk::vit::options_for(ImportFormat::hf);
+  o.norm_eps = 0.5f;
+  vitk::vit::apply_hf_config(path("config.json"), o);
+  EXPECT_EQ(o.heads, 2);
+  EXPECT_EQ(o.norm_eps, 1e-12f);
+  EXPECT_EQ(o.image_height, 32);
+  ASSERT_EQ(o.class_names.size(), 10u);
+  EXPECT_EQ(o.class_names[7], "n7");
+  vitk::vit::ImportedVit m = vitk::vit::import_vit(kDir + "tiny_hf_f16.safetensors", o);
+  EXPECT_EQ(m.class_names[9], "n9");
+  EXPECT_EQ(m.config.heads, 2);
+
+  auto error = [&](const std::string& json) {
+    std::ofstream(path("bad.json")) << json;
+    ImportOptions bad = vitk::vit::options_for(ImportFormat::hf);
+    try {
+      vitk::vit::apply_hf_config(path("bad.json"), bad);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error("{\"hidden_act\": \"gelu_new\"}").find("bad.json: hidden_act is 'gelu_new'"),
+            std::string::npos);
+  EXPECT_NE(error("{\"id2label\": {\"0\": \"a\", \"2\": \"b\"}}").find("id2label '2'"),
+            std::string::npos);
+  EXPECT_NE(error("{\"num_attention_heads\": \"12\"}").find("num_attention_heads"),
+            std::string::npos);
+  EXPECT_NE(error("{\"qkv_bias\": false}").find("qkv_bias"), std::string::npos);
+  EXPECT_NE(error("{\"a\": 1,}").find("bad.json"), std::string::npos);
+  EXPECT_EQ(error("{}"), "");
+}
+
 // ---- the command ----
 
 struct CommandResult {
@@ -405,3 +447,21 @@ TEST_F(Import, Command) {
 }
 
 }  // namespace
+
+// The full-size check's C++ half (tests/bench/vit_b16_torchvision_parity.py runs it; not in CI):
+// VITK_PARITY_CHECKPOINT is an imported checkpoint, VITK_PARITY_DATA an HDF5 file with, per
+// case NAME, input/NAME [B, C, H, W], logits/NAME [B, classes] and align/NAME (i32 [1]: the
+// align_corners of the resampling to H x W). Prints one line per case.
+TEST(ImportBench, DISABLED_LogitsFromEnvironment) {
+  const char* ckpt = std::getenv("VITK_PARITY_CHECKPOINT");
+  const char* data = std::getenv("VITK_PARITY_DATA");
+  if (!ckpt || !data) GTEST_SKIP() << "VITK_PARITY_CHECKPOINT and VITK_PARITY_DATA are not set";
+  vitk::test::FixtureFile fx(data);
+  for (const std::string& name : fx.names("input")) {
+    const Tensor x = fx.read_f32("input/" + name);
+    const bool align = fx.read_i32("align/" + name).i32()[0] != 0;
+    vitk::vit::LoadedVit m = vitk::vit::load_vit(ckpt, x.dim(2), x.dim(3), align);
+    const double err = max_abs_diff(run(m, x), fx.read_f32("logits/" + name));
+    std::printf("[ parity ] %s: max |logit error| %.6g\n", name.c_str(), err);
+  }
+}

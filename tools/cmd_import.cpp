@@ -35,6 +35,11 @@ int run_import(const po::variables_map& vm) {
   const std::string input = vm["input"].as<std::string>();
   const std::string out_path = vm["out"].as<std::string>();
   vit::ImportOptions o = vit::options_for(vit::parse_import_format(vm["format"].as<std::string>()));
+  // Flags given on top of the Hugging Face config override it.
+  if (vm.count("hf-config")) {
+    if (o.format != vit::ImportFormat::hf) throw UsageError("--hf-config goes with --format hf");
+    vit::apply_hf_config(vm["hf-config"].as<std::string>(), o);
+  }
   if (vm.count("heads")) {
     o.heads = vm["heads"].as<int64_t>();
     if (o.heads < 1) throw UsageError("--heads must be at least 1");
@@ -84,7 +89,8 @@ void register_import_commands(Registry& registry) {
   c.summary = "convert a timm, Hugging Face or torchvision ViT (.safetensors) to a vitk checkpoint";
   c.example =
       "vitk import --format timm model.safetensors --out vit_b16.h5 --labels imagenet.txt\n"
-      "vitk import --format hf vit-base-patch16-224/model.safetensors --out vit_hf.h5\n"
+      "vitk import --format hf vit-base/model.safetensors --hf-config vit-base/config.json "
+      "--out vit_hf.h5\n"
       "vitk import --format torchvision vit_b_16.safetensors --out vit_tv.h5 --image-size 384";
   c.usage = "--format timm|hf|torchvision FILE --out CHECKPOINT [options]";
   c.add_options = [](po::options_description& o) {
@@ -96,6 +102,9 @@ void register_import_commands(Registry& registry) {
                            "the vitk checkpoint to write (HDF5)")(
         "labels", po::value<std::string>()->value_name("FILE"),
         "class names, one per line (default: class_0, class_1, ...)")(
+        "hf-config", po::value<std::string>()->value_name("FILE"),
+        "with --format hf: the model's config.json, for the heads, layer-norm epsilon, image "
+        "size and class names (id2label)")(
         "heads", po::value<int64_t>()->value_name("N"),
         "attention heads (default: the standard for the width, else d_model / 64)")(
         "image-size", po::value<std::string>()->value_name("SIZE"),

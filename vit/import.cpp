@@ -13,9 +13,11 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 
 #include "common/error.h"
 #include "common/io/checkpoint.h"
+#include "common/io/json.h"
 #include "common/io/safetensors.h"
 #include "vit/resample.h"
 
@@ -413,8 +415,17 @@ ImportedVit import_vit(const std::string& path, const ImportOptions& options) {
   if (options.image_height > 0 && asked_gh * asked_gw == positions) {
     src_gh = asked_gh, src_gw = asked_gw;
   } else {
-    const auto side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(positions))));
-    if (side * side != positions)
+    auto square_side = [](int64_t n) {
+      const auto side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(n))));
+      return side * side == n ? side : 0;
+    };
+    const int64_t side = square_side(positions);
+    // timm's no_embed_class models keep no position for the class token.
+    if (!side && square_side(positions + 1))
+      throw Error(path + ": " + in_quotes(pos.name) + " holds " + std::to_string(positions + 1) +
+                  " positions, a square grid without a class-token slot (timm's no_embed_class): "
+                  "not supported");
+    if (!side)
       throw Error(path + ": " + in_quotes(pos.name) + " holds " + std::to_string(positions) +
                   " positions, not a square grid: give the image size the model was trained at");
     src_gh = src_gw = side;
@@ -501,6 +512,49 @@ ImportedVit import_vit(const std::string& path, const ImportOptions& options) {
       out.class_names.push_back("class_" + std::to_string(k));
   }
   return out;
+}
+
+void apply_hf_config(const std::string& path, ImportOptions& options) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("cannot open Hugging Face config " + path + ": " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  const io::Json config = io::parse_json(text.str(), path);
+  config.as_object(path);
+  auto key = [&](const char* name) { return path + ": " + name; };
+  if (const io::Json* v = config.find("hidden_act"); v && v->as_string(key("hidden_act")) != "gelu")
+    throw Error(key("hidden_act") + " is '" + v->text() +
+                "'; vitk's ViT uses the exact GELU ('gelu')");
+  if (const io::Json* v = config.find("qkv_bias"); v && !v->as_bool(key("qkv_bias")))
+    throw Error(key("qkv_bias") + " is false; vitk's ViT has query, key and value biases");
+  if (const io::Json* v = config.find("num_attention_heads")) {
+    options.heads = static_cast<int64_t>(v->as_uint(key("num_attention_heads")));
+    if (options.heads < 1) throw Error(key("num_attention_heads") + " must be at least 1");
+  }
+  if (const io::Json* v = config.find("layer_norm_eps")) {
+    options.norm_eps = static_cast<float>(v->as_double(key("layer_norm_eps")));
+    if (!(options.norm_eps > 0)) throw Error(key("layer_norm_eps") + " must be positive");
+  }
+  if (const io::Json* v = config.find("image_size")) {
+    const auto size = static_cast<int64_t>(v->as_uint(key("image_size")));
+    if (size < 1) throw Error(key("image_size") + " must be positive");
+    options.image_height = options.image_width = size;
+  }
+  if (const io::Json* v = config.find("id2label")) {
+    const auto& labels = v->as_object(key("id2label"));
+    std::vector<std::string> names(labels.size());
+    for (const auto& [id, label] : labels) {
+      const std::string where = key("id2label") + " '" + id + "'";
+      size_t index = names.size();
+      if (!id.empty() && id.size() < 10 && id.find_first_not_of("0123456789") == std::string::npos)
+        index = std::stoul(id);
+      if (index >= names.size())
+        throw Error(where + ": ids must be 0.." + std::to_string(names.size() - 1));
+      names[index] = label.as_string(where);
+      if (names[index].empty()) throw Error(where + ": empty class name");
+    }
+    options.class_names = std::move(names);
+  }
 }
 
 void save_imported(const ImportedVit& imported, const std::string& path) {

@@ -64,6 +64,12 @@ struct ImportedVit {
   std::vector<std::string> notes;
 };
 
+// Hugging Face's config.json beside model.safetensors: num_attention_heads -> heads,
+// layer_norm_eps -> norm_eps, id2label -> class_names (keys "0".."N-1"), image_size ->
+// image_height/width; hidden_act must be "gelu" (exact, as vitk's) and qkv_bias true when given.
+// Missing keys leave the options as they are. vitk::Error naming the file and key otherwise.
+void apply_hf_config(const std::string& path, ImportOptions& options);
+
 // Reads path (see io::SafetensorsFile for the checks on the file itself) and builds the model.
 // Every tensor of the file must map to a vitk parameter (or be one of the few known to be unused
 // at inference, such as Hugging Face's pooler, which are skipped with a note), and every vitk
