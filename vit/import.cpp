@@ -382,13 +382,13 @@ ImportedVit import_vit(const std::string& path, const ImportOptions& options) {
                "[classes, " + std::to_string(d) + "]");
     if (options.num_classes > 0 && options.num_classes != head.shape[0])
       throw UsageError(path + " has a head of " + std::to_string(head.shape[0]) +
-                       " classes; the number of classes is only given for a file without one");
+                       " classes; --num-classes is only for a file without one");
     c.num_classes = head.shape[0];
   } else {
     if (options.num_classes <= 0)
       throw Error(path + ": no classifier head (" +
                   expected_sources(options.format, "head.weight") +
-                  "): a backbone; give the number of classes to add a zero head to fine-tune");
+                  "): a backbone; --num-classes N adds a zero head to fine-tune");
     c.num_classes = options.num_classes;
     out.notes.push_back("no classifier in the file: added a zero head of " +
                         std::to_string(c.num_classes) + " classes");
@@ -397,10 +397,11 @@ ImportedVit import_vit(const std::string& path, const ImportOptions& options) {
   c.heads = options.heads > 0 ? options.heads : default_heads(d);
   if (c.heads <= 0)
     throw UsageError(path + ": cannot tell the number of heads of a ViT of width " +
-                     std::to_string(d) + " (not a standard width nor a multiple of 64): give it");
+                     std::to_string(d) +
+                     " (not a standard width nor a multiple of 64): give --heads");
   if (options.heads <= 0)
     out.notes.push_back("heads " + std::to_string(c.heads) + " (the standard for width " +
-                        std::to_string(d) + "; the file does not say, give the number if not)");
+                        std::to_string(d) + "; the file does not say: --heads to change)");
 
   // ---- image size: the source's grid, and the size asked for ----
   const int64_t positions = pos.shape[1] - 1;
@@ -426,8 +427,9 @@ ImportedVit import_vit(const std::string& path, const ImportOptions& options) {
                   " positions, a square grid without a class-token slot (timm's no_embed_class): "
                   "not supported");
     if (!side)
-      throw Error(path + ": " + in_quotes(pos.name) + " holds " + std::to_string(positions) +
-                  " positions, not a square grid: give the image size the model was trained at");
+      throw Error(
+          path + ": " + in_quotes(pos.name) + " holds " + std::to_string(positions) +
+          " positions, not a square grid: give the size it was trained at (--image-size HxW)");
     src_gh = src_gw = side;
   }
   out.source_height = src_gh * c.patch_size;
