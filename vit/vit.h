@@ -71,7 +71,9 @@ class VisionTransformer {
   // configured size (vitk::Error otherwise).
   Tensor forward(nn::Context& ctx, const Tensor& images);
   // dlogits [B, num_classes] -> ADDS every parameter's gradient. Needs the last training forward.
-  void backward(nn::Context& ctx, const Tensor& dlogits);
+  // With dimages set, also writes d(images) [B, C, H, W] there (a fresh arena tensor); without
+  // it, that product is skipped.
+  void backward(nn::Context& ctx, const Tensor& dlogits, Tensor* dimages = nullptr);
 
   const VitConfig& config() const { return config_; }
   // The encoder layers, e.g. for attention maps (keep_weights) or layer-wise learning rates.
@@ -86,5 +88,8 @@ class VisionTransformer {
 // Patches of images [B, C, H, W] -> [B, (H/P)·(W/P), C·P·P], each patch flattened in (c, i, j)
 // order so that a Conv2d weight [d, C, P, P] read as [d, C·P·P] is the projection.
 void extract_patches(const Tensor& images, int64_t patch, Tensor& patches);
+// The inverse (and the gradient) of extract_patches: patches [B, (H/P)·(W/P), C·P·P] -> images
+// [B, C, H, W], overwritten; the images' shape gives C, H and W.
+void fold_patches(const Tensor& patches, int64_t patch, Tensor& images);
 
 }  // namespace vitk::vit
