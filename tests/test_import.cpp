@@ -141,6 +141,10 @@ TEST_F(Import, LogitsAtAnotherSizeMatchEachLibrarysResampling) {
     const double err = max_abs_diff(run(m, x48), fx.read_f32("logits/" + fmt + "_48"));
     std::printf("[ parity ] %-11s at 48x48: max |logit error| %.3g\n", fmt.c_str(), err);
     EXPECT_LT(err, kTolerance) << fmt;
+    // The other convention is far off: the fixture tells the two apart.
+    vitk::vit::LoadedVit other = vitk::vit::load_vit(ckpt, 48, 48, !align);
+    EXPECT_GT(max_abs_diff(run(other, x48), fx.read_f32("logits/" + fmt + "_48")), 100 * kTolerance)
+        << fmt;
   }
 }
 
