@@ -399,9 +399,8 @@ TEST(VitInitTest, FollowsTimm) {
   ops::Rng rng(5);
   model.init(rng);
 
-  // N(0, 0.02) cut at ±2σ has standard deviation 0.02·√(1 − 4φ(2)/(2Φ(2) − 1)) ≈ 0.8796·0.02.
-  const double phi2 = std::exp(-2.0) / std::sqrt(2 * M_PI), mass = std::erf(2 / std::sqrt(2.0));
-  const double trunc_std = 0.02 * std::sqrt(1 - 4 * phi2 / mass);
+  // timm's trunc_normal_(std=.02) cuts at ±2 absolute, i.e. at 100σ: a plain N(0, 0.02).
+  const double trunc_std = 0.02;
   const double bound = 1 / std::sqrt(48.0);  // patch projection: 1/√(C·P·P)
   double max_trunc = 0;
   for (const auto& p : store.params()) {
@@ -420,7 +419,6 @@ TEST(VitInitTest, FollowsTimm) {
         EXPECT_GT(s.max_abs, 0.99 * bound) << p.name;
       }
     } else if (p.shape.size() >= 2) {  // Linear weights, the head and pos_embed
-      EXPECT_LE(s.max_abs, 0.04 * (1 + 1e-6)) << p.name;
       EXPECT_NEAR(s.mean, 0, mean_tol) << p.name;
       EXPECT_NEAR(s.std, trunc_std, trunc_std * std_tol) << p.name;
       max_trunc = std::max(max_trunc, s.max_abs);
@@ -431,8 +429,8 @@ TEST(VitInitTest, FollowsTimm) {
       EXPECT_EQ(s.max_abs, 0.0) << p.name;
     }
   }
-  // Close to the cut: the truncation is at 2σ, not tighter.
-  EXPECT_GT(max_trunc, 0.0395);
+  // Not cut at 2σ (0.04): among tens of thousands of draws some lie beyond 3σ.
+  EXPECT_GT(max_trunc, 0.06);
 
   // Reproducible from the generator's state alone.
   const Tensor first = store.values().clone();

@@ -62,7 +62,7 @@ class VisionTransformer {
  public:
   // Registers every parameter in params (not yet finalized).
   VisionTransformer(ParamStore& params, const VitConfig& config);
-  // timm's initialisation, after params.finalize(): truncated normal (std 0.02) for Linear
+  // timm's initialisation, after params.finalize(): trunc_normal_(std=.02) (cut at ±2) for Linear
   // weights, pos_embed and the head; cls_token normal with std 1e-6; the patch projection as
   // PyTorch's Conv2d default (uniform ±1/√(C·P·P) for weight and bias); biases 0; norms 1, 0.
   void init(ops::Rng& rng);
