@@ -19,7 +19,7 @@ struct AugmentOptions {
   std::array<float, 2> ratio{3.f / 4.f, 4.f / 3.f};
   float hflip = 0.5f;  // probability (timm --hflip)
   // Random erasing (timm --reprob, mode "pixel"): one rectangle of area (0.02, 1/3) of the image
-  // and aspect (0.3, 3.3), filled with N(0, 1) noise in normalised space.
+  // and log-uniform aspect (0.3, 1/0.3), filled with N(0, 1) noise in normalised space.
   float reprob = 0.f;
   // Mixup / CutMix (timm --mixup, --cutmix, --mixup-prob, --mixup-switch-prob): alphas of the Beta
   // distributions (0 = off), probability of mixing a batch, and of CutMix when both are on.

@@ -15,7 +15,8 @@ namespace vitk::datasets {
 struct Batch {
   Tensor images;   // f32 [B, C, H, W], normalised
   Tensor labels;   // i32 [B]
-  Tensor targets;  // f32 [B, classes] when the batch was mixed (soft targets), else empty
+  Tensor targets;  // f32 [B, classes] soft targets in every batch of a run with Mixup/CutMix
+                   // on (λ = 1 batches too, as timm), else empty
   int64_t epoch = 0, index = 0;  // which batch of which epoch this is
 };
 
