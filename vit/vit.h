@@ -62,7 +62,7 @@ class VisionTransformer {
  public:
   // Registers every parameter in params (not yet finalized).
   VisionTransformer(ParamStore& params, const VitConfig& config);
-  // timm's initialisation, after params.finalize(): truncated normal (std 0.02) for Linear
+  // timm's initialisation, after params.finalize(): trunc_normal_(std=.02) (cut at ±2) for Linear
   // weights, pos_embed and the head; cls_token normal with std 1e-6; the patch projection as
   // PyTorch's Conv2d default (uniform ±1/√(C·P·P) for weight and bias); biases 0; norms 1, 0.
   void init(ops::Rng& rng);
@@ -71,7 +71,9 @@ class VisionTransformer {
   // configured size (vitk::Error otherwise).
   Tensor forward(nn::Context& ctx, const Tensor& images);
   // dlogits [B, num_classes] -> ADDS every parameter's gradient. Needs the last training forward.
-  void backward(nn::Context& ctx, const Tensor& dlogits);
+  // With dimages set, also writes d(images) [B, C, H, W] there (a fresh arena tensor); without
+  // it, that product is skipped.
+  void backward(nn::Context& ctx, const Tensor& dlogits, Tensor* dimages = nullptr);
 
   const VitConfig& config() const { return config_; }
   // The encoder layers, e.g. for attention maps (keep_weights) or layer-wise learning rates.
@@ -86,5 +88,8 @@ class VisionTransformer {
 // Patches of images [B, C, H, W] -> [B, (H/P)·(W/P), C·P·P], each patch flattened in (c, i, j)
 // order so that a Conv2d weight [d, C, P, P] read as [d, C·P·P] is the projection.
 void extract_patches(const Tensor& images, int64_t patch, Tensor& patches);
+// The inverse (and the gradient) of extract_patches: patches [B, (H/P)·(W/P), C·P·P] -> images
+// [B, C, H, W], overwritten; the images' shape gives C, H and W.
+void fold_patches(const Tensor& patches, int64_t patch, Tensor& images);
 
 }  // namespace vitk::vit

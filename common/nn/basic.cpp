@@ -101,13 +101,14 @@ void init_defaults(ParamStore& params) {
   }
 }
 
-void init_trunc_normal(Tensor& t, float std, ops::Rng& rng) {
+void init_trunc_normal(Tensor& t, float std, ops::Rng& rng, double a, double b) {
+  if (!(a < 0.0 && b > 0.0)) throw Error("init_trunc_normal: the interval must contain 0");
   float* v = t.f32();
   for (int64_t i = 0; i < t.numel(); ++i) {
-    double z;
-    do z = rng.normal();
-    while (z < -2.0 || z > 2.0);
-    v[i] = static_cast<float>(z * std);
+    double x;
+    do x = rng.normal() * std;
+    while (x < a || x > b);
+    v[i] = static_cast<float>(x);
   }
 }
 

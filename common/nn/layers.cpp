@@ -3,6 +3,9 @@
 // TransformerDecoderLayer are supported:
 //   post-norm (norm_first=False, the 2017 paper): y = norm(x + drop(f(x)))
 //   pre-norm  (norm_first=True, ViT):             y = x + drop(f(norm(x)))
+// Encoder layers also take stochastic depth (timm's DropPath): in training, each residual branch
+// drop(f(.)) of each sample is multiplied by keep/(1 − p), keep ~ Bernoulli(1 − p).
+#include <string>
 #include <utility>
 
 #include "common/error.h"
@@ -44,14 +47,82 @@ Tensor FeedForward::backward(Context& ctx, const Tensor& dy) {
 
 namespace {
 
-// One sublayer with its layer norm, its residual dropout and its residual connection, in either
-// arrangement. The sublayer itself is passed in as a function, so that the same code serves
-// self-attention, cross-attention, the feed-forward block and the incremental decoding path.
+// Stochastic depth of one residual branch: per sample b, scale[b] = keep_b / (1 − p) with
+// keep_b ~ Bernoulli(1 − p), one draw per sample from ctx.rng, the same rule as ops::dropout.
+// Applied while the branch is added to the residual stream, so that it costs no extra pass.
+class DropPath {
+ public:
+  DropPath(std::string layer, float p) : layer_(std::move(layer)), p_(p) {
+    if (!(p >= 0.f && p < 1.f))
+      throw Error(layer_ + ": drop_path must be in [0, 1), not " + std::to_string(p));
+  }
+
+  // y = x + scale[b] · s per sample (plain x + s when not applied); x, s, y [B, T, d].
+  void add(Context& ctx, const Tensor& x, const Tensor& s, Tensor& y) {
+    applied_ = ctx.training && p_ > 0.f;
+    if (!applied_) {
+      ops::add(x, s, y);
+      return;
+    }
+    if (!ctx.rng) throw Error(layer_ + ": drop_path in training needs nn::Context::rng");
+    const int64_t B = x.dim(0), n = x.numel() / B;
+    scale_ = ctx.alloc({B});  // [B]
+    float* scale = scale_.f32();
+    const uint64_t seed = ctx.rng->seed(), first = ctx.rng->reserve(static_cast<uint64_t>(B));
+    const float kept = 1.f / (1.f - p_);
+    for (int64_t b = 0; b < B; ++b)
+      scale[b] = ops::Rng::to_uniform(ops::Rng::hash(seed, first + static_cast<uint64_t>(b))) >= p_
+                     ? kept
+                     : 0.f;
+    const float* xp = x.f32();
+    const float* sp = s.f32();
+    float* yp = y.f32();
+#pragma omp parallel for schedule(static) if (B * n > 65536)
+    for (int64_t b = 0; b < B; ++b) {
+      const float k = scale[b];
+      const float* xb = xp + b * n;
+      const float* sb = sp + b * n;
+      float* yb = yp + b * n;
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) yb[i] = xb[i] + k * sb[i];
+    }
+  }
+
+  // d(branch) from d(y): dy itself when not applied, else a fresh tensor dy ⊙ scale[b].
+  Tensor backward(Context& ctx, const Tensor& dy) {
+    if (!applied_) return dy;
+    const int64_t B = dy.dim(0), n = dy.numel() / B;
+    Tensor ds = ctx.alloc(dy.shape());
+    const float* scale = scale_.f32();
+    const float* g = dy.f32();
+    float* out = ds.f32();
+#pragma omp parallel for schedule(static) if (B * n > 65536)
+    for (int64_t b = 0; b < B; ++b) {
+      const float k = scale[b];
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) out[b * n + i] = k * g[b * n + i];
+    }
+    return ds;
+  }
+
+ private:
+  std::string layer_;
+  float p_;
+  bool applied_ = false;
+  Tensor scale_;  // [B]: 0 or 1/(1 − p), kept for backward
+};
+
+// One sublayer with its layer norm, its residual dropout, its stochastic depth and its residual
+// connection, in either arrangement. The sublayer itself is passed in as a function, so that the
+// same code serves self-attention, cross-attention, the feed-forward block and the incremental
+// decoding path.
 class Residual {
  public:
-  Residual(ParamStore& params, const std::string& norm_name, const LayerConfig& config)
-      : norm_(params, norm_name, config.d_model, config.norm_eps),
+  Residual(ParamStore& params, const std::string& layer, const std::string& norm_name,
+           const LayerConfig& config, float drop_path = 0.f)
+      : norm_(params, layer + "." + norm_name, config.d_model, config.norm_eps),
         dropout_(config.dropout),
+        drop_path_(layer, drop_path),
         pre_norm_(config.pre_norm) {}
 
   // x [B, T, d]; sublayer: [B, T, d] -> [B, T, d]
@@ -60,12 +131,12 @@ class Residual {
     if (pre_norm_) {
       Tensor s = dropout_.forward(ctx, sublayer(norm_.forward(ctx, x)));
       Tensor y = ctx.alloc(x.shape());
-      ops::add(x, s, y);
+      drop_path_.add(ctx, x, s, y);
       return y;
     }
     Tensor s = dropout_.forward(ctx, sublayer(x));
     Tensor r = ctx.alloc(x.shape());  // x + s, kept by the norm for its backward
-    ops::add(x, s, r);
+    drop_path_.add(ctx, x, s, r);
     return norm_.forward(ctx, r);
   }
 
@@ -74,12 +145,13 @@ class Residual {
   template <typename SublayerBackward>
   Tensor backward(Context& ctx, const Tensor& dy, SublayerBackward&& sublayer_backward) {
     if (pre_norm_) {
-      Tensor dx = norm_.backward(ctx, sublayer_backward(dropout_.backward(ctx, dy)));
+      Tensor ds = drop_path_.backward(ctx, dy);
+      Tensor dx = norm_.backward(ctx, sublayer_backward(dropout_.backward(ctx, ds)));
       ops::accumulate(dx, dy);
       return dx;
     }
     Tensor dr = norm_.backward(ctx, dy);  // d(x + s)
-    Tensor dx = sublayer_backward(dropout_.backward(ctx, dr));
+    Tensor dx = sublayer_backward(dropout_.backward(ctx, drop_path_.backward(ctx, dr)));
     ops::accumulate(dx, dr);
     return dx;
   }
@@ -87,6 +159,7 @@ class Residual {
  private:
   LayerNorm norm_;
   Dropout dropout_;
+  DropPath drop_path_;
   bool pre_norm_;
 };
 
@@ -116,9 +189,9 @@ struct EncoderLayer::Impl {
   Impl(ParamStore& params, const std::string& prefix, const LayerConfig& c)
       : name(prefix),
         d_model(c.d_model),
-        attn_block(params, prefix + ".norm1", c),
+        attn_block(params, prefix, "norm1", c, c.drop_path),
         attn(params, prefix + ".attn", attention_config(c, /*cross=*/false)),
-        mlp_block(params, prefix + ".norm2", c),
+        mlp_block(params, prefix, "norm2", c, c.drop_path),
         mlp(params, prefix + ".mlp", c.d_model, c.d_ff, c.activation, c.dropout) {}
 
   std::string name;
@@ -156,15 +229,16 @@ MultiHeadAttention& EncoderLayer::attention() {
 
 // ---- DecoderLayer ----
 
+// Stochastic depth is an encoder-layer setting (nn.h): the decoder's branches ignore drop_path.
 struct DecoderLayer::Impl {
   Impl(ParamStore& params, const std::string& prefix, const LayerConfig& c)
       : name(prefix),
         d_model(c.d_model),
-        self_block(params, prefix + ".norm1", c),
+        self_block(params, prefix, "norm1", c),
         self_attn(params, prefix + ".self_attn", attention_config(c, /*cross=*/false)),
-        cross_block(params, prefix + ".norm2", c),
+        cross_block(params, prefix, "norm2", c),
         cross_attn(params, prefix + ".cross_attn", attention_config(c, /*cross=*/true)),
-        mlp_block(params, prefix + ".norm3", c),
+        mlp_block(params, prefix, "norm3", c),
         mlp(params, prefix + ".mlp", c.d_model, c.d_ff, c.activation, c.dropout) {}
 
   std::string name;

@@ -74,8 +74,9 @@ class Dropout {
 // Sets every parameter named "*norm*.weight" to 1 and every other parameter to 0 after
 // ParamStore::finalize(); models then draw their weights (vitk::nn::init_trunc_normal).
 void init_defaults(ParamStore& params);
-// Truncated normal N(0, std) cut at ±2·std (timm's trunc_normal_ with a = −2·std, b = 2·std).
-void init_trunc_normal(Tensor& t, float std, ops::Rng& rng);
+// N(0, std) redrawn outside [a, b], as timm's trunc_normal_(t, std=std, a=-2, b=2): the bounds
+// are absolute, so with std = 0.02 (timm's ViT init) the cut is at 100σ and changes nothing.
+void init_trunc_normal(Tensor& t, float std, ops::Rng& rng, double a = -2.0, double b = 2.0);
 
 // ---- Attention ----
 // Which keys each query may see: padding by per-sequence key lengths, causal, or both. Masked

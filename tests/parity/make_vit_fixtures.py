@@ -1,0 +1,224 @@
+#!/usr/bin/python3
+"""Writes the PyTorch parity fixtures of vitk's Vision Transformer (tests/fixtures/vit/*.h5).
+
+Run with Debian's PyTorch (python3-torch, python3-h5py):
+
+    /usr/bin/python3 tests/parity/make_vit_fixtures.py
+
+timm is not a dependency: the model below is a small re-implementation of timm's
+VisionTransformer (timm/models/vision_transformer.py) with its parameter names and its
+computation: PatchEmbed (a P x P stride-P Conv2d, flattened to tokens), a class token prepended,
+learned positions added, pre-norm Blocks (norm1, attn with a fused qkv and proj, norm2, mlp with
+fc1, exact GELU, fc2; LayerNorm eps 1e-6), then either the final norm and the class token
+(global_pool="token") or the mean of the patch tokens and fc_norm (global_pool="avg"), and the
+head. Dropout and stochastic depth are 0, as in timm's eval, so the run is deterministic.
+
+Each case draws random parameters and images from a fixed seed, computes the logits, the mean
+cross-entropy against random targets and its gradients w.r.t. the images and every parameter.
+Parameters and images are float32 values; the reference is computed from them in float64 and
+stored as float32 (as make_core_fixtures.py does; the torch_float32_* attributes record how far
+PyTorch's own float32 run is from it).
+
+One HDF5 file per case holds:
+  attributes           the configuration (image_height, image_width, patch_size, channels,
+                       num_classes, d_model, heads, d_ff, layers, pool, norm_eps), batch, seed,
+                       torch_version, torch_float32_{max_abs,error}_{logits,dimages,dparams}
+  param/<timm name>    the parameters (vitk registers the same names)
+  input/images         [B, C, H, W]
+  input/targets        int32 [B]
+  output/logits        [B, num_classes]
+  output/loss          [1], the mean cross-entropy
+  grad/images, grad/param/<timm name>   gradients of the loss
+"""
+import argparse
+import copy
+import pathlib
+
+import h5py
+import numpy as np
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+EPS = 1e-6
+RTOL, ATOL = 1e-5, 1e-6  # the C++ test's rule, used only to report PyTorch's float32 error
+
+DEFAULT_OUT = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "vit"
+
+
+# ---- timm's VisionTransformer, reduced to what vitk implements ----
+class PatchEmbed(nn.Module):
+    def __init__(self, patch, channels, dim):
+        super().__init__()
+        self.proj = nn.Conv2d(channels, dim, kernel_size=patch, stride=patch)
+
+    def forward(self, x):  # [B, C, H, W] -> [B, Hp * Wp, d], patches in row-major grid order
+        return self.proj(x).flatten(2).transpose(1, 2)
+
+
+class Attention(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.scale = (dim // heads) ** -0.5
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)  # [B, H, N, dh] each
+        attn = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
+        return self.proj((attn @ v).transpose(1, 2).reshape(b, n, c))
+
+
+class Mlp(nn.Module):
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden, dim)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads, hidden):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=EPS)
+        self.attn = Attention(dim, heads)
+        self.norm2 = nn.LayerNorm(dim, eps=EPS)
+        self.mlp = Mlp(dim, hidden)
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class VisionTransformer(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        d = cfg["d_model"]
+        patches = (cfg["image_height"] // cfg["patch_size"]) * (cfg["image_width"] // cfg["patch_size"])
+        self.pool = cfg["pool"]
+        self.patch_embed = PatchEmbed(cfg["patch_size"], cfg["channels"], d)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, d))
+        self.pos_embed = nn.Parameter(torch.zeros(1, patches + 1, d))
+        self.blocks = nn.Sequential(*[Block(d, cfg["heads"], cfg["d_ff"])
+                                      for _ in range(cfg["layers"])])
+        # timm: fc_norm replaces norm when pooling by average.
+        self.norm = nn.LayerNorm(d, eps=EPS) if self.pool == "token" else nn.Identity()
+        self.fc_norm = nn.LayerNorm(d, eps=EPS) if self.pool == "avg" else nn.Identity()
+        self.head = nn.Linear(d, cfg["num_classes"])
+
+    def forward(self, images):
+        x = self.patch_embed(images)
+        x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1) + self.pos_embed
+        x = self.norm(self.blocks(x))
+        x = x[:, 1:].mean(dim=1) if self.pool == "avg" else x[:, 0]
+        return self.head(self.fc_norm(x))
+
+
+# ---- parameters and inputs ----
+def randomize(model, generator):
+    """Random values instead of timm's init (zero biases, unit norms, a class token of 1e-6), so
+    that a bias, norm, position or class token that vitk mishandles cannot go unnoticed."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=generator)
+            if name in ("cls_token", "pos_embed"):
+                p.copy_(0.5 * noise)
+            elif "norm" in name and name.endswith("weight"):
+                p.copy_(1.0 + 0.1 * noise)
+            elif p.dim() == 1:
+                p.copy_(0.1 * noise)
+            else:
+                p.copy_(noise / (p[0].numel() ** 0.5))  # outputs of order 1 (conv: fan-in C*P*P)
+
+
+def run(model, images, targets, dtype):
+    """Logits, loss and gradients in `dtype`, as float64 numpy arrays."""
+    model = model.to(dtype).train()  # dropout is 0 anyway
+    model.zero_grad(set_to_none=True)
+    x = images.detach().to(dtype).clone().requires_grad_()
+    logits = model(x)
+    loss = F.cross_entropy(logits, targets.long())
+    loss.backward()
+    out = {"logits": logits.detach(), "loss": loss.detach().reshape(1), "dimages": x.grad}
+    grads = {name: p.grad for name, p in model.named_parameters()}
+    return ({k: v.double().numpy() for k, v in out.items()},
+            {k: v.double().numpy() for k, v in grads.items()})
+
+
+def errors(got, want):
+    err = np.abs(got - want)
+    scale = max(1.0, float(np.abs(want).max()))
+    return float(err.max()), float(np.max(err / (RTOL * np.abs(want) + ATOL * scale)))
+
+
+def write_case(out, name, seed, cfg, batch):
+    gen = torch.Generator().manual_seed(seed)
+    model = VisionTransformer(cfg)
+    randomize(model, gen)
+    images = torch.randn(batch, cfg["channels"], cfg["image_height"], cfg["image_width"],
+                         generator=gen)
+    targets = torch.randint(0, cfg["num_classes"], (batch,), generator=gen, dtype=torch.int32)
+
+    outputs, grads = run(copy.deepcopy(model), images, targets, torch.float64)
+    f32_outputs, f32_grads = run(copy.deepcopy(model), images, targets, torch.float32)
+    torch_errors = {"logits": errors(f32_outputs["logits"], outputs["logits"]),
+                    "dimages": errors(f32_outputs["dimages"], outputs["dimages"])}
+    per_param = [errors(f32_grads[k], grads[k]) for k in grads]
+    torch_errors["dparams"] = (max(e[0] for e in per_param), max(e[1] for e in per_param))
+    params = {k: p.detach().double().numpy() for k, p in model.named_parameters()}
+
+    path = out / name
+    with h5py.File(path, "w", libver="earliest", track_order=False) as f:
+        for key, value in cfg.items():
+            f.attrs[key] = value
+        f.attrs["norm_eps"] = EPS
+        f.attrs["batch"] = batch
+        f.attrs["seed"] = seed
+        f.attrs["torch_version"] = str(torch.__version__)
+        for group, (max_abs, ratio) in torch_errors.items():
+            f.attrs[f"torch_float32_max_abs_{group}"] = max_abs
+            f.attrs[f"torch_float32_error_{group}"] = ratio
+
+        def put(key, array, dtype=np.float32):
+            f.create_dataset(key, data=np.asarray(array, dtype=dtype), track_times=False)
+
+        put("input/images", images)
+        put("input/targets", targets, np.int32)
+        put("output/logits", outputs["logits"])
+        put("output/loss", outputs["loss"])
+        put("grad/images", outputs["dimages"])
+        for k in sorted(params):
+            put(f"param/{k}", params[k])
+            put(f"grad/param/{k}", grads[k])
+    worst = max(ratio for _, ratio in torch_errors.values())
+    print(f"{name}: {len(params)} parameters, {path.stat().st_size} bytes, "
+          f"PyTorch's float32 result: {worst:.3f} of the tolerance")
+
+
+def config(pool, channels, height, width, patch, layers, classes):
+    return {"image_height": height, "image_width": width, "patch_size": patch,
+            "channels": channels, "num_classes": classes, "d_model": 16, "heads": 4, "d_ff": 32,
+            "layers": layers, "pool": pool}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(1)  # reproducible sums
+    torch.use_deterministic_algorithms(True)
+
+    write_case(args.out, "01_token_rgb_square.h5", 201, config("token", 3, 8, 8, 2, 2, 5), 3)
+    write_case(args.out, "02_avg_gray_rect.h5", 202, config("avg", 1, 8, 12, 4, 2, 4), 3)
+    write_case(args.out, "03_token_gray_rect.h5", 203, config("token", 1, 6, 10, 2, 1, 3), 2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+// Parity of the Vision Transformer (vit/vit.h) with PyTorch: a re-implementation of timm's
+// VisionTransformer in tests/parity/make_vit_fixtures.py writes the parameters under timm's names,
+// images, targets, the logits, the mean cross-entropy and its gradients w.r.t. the images and
+// every parameter (computed in float64, stored as float32). Each case builds vitk's model from
+// the file's configuration, checks that its parameter names are exactly the fixture's, loads
+// them, runs forward and backward in training mode (dropout 0) and compares everything with the
+// tolerance rule of the core's parity test (test_parity_core.cpp):
+//   |vitk − PyTorch| ≤ 1e-5·|PyTorch| + 1e-6·max(1, max|PyTorch| over the tensor).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/ops/ops.h"
+#include "common/params.h"
+#include "common/tensor.h"
+#include "fixture_io.h"
+#include "vit/vit.h"
+
+using namespace vitk;
+
+namespace {
+
+constexpr double kRelTol = 1e-5;
+constexpr double kAbsTol = 1e-6;
+
+std::string fixture_path(const std::string& name) {
+  return std::string(VITK_SOURCE_DIR) + "/tests/fixtures/vit/" + name + ".h5";
+}
+
+std::string index_str(int64_t flat, const Shape& shape) {
+  std::vector<int64_t> idx(shape.size());
+  for (size_t i = shape.size(); i-- > 0;) {
+    idx[i] = flat % shape[i];
+    flat /= shape[i];
+  }
+  std::ostringstream s;
+  s << '[';
+  for (size_t i = 0; i < idx.size(); ++i) s << (i ? ", " : "") << idx[i];
+  s << ']';
+  return s.str();
+}
+
+// The worst differences over one or more tensors: max |err| and max err / tolerance (passes at
+// <= 1).
+struct Errors {
+  double max_abs = 0, ratio = 0;
+  std::string where;
+  void merge(const Errors& o) {
+    max_abs = std::max(max_abs, o.max_abs);
+    if (o.ratio > ratio || where.empty()) ratio = o.ratio, where = o.where;
+  }
+};
+
+// One gtest failure per tensor that is off, naming its worst element and how many are off.
+Errors compare(const std::string& what, const Tensor& got, const Tensor& want) {
+  Errors e;
+  e.where = what;
+  if (got.shape() != want.shape()) {
+    ADD_FAILURE() << what << ": vitk shape " << shape_str(got.shape()) << ", PyTorch "
+                  << shape_str(want.shape());
+    e.ratio = INFINITY;
+    return e;
+  }
+  const float* a = got.f32();
+  const float* b = want.f32();
+  const int64_t n = want.numel();
+  double scale = 1.0;
+  for (int64_t i = 0; i < n; ++i) scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
+  int64_t bad = 0, worst = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    const double err = std::fabs(static_cast<double>(a[i]) - b[i]);
+    const double r = err / (kRelTol * std::fabs(b[i]) + kAbsTol * scale);
+    if (!(r <= 1.0)) ++bad;  // NaN counts as bad
+    e.max_abs = std::max(e.max_abs, err);
+    if (worst < 0 || !(r <= e.ratio)) {
+      e.ratio = std::isnan(r) ? INFINITY : r;
+      worst = i;
+    }
+  }
+  if (worst >= 0) e.where = what + index_str(worst, want.shape());
+  if (bad > 0)
+    ADD_FAILURE() << what << ": " << bad << " of " << n << " elements off; worst at "
+                  << index_str(worst, want.shape()) << ": vitk " << a[worst] << ", PyTorch "
+                  << b[worst];
+  return e;
+}
+
+vit::VitConfig config_of(const test::FixtureFile& f) {
+  vit::VitConfig c;
+  c.image_height = f.attr_int("image_height");
+  c.image_width = f.attr_int("image_width");
+  c.patch_size = f.attr_int("patch_size");
+  c.channels = f.attr_int("channels");
+  c.num_classes = f.attr_int("num_classes");
+  c.d_model = f.attr_int("d_model");
+  c.heads = f.attr_int("heads");
+  c.d_ff = f.attr_int("d_ff");
+  c.layers = static_cast<int>(f.attr_int("layers"));
+  c.pool = f.attr_string("pool");
+  c.norm_eps = static_cast<float>(f.attr_float("norm_eps"));
+  c.preprocess.mean.assign(static_cast<size_t>(c.channels), 0.5f);
+  c.preprocess.std.assign(static_cast<size_t>(c.channels), 0.5f);
+  return c;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s.empty() ? "(none)" : s;
+}
+
+class ParityVit : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ParityVit, MatchesPyTorch) {
+  const std::string name = GetParam();
+  test::FixtureFile f(fixture_path(name));
+  const vit::VitConfig config = config_of(f);
+  ParamStore store;
+  vit::VisionTransformer model(store, config);
+  store.finalize();
+
+  // The names prove the mapping: vitk registers exactly timm's names.
+  std::vector<std::string> ours, theirs = f.names("param");
+  for (const auto& p : store.params()) ours.push_back(p.name);
+  std::sort(ours.begin(), ours.end());
+  std::sort(theirs.begin(), theirs.end());
+  std::vector<std::string> only_ours, only_theirs;
+  std::set_difference(ours.begin(), ours.end(), theirs.begin(), theirs.end(),
+                      std::back_inserter(only_ours));
+  std::set_difference(theirs.begin(), theirs.end(), ours.begin(), ours.end(),
+                      std::back_inserter(only_theirs));
+  ASSERT_TRUE(only_ours.empty() && only_theirs.empty())
+      << "parameter names differ\n  only in vitk: " << joined(only_ours)
+      << "\n  only in the fixture: " << joined(only_theirs);
+  for (auto& p : store.params()) {
+    const Tensor v = f.read_f32("param/" + p.name);
+    ASSERT_EQ(v.shape(), p.shape) << p.name << ": vitk " << shape_str(p.shape) << ", fixture "
+                                  << shape_str(v.shape());
+    p.value.copy_from(v);
+  }
+  store.zero_grad();
+
+  const Tensor images = f.read_f32("input/images");  // [B, C, H, W]
+  const Tensor targets = f.read_i32("input/targets");
+  Arena arena;
+  nn::Context ctx{true, &arena, nullptr};
+  const Tensor logits = model.forward(ctx, images);  // [B, classes]
+  Errors e_logits = compare("logits", logits, f.read_f32("output/logits"));
+  const ops::CrossEntropyStats loss = ops::cross_entropy_forward(logits, targets);
+  const double want_loss = f.read_f32("output/loss").f32()[0];
+  EXPECT_NEAR(loss.loss, want_loss, kRelTol * std::fabs(want_loss) + kAbsTol);
+
+  Tensor dlogits = ctx.alloc(logits.shape());
+  ops::cross_entropy_backward(logits, targets, 0.f, -100, 1.f, dlogits);
+  Tensor dimages;
+  model.backward(ctx, dlogits, &dimages);
+  const Errors e_images = compare("grad/images", dimages, f.read_f32("grad/images"));
+  Errors e_params;
+  for (const auto& p : store.params())
+    e_params.merge(compare("grad/param/" + p.name, p.grad, f.read_f32("grad/param/" + p.name)));
+
+  // vitk's errors next to those of PyTorch's own float32 run against the same reference.
+  std::printf("[ parity ] %s (vitk | PyTorch float32: max|err|, fraction of the tolerance)\n",
+              name.c_str());
+  auto line = [&](const char* group, const Errors& e) {
+    const std::string g = group;
+    std::printf("[ parity ]   %-8s %.2e, %.3f at %s | %.2e, %.3f\n", group, e.max_abs, e.ratio,
+                e.where.c_str(), f.attr_float("torch_float32_max_abs_" + g),
+                f.attr_float("torch_float32_error_" + g));
+  };
+  line("logits", e_logits);
+  line("dimages", e_images);
+  line("dparams", e_params);
+}
+
+INSTANTIATE_TEST_SUITE_P(Vit, ParityVit,
+                         ::testing::Values("01_token_rgb_square", "02_avg_gray_rect",
+                                           "03_token_gray_rect"),
+                         [](const ::testing::TestParamInfo<const char*>& param) {
+                           return std::string("case") + param.param;
+                         });
+
+}  // namespace

@@ -1,0 +1,491 @@
+// The Vision Transformer (vit/vit.h): patch extraction against a naive loop, timm's parameter
+// names, central finite differences of L = Σ w·logits w.r.t. the images and every parameter (both
+// pools, rectangular images, with and without dropout and stochastic depth), configuration and
+// shape errors, the statistics of init(), and an eval forward that is deterministic and does not
+// depend on the rest of the batch.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/nn/nn.h"
+#include "common/ops/ops.h"
+#include "op_test_util.h"
+#include "vit/vit.h"
+
+using namespace vitk;
+using namespace vitk::test;
+using vit::VisionTransformer;
+using vit::VitConfig;
+
+namespace {
+
+// A model small enough for finite differences: 2 layers, d 8, a 3×2 or 2×3 patch grid.
+VitConfig tiny_config(const std::string& pool, int64_t channels, int64_t height, int64_t width,
+                      int64_t patch) {
+  VitConfig c;
+  c.image_height = height;
+  c.image_width = width;
+  c.patch_size = patch;
+  c.channels = channels;
+  c.num_classes = 3;
+  c.d_model = 8;
+  c.heads = 2;
+  c.d_ff = 16;
+  c.layers = 2;
+  c.pool = pool;
+  c.preprocess.mean.assign(static_cast<size_t>(channels), 0.5f);
+  c.preprocess.std.assign(static_cast<size_t>(channels), 0.25f);
+  return c;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Values with every parameter mattering: norm gains around 1, small biases, weights of order
+// 1/√fan_in (the patch projection's fan-in is C·P·P), class token and positions of order 0.5.
+void randomize(ParamStore& store, std::mt19937& gen) {
+  for (auto& p : store.params()) {
+    float a = 0.2f, offset = 0.f;
+    if (p.name.find("norm") != std::string::npos && ends_with(p.name, ".weight")) {
+      a = 0.3f, offset = 1.f;
+    } else if (p.name == "cls_token" || p.name == "pos_embed") {
+      a = 0.5f;
+    } else if (p.shape.size() >= 2) {
+      a = 1.5f / std::sqrt(static_cast<float>(p.numel() / p.shape[0]));
+    }
+    std::uniform_real_distribution<float> dist(-a, a);
+    for (int64_t i = 0; i < p.numel(); ++i) p.value.f32()[i] = offset + dist(gen);
+  }
+}
+
+std::vector<double> naive_patches(const Tensor& images, int64_t P) {
+  const int64_t B = images.dim(0), C = images.dim(1), H = images.dim(2), W = images.dim(3);
+  const int64_t Hp = H / P, Wp = W / P;
+  std::vector<double> out;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t gy = 0; gy < Hp; ++gy)
+      for (int64_t gx = 0; gx < Wp; ++gx)
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t i = 0; i < P; ++i)
+            for (int64_t j = 0; j < P; ++j)
+              out.push_back(images.f32()[((b * C + c) * H + gy * P + i) * W + gx * P + j]);
+  return out;
+}
+
+// ---- Patches ----
+
+struct PatchCase {
+  int64_t B, C, H, W, P;
+};
+
+// For readable test names under ctest (gtest would print the bytes).
+void PrintTo(const PatchCase& k, std::ostream* os) {
+  *os << "B " << k.B << ", C " << k.C << ", " << k.H << "x" << k.W << ", P " << k.P;
+}
+
+class PatchTest : public ::testing::TestWithParam<PatchCase> {};
+
+TEST_P(PatchTest, ExtractMatchesANaiveLoopAndFoldInvertsIt) {
+  const PatchCase k = GetParam();
+  std::mt19937 gen(1);
+  Tensor images = random_tensor({k.B, k.C, k.H, k.W}, gen);
+  const int64_t N = (k.H / k.P) * (k.W / k.P);
+  Tensor patches = garbage_tensor({k.B, N, k.C * k.P * k.P});
+  vit::extract_patches(images, k.P, patches);
+  EXPECT_TRUE(all_close(patches, naive_patches(images, k.P), 0, 0));
+  Tensor back = garbage_tensor(images.shape());
+  vit::fold_patches(patches, k.P, back);
+  EXPECT_TRUE(bitwise_equal(back, images));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, PatchTest,
+                         ::testing::Values(PatchCase{2, 1, 6, 10, 2}, PatchCase{3, 3, 8, 4, 4},
+                                           PatchCase{1, 3, 6, 9, 3}, PatchCase{2, 1, 5, 5, 1},
+                                           PatchCase{1, 3, 4, 4, 4}),
+                         [](const auto& p) {
+                           const PatchCase& k = p.param;
+                           return "C" + std::to_string(k.C) + "_" + std::to_string(k.H) + "x" +
+                                  std::to_string(k.W) + "_P" + std::to_string(k.P);
+                         });
+
+TEST(PatchErrorsTest, ShapesThatDoNotFitThrow) {
+  Tensor images({1, 3, 8, 6});
+  Tensor wrong({1, 6, 48});  // P = 4 would give [1, 2·1, 48], and 4 does not divide 6
+  EXPECT_THROW(vit::extract_patches(images, 4, wrong), Error);
+  Tensor patches({1, 12, 12});  // P = 2: 4·3 patches of 3·2·2
+  EXPECT_NO_THROW(vit::extract_patches(images, 2, patches));
+  Tensor bad({1, 12, 13});
+  EXPECT_THROW(vit::extract_patches(images, 2, bad), Error);
+  EXPECT_THROW(vit::fold_patches(bad, 2, images), Error);
+  Tensor rank3({3, 8, 6});
+  EXPECT_THROW(vit::extract_patches(rank3, 2, patches), Error);
+}
+
+// ---- Names ----
+
+std::vector<std::string> names_of(const ParamStore& store) {
+  std::vector<std::string> names;
+  for (const auto& p : store.params()) names.push_back(p.name);
+  return names;
+}
+
+TEST(VitNamesTest, TimmNamesShapesAndDecay) {
+  for (const std::string pool : {"token", "avg"}) {
+    VitConfig c = tiny_config(pool, 3, 6, 4, 2);
+    c.layers = 1;
+    ParamStore store;
+    VisionTransformer model(store, c);
+    const std::string b = "blocks.0.", last = pool == "token" ? "norm" : "fc_norm";
+    EXPECT_EQ(names_of(store), (std::vector<std::string>{"cls_token",
+                                                         "pos_embed",
+                                                         "patch_embed.proj.weight",
+                                                         "patch_embed.proj.bias",
+                                                         b + "norm1.weight",
+                                                         b + "norm1.bias",
+                                                         b + "attn.qkv.weight",
+                                                         b + "attn.qkv.bias",
+                                                         b + "attn.proj.weight",
+                                                         b + "attn.proj.bias",
+                                                         b + "norm2.weight",
+                                                         b + "norm2.bias",
+                                                         b + "mlp.fc1.weight",
+                                                         b + "mlp.fc1.bias",
+                                                         b + "mlp.fc2.weight",
+                                                         b + "mlp.fc2.bias",
+                                                         last + ".weight",
+                                                         last + ".bias",
+                                                         "head.weight",
+                                                         "head.bias"}))
+        << pool;
+    EXPECT_EQ(store.get("cls_token").shape, (Shape{1, 1, 8}));
+    EXPECT_EQ(store.get("pos_embed").shape, (Shape{1, 7, 8}));  // 3×2 patches + class token
+    EXPECT_EQ(store.get("patch_embed.proj.weight").shape, (Shape{8, 3, 2, 2}));
+    EXPECT_EQ(store.get("head.weight").shape, (Shape{3, 8}));
+    for (const auto& p : store.params()) {
+      const bool decays = p.shape.size() >= 2 && p.name != "pos_embed" && p.name != "cls_token";
+      EXPECT_EQ(p.decay, decays) << p.name;
+    }
+    EXPECT_EQ(model.blocks().size(), 1u);
+  }
+}
+
+// ---- Gradients ----
+
+struct GradientRun {
+  uint64_t seed = 7;    // generator state restarted for every evaluation: the same masks
+  bool nonzero = true;  // every parameter must get some gradient
+  FdOptions options = {};
+};
+
+// Central finite differences of L = Σ w·logits w.r.t. the images and every parameter.
+void expect_gradients(VisionTransformer& model, ParamStore& store, Tensor& images,
+                      const GradientRun& run) {
+  std::mt19937 gen(99);
+  Arena arena;
+  ops::Rng rng(run.seed);
+  nn::Context ctx{true, &arena, &rng};
+  store.zero_grad();
+  const Tensor logits = model.forward(ctx, images);
+  const Tensor w = random_tensor(logits.shape(), gen);  // dL/dlogits
+  Tensor dimages;
+  model.backward(ctx, w, &dimages);
+  ASSERT_EQ(dimages.shape(), images.shape());
+
+  Arena fd_arena;
+  ops::Rng fd_rng;
+  auto loss = [&]() {
+    fd_arena.reset();
+    fd_rng.set_state(run.seed, 0);
+    nn::Context fctx{true, &fd_arena, &fd_rng};
+    return weighted_sum(model.forward(fctx, images), w);
+  };
+  EXPECT_GRAD_OK(check_gradient("images", images, dimages.clone(), loss, run.options));
+  for (auto& p : store.params()) {
+    const Tensor analytic = p.grad.clone();
+    if (run.nonzero) {
+      EXPECT_GT(ops::l2_norm(analytic), 0.0) << p.name << " gets no gradient";
+    }
+    EXPECT_GRAD_OK(check_gradient(p.name, p.value, analytic, loss, run.options));
+  }
+}
+
+class VitGradientTest : public ::testing::TestWithParam<const char*> {};  // pool
+
+// Token pooling on 3-channel 6×4 images (3×2 patches of 2), average pooling on 1-channel 4×6.
+VitConfig gradient_config(const std::string& pool) {
+  return pool == "token" ? tiny_config(pool, 3, 6, 4, 2) : tiny_config(pool, 1, 4, 6, 2);
+}
+
+TEST_P(VitGradientTest, BackwardMatchesFiniteDifferences) {
+  const VitConfig c = gradient_config(GetParam());
+  ParamStore store;
+  VisionTransformer model(store, c);
+  store.finalize();
+  std::mt19937 gen(2);
+  randomize(store, gen);
+  Tensor images = random_tensor({2, c.channels, c.image_height, c.image_width}, gen);
+  expect_gradients(model, store, images, GradientRun{});
+}
+
+// Dropout after the positions, in the MLP, on the residual branches and on the attention
+// weights, and stochastic depth (0 in block 0, 0.5 in block 1): with the generator restarted for
+// every evaluation, the masks are part of a fixed function.
+TEST_P(VitGradientTest, BackwardThroughDropoutAndDropPathMatchesFiniteDifferences) {
+  VitConfig c = gradient_config(GetParam());
+  c.dropout = 0.2f;
+  c.attention_dropout = 0.1f;
+  c.drop_path = 0.5f;
+  ParamStore store;
+  VisionTransformer model(store, c);
+  store.finalize();
+  std::mt19937 gen(3);
+  randomize(store, gen);
+  Tensor images = random_tensor({4, c.channels, c.image_height, c.image_width}, gen);
+
+  // The masks must change the function, or this would repeat the test above.
+  Arena arena;
+  ops::Rng rng(7);
+  nn::Context train{true, &arena, &rng}, eval{false, &arena, nullptr};
+  const Tensor y_train = model.forward(train, images).clone();
+  const Tensor y_eval = model.forward(eval, images);
+  EXPECT_FALSE(all_close(y_train, y_eval, 0.05, 0));
+
+  GradientRun run;
+  run.nonzero = false;  // a branch dropped for every sample has an exactly zero gradient
+  expect_gradients(model, store, images, run);
+}
+
+INSTANTIATE_TEST_SUITE_P(Pools, VitGradientTest, ::testing::Values("token", "avg"),
+                         [](const auto& p) { return std::string(p.param); });
+
+TEST(VitGradientTest, GradientsAccumulateAndInputGradientIsOptional) {
+  const VitConfig c = tiny_config("avg", 3, 4, 4, 2);
+  ParamStore store;
+  VisionTransformer model(store, c);
+  store.finalize();
+  std::mt19937 gen(4);
+  randomize(store, gen);
+  Tensor images = random_tensor({3, 3, 4, 4}, gen), dlogits = random_tensor({3, 3}, gen);
+  Arena arena;
+  nn::Context ctx{true, &arena, nullptr};
+  store.zero_grad();
+  model.forward(ctx, images);
+  Tensor dimages;
+  model.backward(ctx, dlogits, &dimages);
+  const Tensor once = store.grads().clone(), dimages_once = dimages.clone();
+  model.backward(ctx, dlogits);  // the same forward, again, without d(images)
+  std::vector<double> doubled = to_double(once);
+  for (auto& v : doubled) v *= 2;
+  EXPECT_TRUE(all_close(store.grads(), doubled, 1e-6, 1e-6));
+  EXPECT_GT(ops::l2_norm(once), 0.0);
+  model.backward(ctx, dlogits, &dimages);
+  EXPECT_TRUE(bitwise_equal(dimages, dimages_once));  // input gradients are overwritten
+}
+
+// ---- Errors ----
+
+// The UsageError's message names the option.
+void expect_usage_error(const VitConfig& c, const std::string& option) {
+  ParamStore store;
+  try {
+    VisionTransformer model(store, c);
+    ADD_FAILURE() << "no error for a bad " << option;
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find(option), std::string::npos) << e.what();
+  }
+}
+
+TEST(VitErrorsTest, BadConfigurationsNameTheOption) {
+  const VitConfig good = tiny_config("token", 3, 6, 4, 2);
+  VitConfig c = good;
+  c.patch_size = 4;  // does not divide 6
+  expect_usage_error(c, "patch_size");
+  c = good;
+  c.pool = "max";
+  expect_usage_error(c, "pool");
+  c = good;
+  c.heads = 3;
+  expect_usage_error(c, "heads");
+  c = good;
+  c.channels = 2;
+  expect_usage_error(c, "channels");
+  c = good;
+  c.drop_path = 1.f;
+  expect_usage_error(c, "drop_path");
+  c = good;
+  c.dropout = -0.1f;
+  expect_usage_error(c, "dropout");
+  c = good;
+  c.layers = 0;
+  expect_usage_error(c, "layers");
+  c = good;
+  c.num_classes = 0;
+  expect_usage_error(c, "num_classes");
+}
+
+TEST(VitErrorsTest, WrongImagesAndMisuseThrow) {
+  const VitConfig c = tiny_config("token", 3, 6, 4, 2);
+  ParamStore store;
+  VisionTransformer model(store, c);
+  ops::Rng rng(1);
+  EXPECT_THROW(model.init(rng), Error);  // before finalize()
+  store.finalize();
+  model.init(rng);
+  Arena arena;
+  nn::Context train{true, &arena, nullptr}, eval{false, &arena, nullptr};
+  for (const Shape& s : {Shape{1, 3, 4, 6}, Shape{1, 1, 6, 4}, Shape{3, 6, 4}, Shape{0, 3, 6, 4}}) {
+    try {
+      model.forward(eval, Tensor(s));
+      ADD_FAILURE() << "no error for images " << shape_str(s);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("images"), std::string::npos) << e.what();
+    }
+  }
+  Tensor images({2, 3, 6, 4});
+  model.forward(eval, images);
+  EXPECT_THROW(model.backward(train, Tensor({2, 3})), Error);  // no training forward
+  model.forward(train, images);
+  try {
+    model.backward(train, Tensor({3, 3}));
+    ADD_FAILURE() << "no error for dlogits of another batch size";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("dlogits"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(model.backward(train, Tensor({2, 3})));
+  model.forward(eval, images);  // drops what the training forward kept
+  EXPECT_THROW(model.backward(train, Tensor({2, 3})), Error);
+}
+
+// ---- Initialisation ----
+
+struct Stats {
+  double mean = 0, std = 0, max_abs = 0;
+  int64_t n = 0;
+};
+
+Stats stats_of(const Tensor& t) {
+  Stats s;
+  s.n = t.numel();
+  std::vector<double> v = to_double(t);
+  for (double x : v) s.mean += x, s.max_abs = std::max(s.max_abs, std::fabs(x));
+  s.mean /= s.n;
+  for (double x : v) s.std += (x - s.mean) * (x - s.mean);
+  s.std = std::sqrt(s.std / s.n);
+  return s;
+}
+
+TEST(VitInitTest, FollowsTimm) {
+  VitConfig c;
+  c.image_height = c.image_width = 32;
+  c.patch_size = 4;
+  c.channels = 3;
+  c.num_classes = 10;
+  c.d_model = 192;
+  c.heads = 3;
+  c.d_ff = 768;
+  c.layers = 2;
+  ParamStore store;
+  VisionTransformer model(store, c);
+  store.finalize();
+  store.values().fill(42.f);  // init() must set every value
+  ops::Rng rng(5);
+  model.init(rng);
+
+  // timm's trunc_normal_(std=.02) cuts at ±2 absolute, i.e. at 100σ: a plain N(0, 0.02).
+  const double trunc_std = 0.02;
+  const double bound = 1 / std::sqrt(48.0);  // patch projection: 1/√(C·P·P)
+  double max_trunc = 0;
+  for (const auto& p : store.params()) {
+    const Stats s = stats_of(p.value);
+    // Sampling tolerances of about 5 standard errors.
+    const double mean_tol = 5 * s.std / std::sqrt(double(s.n)) + 1e-12;
+    const double std_tol = 5 / std::sqrt(2.0 * s.n);
+    if (p.name == "cls_token") {
+      EXPECT_LT(s.max_abs, 1e-5) << p.name;
+      EXPECT_NEAR(s.std, 1e-6, 1e-6 * std_tol) << p.name;
+    } else if (p.name.rfind("patch_embed.proj.", 0) == 0) {
+      EXPECT_LE(s.max_abs, bound) << p.name;
+      EXPECT_NEAR(s.mean, 0, mean_tol) << p.name;
+      EXPECT_NEAR(s.std, bound / std::sqrt(3.0), bound / std::sqrt(3.0) * std_tol) << p.name;
+      if (p.shape.size() == 4) {
+        EXPECT_GT(s.max_abs, 0.99 * bound) << p.name;
+      }
+    } else if (p.shape.size() >= 2) {  // Linear weights, the head and pos_embed
+      EXPECT_NEAR(s.mean, 0, mean_tol) << p.name;
+      EXPECT_NEAR(s.std, trunc_std, trunc_std * std_tol) << p.name;
+      max_trunc = std::max(max_trunc, s.max_abs);
+    } else if (ends_with(p.name, ".weight")) {  // LayerNorm gains
+      EXPECT_EQ(s.mean, 1.0) << p.name;
+      EXPECT_EQ(s.std, 0.0) << p.name;
+    } else {  // biases
+      EXPECT_EQ(s.max_abs, 0.0) << p.name;
+    }
+  }
+  // Not cut at 2σ (0.04): among tens of thousands of draws some lie beyond 3σ.
+  EXPECT_GT(max_trunc, 0.06);
+
+  // Reproducible from the generator's state alone.
+  const Tensor first = store.values().clone();
+  ops::Rng again(5);
+  model.init(again);
+  EXPECT_TRUE(bitwise_equal(store.values(), first));
+  ops::Rng other(6);
+  model.init(other);
+  EXPECT_FALSE(bitwise_equal(store.values(), first));
+}
+
+// ---- Inference ----
+
+TEST(VitEvalTest, DeterministicAndBatchIndependent) {
+  for (const std::string pool : {"token", "avg"}) {
+    VitConfig c = tiny_config(pool, 3, 8, 12, 4);
+    c.dropout = 0.3f;  // off in eval
+    c.drop_path = 0.3f;
+    ParamStore store;
+    VisionTransformer model(store, c);
+    store.finalize();
+    std::mt19937 gen(6);
+    randomize(store, gen);
+    const int64_t B = 3, image = 3 * 8 * 12;
+    Tensor images = random_tensor({B, 3, 8, 12}, gen);
+    Arena arena;
+    nn::Context eval{false, &arena, nullptr};
+    const Tensor logits = model.forward(eval, images).clone();  // [B, classes]
+    EXPECT_TRUE(bitwise_equal(model.forward(eval, images), logits)) << pool;
+    for (int64_t b = 0; b < B; ++b) {
+      Tensor one({1, 3, 8, 12});
+      std::copy(images.f32() + b * image, images.f32() + (b + 1) * image, one.f32());
+      arena.reset();
+      const Tensor alone = model.forward(eval, one);
+      EXPECT_TRUE(all_close(alone, to_double(logits.rows(b, b + 1)), 1e-6, 1e-6))
+          << pool << ", image " << b;
+    }
+    // The images themselves matter (the logits differ between images).
+    EXPECT_FALSE(all_close(logits.rows(0, 1), to_double(logits.rows(1, 2)), 1e-3, 0)) << pool;
+  }
+}
+
+TEST(VitEvalTest, TrainingForwardWithoutDropoutEqualsEval) {
+  const VitConfig c = tiny_config("token", 1, 4, 6, 2);
+  ParamStore store;
+  VisionTransformer model(store, c);
+  store.finalize();
+  ops::Rng rng(8);
+  model.init(rng);
+  std::mt19937 gen(7);
+  Tensor images = random_tensor({2, 1, 4, 6}, gen);
+  Arena arena;
+  nn::Context train{true, &arena, nullptr}, eval{false, &arena, nullptr};
+  const Tensor y_train = model.forward(train, images).clone();
+  EXPECT_TRUE(bitwise_equal(model.forward(eval, images), y_train));
+}
+
+}  // namespace

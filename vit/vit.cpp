@@ -1,0 +1,264 @@
+// The Vision Transformer: forward, hand-written backward and timm's initialisation.
+//
+// Forward (training keeps what backward needs):
+//   patches = extract_patches(images)                    [B, N, K]   K = C·P·P, N = Hp·Wp
+//   emb     = patches · Wpatchᵀ + b                      [B, N, d]   Wpatch [d, C, P, P] as [d, K]
+//   x       = dropout([cls; emb] + pos_embed)            [B, T, d]   T = N + 1
+//   h       = blocks(x)                                  [B, T, d]
+//   pooled  = norm(h[:, 0])          (pool "token")      [B, d]
+//           = fc_norm(mean_n h[:, 1 + n])  (pool "avg")  [B, d]
+//   logits  = pooled · Wheadᵀ + b                        [B, classes]
+// The final norm is per row, so for pool "token" only the class-token rows go through it (and
+// through the head) in both directions: the other rows of h get exactly zero gradient there.
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "vit/vit.h"
+
+namespace vitk::vit {
+
+struct VisionTransformer::Impl {
+  Impl(ParamStore& params, const VitConfig& c);
+
+  ParamStore& store;
+  size_t first_param = 0, end_param = 0;  // this model's parameters in store.params()
+  // Registered in timm's state-dict order: cls_token, pos_embed, patch_embed, blocks, norm or
+  // fc_norm, head.
+  Parameter* cls_token = nullptr;    // [1, 1, d]
+  Parameter* pos_embed = nullptr;    // [1, T, d]
+  Parameter* proj_weight = nullptr;  // [d, C, P, P]
+  Parameter* proj_bias = nullptr;    // [d]
+  nn::Dropout pos_drop;
+  std::vector<nn::EncoderLayer> blocks;
+  std::optional<nn::LayerNorm> norm;     // pool "token"
+  std::optional<nn::LayerNorm> fc_norm;  // pool "avg"
+  std::optional<nn::Linear> head;
+
+  // Kept by a training forward.
+  bool trained = false;
+  int64_t batch = 0;
+  Tensor patches;  // [B, N, K]
+};
+
+VisionTransformer::Impl::Impl(ParamStore& params, const VitConfig& c)
+    : store(params), pos_drop(c.dropout) {
+  const int64_t d = c.d_model;
+  first_param = params.params().size();
+  cls_token = &params.add("cls_token", {1, 1, d}, /*decay=*/false);
+  pos_embed = &params.add("pos_embed", {1, c.tokens(), d}, /*decay=*/false);
+  proj_weight = &params.add("patch_embed.proj.weight", {d, c.channels, c.patch_size, c.patch_size});
+  proj_bias = &params.add("patch_embed.proj.bias", {d}, /*decay=*/false);
+  blocks.reserve(static_cast<size_t>(c.layers));
+  for (int i = 0; i < c.layers; ++i)
+    blocks.emplace_back(params, "blocks." + std::to_string(i), c.layer_config(i));
+  if (c.pool == "token")
+    norm.emplace(params, "norm", d, c.norm_eps);
+  else
+    fc_norm.emplace(params, "fc_norm", d, c.norm_eps);
+  head.emplace(params, "head", d, c.num_classes);
+  end_param = params.params().size();
+}
+
+VisionTransformer::VisionTransformer(ParamStore& params, const VitConfig& config)
+    : config_(config) {
+  config.validate();
+  impl_ = std::make_shared<Impl>(params, config);
+}
+
+std::vector<nn::EncoderLayer>& VisionTransformer::blocks() {
+  return impl_->blocks;
+}
+
+void VisionTransformer::init(ops::Rng& rng) {
+  Impl& m = *impl_;
+  if (!m.store.finalized()) throw Error("vit: init() needs ParamStore::finalize() first");
+  const VitConfig& c = config_;
+  // PyTorch's Conv2d default (kaiming_uniform with a = √5): uniform ±1/√fan_in, bias likewise.
+  const float bound = 1.f / std::sqrt(static_cast<float>(c.channels * c.patch_size * c.patch_size));
+  auto uniform = [&](Tensor& t) {
+    float* v = t.f32();
+    for (int64_t i = 0; i < t.numel(); ++i) v[i] = (2.f * rng.uniform() - 1.f) * bound;
+  };
+  for (size_t i = m.first_param; i < m.end_param; ++i) {
+    Parameter& p = m.store.params()[i];
+    const bool weight = p.name.size() > 7 && p.name.compare(p.name.size() - 7, 7, ".weight") == 0;
+    if (&p == m.cls_token) {
+      float* v = p.value.f32();
+      for (int64_t j = 0; j < p.numel(); ++j) v[j] = static_cast<float>(rng.normal() * 1e-6);
+    } else if (&p == m.proj_weight || &p == m.proj_bias) {
+      uniform(p.value);
+    } else if (&p == m.pos_embed || (weight && p.shape.size() == 2)) {
+      nn::init_trunc_normal(p.value, 0.02f, rng);  // pos_embed and every Linear weight
+    } else if (weight) {
+      p.value.fill(1.f);  // the 1-D weights are LayerNorm gains
+    } else {
+      p.value.zero();  // Linear and LayerNorm biases
+    }
+  }
+}
+
+namespace {
+
+// x [B, T, d]: x[b, 0] = cls + pos[0], x[b, 1 + n] = emb[b, n] + pos[1 + n]. Prepending the class
+// token costs nothing extra: the position add is a pass over x anyway.
+void embed_tokens(const Tensor& emb, const Tensor& cls, const Tensor& pos, Tensor& x) {
+  const int64_t B = x.dim(0), T = x.dim(1), d = x.dim(2), N = T - 1;
+  const float* e = emb.f32();
+  const float* c = cls.f32();
+  const float* p = pos.f32();
+  float* out = x.f32();
+#pragma omp parallel for collapse(2) schedule(static) if (B * T * d > 65536)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const float* src = t == 0 ? c : e + (b * N + t - 1) * d;
+      const float* pt = p + t * d;
+      float* dst = out + (b * T + t) * d;
+#pragma omp simd
+      for (int64_t j = 0; j < d; ++j) dst[j] = src[j] + pt[j];
+    }
+}
+
+// The reverse of embed_tokens, in one pass over dx [B, T, d]: dcls += Σ_b dx[b, 0],
+// dpos[t] += Σ_b dx[b, t], demb[b, n] = dx[b, 1 + n] (overwritten, contiguous for the patch
+// projection's backward). Sums over b run in a fixed order, whatever the thread count.
+void split_token_grads(const Tensor& dx, Tensor& dcls, Tensor& dpos, Tensor& demb) {
+  const int64_t B = dx.dim(0), T = dx.dim(1), d = dx.dim(2), N = T - 1;
+  const float* g = dx.f32();
+  float* gc = dcls.f32();
+  float* gp = dpos.f32();
+  float* ge = demb.f32();
+#pragma omp parallel for schedule(static) if (B * T * d > 65536)
+  for (int64_t t = 0; t < T; ++t) {
+    float* acc = gp + t * d;
+    for (int64_t b = 0; b < B; ++b) {
+      const float* src = g + (b * T + t) * d;
+      if (t == 0) {
+#pragma omp simd
+        for (int64_t j = 0; j < d; ++j) gc[j] += src[j];
+      } else {
+        float* dst = ge + (b * N + t - 1) * d;
+#pragma omp simd
+        for (int64_t j = 0; j < d; ++j) dst[j] = src[j];
+      }
+#pragma omp simd
+      for (int64_t j = 0; j < d; ++j) acc[j] += src[j];
+    }
+  }
+}
+
+// pooled [B, d] = h[:, 0] (token) or the mean of h[:, 1:] (avg, as timm: the class token is left
+// out).
+void pool_forward(bool avg, const Tensor& h, Tensor& pooled) {
+  const int64_t B = h.dim(0), T = h.dim(1), d = h.dim(2);
+  const float* src = h.f32();
+  float* out = pooled.f32();
+  const float inv = 1.f / static_cast<float>(T - 1);
+#pragma omp parallel for schedule(static) if (B * T * d > 65536)
+  for (int64_t b = 0; b < B; ++b) {
+    float* o = out + b * d;
+    const float* hb = src + b * T * d;
+    if (!avg) {
+      for (int64_t j = 0; j < d; ++j) o[j] = hb[j];
+      continue;
+    }
+    for (int64_t t = 1; t < T; ++t)
+#pragma omp simd
+      for (int64_t j = 0; j < d; ++j) o[j] += hb[t * d + j];
+#pragma omp simd
+    for (int64_t j = 0; j < d; ++j) o[j] *= inv;
+  }
+}
+
+// dh [B, T, d] (zero-filled by the arena) from dpooled [B, d]: row 0 (token) or dpooled / N on
+// every patch row (avg).
+void pool_backward(bool avg, const Tensor& dpooled, Tensor& dh) {
+  const int64_t B = dh.dim(0), T = dh.dim(1), d = dh.dim(2);
+  const float* g = dpooled.f32();
+  float* out = dh.f32();
+  const float inv = 1.f / static_cast<float>(T - 1);
+#pragma omp parallel for schedule(static) if (B * T * d > 65536)
+  for (int64_t b = 0; b < B; ++b) {
+    const float* gb = g + b * d;
+    float* ob = out + b * T * d;
+    if (!avg) {
+      for (int64_t j = 0; j < d; ++j) ob[j] = gb[j];
+      continue;
+    }
+    for (int64_t t = 1; t < T; ++t)
+#pragma omp simd
+      for (int64_t j = 0; j < d; ++j) ob[t * d + j] = gb[j] * inv;
+  }
+}
+
+}  // namespace
+
+Tensor VisionTransformer::forward(nn::Context& ctx, const Tensor& images) {
+  Impl& m = *impl_;
+  const VitConfig& c = config_;
+  if (images.dtype() != DType::f32 || images.rank() != 4 || images.dim(0) < 1 ||
+      images.dim(1) != c.channels || images.dim(2) != c.image_height ||
+      images.dim(3) != c.image_width)
+    throw Error("vit: images " + shape_str(images.shape()) + " should be f32 [B, " +
+                std::to_string(c.channels) + ", " + std::to_string(c.image_height) + ", " +
+                std::to_string(c.image_width) + "] (the model's channels and image size)");
+  const int64_t B = images.dim(0), N = c.patches(), T = c.tokens(), d = c.d_model;
+  const int64_t K = c.channels * c.patch_size * c.patch_size;
+  m.trained = false;  // until this forward has succeeded
+
+  Tensor patches = ctx.alloc({B, N, K});  // [B, N, K]
+  extract_patches(images, c.patch_size, patches);
+  Tensor emb = ctx.alloc({B, N, d});  // [B, N, d]
+  ops::linear_forward(patches, m.proj_weight->value.reshaped({d, K}), m.proj_bias->value, emb);
+  Tensor x = ctx.alloc({B, T, d});  // [B, T, d]
+  embed_tokens(emb, m.cls_token->value, m.pos_embed->value, x);
+  x = m.pos_drop.forward(ctx, x);
+
+  const nn::AttentionMask all_visible;
+  for (auto& block : m.blocks) x = block.forward(ctx, x, all_visible);  // [B, T, d]
+
+  const bool avg = c.pool == "avg";
+  Tensor pooled = ctx.alloc({B, d});  // [B, d]
+  pool_forward(avg, x, pooled);
+  pooled = avg ? m.fc_norm->forward(ctx, pooled) : m.norm->forward(ctx, pooled);
+  Tensor logits = m.head->forward(ctx, pooled);  // [B, classes]
+
+  m.trained = ctx.training;
+  m.batch = B;
+  m.patches = ctx.training ? patches : Tensor();
+  return logits;
+}
+
+void VisionTransformer::backward(nn::Context& ctx, const Tensor& dlogits, Tensor* dimages) {
+  Impl& m = *impl_;
+  const VitConfig& c = config_;
+  if (!m.trained) throw Error("vit: backward without a training forward");
+  const int64_t B = m.batch, N = c.patches(), T = c.tokens(), d = c.d_model;
+  const int64_t K = c.channels * c.patch_size * c.patch_size;
+  if (dlogits.dtype() != DType::f32 || dlogits.shape() != Shape{B, c.num_classes})
+    throw Error("vit: dlogits " + shape_str(dlogits.shape()) + " should be f32 " +
+                shape_str({B, c.num_classes}) + " like the logits of the last forward");
+
+  const bool avg = c.pool == "avg";
+  Tensor dpooled = m.head->backward(ctx, dlogits);  // [B, d]
+  dpooled = avg ? m.fc_norm->backward(ctx, dpooled) : m.norm->backward(ctx, dpooled);
+  Tensor dx = ctx.alloc({B, T, d});  // [B, T, d], zero where the pooling did not look
+  pool_backward(avg, dpooled, dx);
+  for (auto it = m.blocks.rbegin(); it != m.blocks.rend(); ++it) dx = it->backward(ctx, dx);
+  dx = m.pos_drop.backward(ctx, dx);
+
+  Tensor demb = ctx.alloc({B, N, d});  // [B, N, d]
+  split_token_grads(dx, m.cls_token->grad, m.pos_embed->grad, demb);
+  Tensor dw = m.proj_weight->grad.reshaped({d, K});
+  ops::linear_backward_weights(m.patches, demb, dw, m.proj_bias->grad);
+  if (dimages) {
+    Tensor dpatches = ctx.alloc({B, N, K});  // [B, N, K]
+    ops::linear_backward_data(demb, m.proj_weight->value.reshaped({d, K}), dpatches);
+    *dimages = ctx.alloc({B, c.channels, c.image_height, c.image_width});
+    fold_patches(dpatches, c.patch_size, *dimages);
+  }
+}
+
+}  // namespace vitk::vit
