@@ -708,3 +708,47 @@ TEST_F(TrainCli, RefusesToOverwriteARunAndEvalChecksItsInputs) {
   EXPECT_EQ(e.status, 0) << e.err;
   EXPECT_TRUE(contains(e.out, "of 256 images")) << e.out;
 }
+
+namespace {
+
+void write_be32(std::ofstream& out, uint32_t v) {
+  const char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16),
+                     static_cast<char>(v >> 8), static_cast<char>(v)};
+  out.write(b, 4);
+}
+
+// IDX files as Fashion-MNIST ships them (uncompressed): `prefix`-images-idx3-ubyte and
+// `prefix`-labels-idx1-ubyte, 28×28, labels cycling through the 10 classes.
+void write_idx(const fs::path& dir, const std::string& prefix, uint32_t count) {
+  std::mt19937 gen(count);
+  std::ofstream images(dir / (prefix + "-images-idx3-ubyte"), std::ios::binary);
+  write_be32(images, 0x803), write_be32(images, count), write_be32(images, 28),
+      write_be32(images, 28);
+  std::ofstream labels(dir / (prefix + "-labels-idx1-ubyte"), std::ios::binary);
+  write_be32(labels, 0x801), write_be32(labels, count);
+  for (uint32_t i = 0; i < count; ++i) {
+    for (int p = 0; p < 28 * 28; ++p) images.put(static_cast<char>(gen() % 256));
+    labels.put(static_cast<char>(i % 10));
+  }
+}
+
+}  // namespace
+
+TEST_F(TrainCli, PresetRunsOnIdxFilesAndEvalTakesTheSameConfig) {
+  fs::create_directories(dir_ / "idx");
+  write_idx(dir_ / "idx", "train", 64);
+  write_idx(dir_ / "idx", "t10k", 20);
+  const std::string preset = std::string(VITK_SOURCE_DIR) + "/configs/vit-fmnist.ini";
+  Result r = run({"train", "--config", preset, "--data", "idx", "--output", "o", "--batch-size",
+                  "16", "--max-steps", "2", "--threads", "2"});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "model: vit 28x28x1, patch 4 (49 patches + class token), d_model "))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, "stopped at step 2")) << r.out;
+  Result e = run({"eval", "--config", preset, "--model", "o/last.h5", "--data", "idx"}, "eval");
+  ASSERT_EQ(e.status, 0) << e.out << e.err;
+  EXPECT_TRUE(contains(e.out, "of 20 images)")) << e.out;
+  Result i = run({"info", "--config", preset}, "info");
+  EXPECT_EQ(i.status, 0) << i.err;
+  EXPECT_TRUE(contains(i.out, "total parameters: ")) << i.out;
+}

@@ -177,7 +177,7 @@ int run_train(const po::variables_map& vm) {
 void add_eval_options(po::options_description& o) {
   o.add_options()  //
       ("model", po::value<std::string>()->value_name("CKPT"),
-       "checkpoint to evaluate (a run's best.h5 or last.h5)")  //
+       "checkpoint to evaluate (a run's best.h5, ema.h5 or last.h5)")  //
       ("data", po::value<std::string>()->value_name("PATH"),
        "images: an IDX directory, an image-folder root or a CSV of path,label")              //
       ("split", po::value<std::string>()->default_value("val"), "val or train")              //
@@ -210,9 +210,9 @@ void register_train_commands(Registry& registry) {
   train.name = "train";
   train.summary = "train a Vision Transformer (AdamW, warmup + cosine, Mixup/CutMix, EMA, resume)";
   train.example =
-      "vitk train --config configs/vit-fmnist.ini --data data/fashion-mnist --output runs/fm\n"
-      "vitk train --config configs/vit-fmnist.ini --data data/fashion-mnist --output runs/fm "
-      "--resume runs/fm/last.h5\n"
+      "vitk train --config configs/vit-fmnist.ini --output runs/fm\n"
+      "vitk train --config configs/vit-fmnist.ini --output runs/fm --resume runs/fm/last.h5\n"
+      "vitk train --config configs/vit-fmnist.ini --output /tmp/bench --max-steps 100\n"
       "vitk train --data imgs/ --model.image_size 64 --model.patch_size 8 --model.d_model 192 "
       "--model.heads 3 --model.d_ff 768 --model.layers 6 --epochs 50 --mixup 0.8 --cutmix 1\n"
       "# Ctrl-C (SIGINT) or SIGTERM: finish the step, save OUTPUT/last.h5, exit 130 (143 for "
@@ -225,8 +225,8 @@ void register_train_commands(Registry& registry) {
   eval.name = "eval";
   eval.summary = "top-1/top-5 accuracy, per-class accuracy and confusion matrix of a checkpoint";
   eval.example =
-      "vitk eval --model runs/fm/best.h5 --data data/fashion-mnist\n"
-      "vitk eval --model runs/fm/best.h5 --data data/fashion-mnist --split train -b 256";
+      "vitk eval --model runs/fm/best.h5 --data /usr/share/datasets/fashion-mnist\n"
+      "vitk eval --config configs/vit-fmnist.ini --model runs/fm/ema.h5 --split train -b 256";
   eval.add_options = add_eval_options;
   eval.run = run_eval;
   registry.add(std::move(eval));
