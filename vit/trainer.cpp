@@ -611,6 +611,7 @@ bool Run::finish_epoch(int64_t epoch) {
   const double train_loss = state_.loss_sum / std::max<int64_t>(state_.seen, 1);
   const double train_acc = 100.0 * state_.correct / std::max<int64_t>(state_.seen, 1);
   const double ips = epoch_rate_.images_per_second();
+  const double epoch_seconds = state_.seconds;
   std::vector<std::string> row{std::to_string(epoch + 1),
                                std::to_string(optimizer().steps()),
                                num(lr_, 6),
@@ -654,11 +655,11 @@ bool Run::finish_epoch(int64_t epoch) {
   if (ema_)
     line << " | EMA top-1 " << fixed(ema_val.top1_percent(), 2) << "% top-5 "
          << fixed(ema_val.top5_percent(), 2) << "%";
-  line << " | " << fixed(ips, 1) << " img/s, " << format_duration(std::stod(row.back()))
+  line << " | " << fixed(ips, 1) << " img/s, " << format_duration(epoch_seconds)
        << (best ? " | best" + std::string(ema_better ? " (EMA)" : "") + ", saved best.h5" : "");
   const int64_t epochs_left = o_.epochs - (epoch + 1);
   if (epochs_left > 0 && !max_steps_reached_)
-    line << " | ETA " << format_duration(std::stod(row.back()) * static_cast<double>(epochs_left));
+    line << " | ETA " << format_duration(epoch_seconds * static_cast<double>(epochs_left));
   log_ << line.str() << "\n" << std::flush;
   return true;
 }
