@@ -11,6 +11,7 @@ namespace {
 constexpr void (*kRegistrations[])(vitk::tools::Registry&) = {
     vitk::tools::register_env_commands,
     vitk::tools::register_info_commands,
+    vitk::tools::register_train_commands,
     vitk::tools::register_bench_commands,
     vitk::tools::register_inspect_commands,
     vitk::tools::register_import_commands,
