@@ -1,225 +1,117 @@
-// Pillow's resampling (libImaging/Resample.c and the nearest-neighbour scale of Geometry.c),
-// reproduced so that vitk's eval transform gives timm's numbers exactly.
-#include <algorithm>
+// Bicubic resampling with PyTorch's conventions (aten/src/ATen/native/UpSample.h:
+// area_pixel_compute_scale, area_pixel_compute_source_index with cubic = true,
+// get_cubic_upsample_coefficients, upsample_get_value_bounded), computed in double: PyTorch's own
+// float32 kernel computes the source positions in float, which puts its result up to ~3e-6 from
+// the exact one on a 14 -> 24 grid; in double we stay within float32 rounding of it.
+#include "vit/resample.h"
+
 #include <cmath>
-#include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "common/error.h"
-#include "vit/preprocess.h"
 
 namespace vitk::vit {
+
 namespace {
 
-constexpr int kPrecisionBits = 32 - 8 - 2;  // Pillow's PRECISION_BITS
+constexpr double kCubicA = -0.75;
 
-struct Filter {
-  double (*weight)(double);
-  double support;
+// |x| <= 1
+double cubic1(double x) {
+  return ((kCubicA + 2) * x - (kCubicA + 3)) * x * x + 1;
+}
+// 1 < |x| < 2
+double cubic2(double x) {
+  return ((kCubicA * x - 5 * kCubicA) * x + 8 * kCubicA) * x - 4 * kCubicA;
+}
+
+// For each output index along one axis: the four clamped source indices and their weights.
+struct Taps {
+  std::vector<int64_t> index;  // [out, 4]
+  std::vector<double> weight;  // [out, 4]
 };
 
-double bicubic(double x) {
-  constexpr double a = -0.5;
-  x = std::fabs(x);
-  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
-  if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
-  return 0.0;
-}
-double bilinear(double x) {
-  x = std::fabs(x);
-  return x < 1.0 ? 1.0 - x : 0.0;
-}
-double box(double x) {
-  return x > -0.5 && x <= 0.5 ? 1.0 : 0.0;
-}
-
-// For output indices [begin, end) of out_size: the first input index, how many inputs, and their
-// fixed-point weights (ksize slots per output). Index by xx - begin. Only the outputs asked for
-// are computed: a centre crop of an image with an extreme aspect ratio needs a sliver of a huge
-// resized image.
-struct Coefficients {
-  int ksize = 0, begin = 0;
-  std::vector<int> first, count;
-  std::vector<int32_t> weights;
-};
-
-Coefficients precompute(int in_size, int64_t out_size, int begin, int end, const Filter& filter) {
-  const double scale = static_cast<double>(static_cast<float>(in_size)) / out_size;
-  const double filterscale = scale < 1.0 ? 1.0 : scale;
-  const double support = filter.support * filterscale;
-  Coefficients c;
-  c.ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
-  c.begin = begin;
-  c.first.resize(end - begin);
-  c.count.resize(end - begin);
-  c.weights.assign(static_cast<size_t>(end - begin) * c.ksize, 0);
-  std::vector<double> k(c.ksize);
-  for (int xx = begin; xx < end; ++xx) {
-    const double center = (xx + 0.5) * scale;
-    const double ss = 1.0 / filterscale;
-    // Pillow truncates toward zero here, then clamps.
-    int xmin = static_cast<int>(center - support + 0.5);
-    if (xmin < 0) xmin = 0;
-    int xmax = static_cast<int>(center + support + 0.5);
-    if (xmax > in_size) xmax = in_size;
-    xmax -= xmin;
-    double ww = 0.0;
-    for (int x = 0; x < xmax; ++x) {
-      k[x] = filter.weight((x + xmin - center + 0.5) * ss);
-      ww += k[x];
-    }
-    int32_t* out = &c.weights[static_cast<size_t>(xx - begin) * c.ksize];
-    for (int x = 0; x < xmax; ++x) {
-      const double v = ww != 0.0 ? k[x] / ww : k[x];
-      out[x] = static_cast<int32_t>(v < 0 ? -0.5 + v * (1 << kPrecisionBits)
-                                          : 0.5 + v * (1 << kPrecisionBits));
-    }
-    c.first[xx - begin] = xmin;
-    c.count[xx - begin] = xmax;
-  }
-  return c;
-}
-
-inline uint8_t clip8(int32_t v) {
-  v >>= kPrecisionBits;  // arithmetic shift, as Pillow's
-  return static_cast<uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
-}
-
-// Rows [y0, y1) of src filtered horizontally to the outputs c covers.
-template <int C>
-void horizontal(const cv::Mat& src, int y0, int y1, const Coefficients& c, cv::Mat& dst) {
-  const int outputs = static_cast<int>(c.first.size());
-  dst.create(y1 - y0, outputs, src.type());
-  for (int y = y0; y < y1; ++y) {
-    const uint8_t* in = src.ptr<uint8_t>(y);
-    uint8_t* out = dst.ptr<uint8_t>(y - y0);
-    for (int i = 0; i < outputs; ++i) {
-      const int32_t* k = &c.weights[static_cast<size_t>(i) * c.ksize];
-      const uint8_t* p = in + c.first[i] * C;
-      int32_t ss[C];
-      for (int ch = 0; ch < C; ++ch) ss[ch] = 1 << (kPrecisionBits - 1);
-      for (int x = 0; x < c.count[i]; ++x)
-        for (int ch = 0; ch < C; ++ch) ss[ch] += p[x * C + ch] * k[x];
-      for (int ch = 0; ch < C; ++ch) out[i * C + ch] = clip8(ss[ch]);
+Taps axis_taps(int64_t in, int64_t out, bool align_corners) {
+  double scale;
+  if (align_corners)
+    scale = out > 1 ? static_cast<double>(in - 1) / static_cast<double>(out - 1) : 0.0;
+  else
+    scale = static_cast<double>(in) / static_cast<double>(out);
+  Taps taps;
+  taps.index.resize(static_cast<size_t>(out) * 4);
+  taps.weight.resize(static_cast<size_t>(out) * 4);
+  for (int64_t o = 0; o < out; ++o) {
+    // No clamp at 0 for cubic: the taps left of the border are clamped instead.
+    const double real = align_corners ? scale * static_cast<double>(o)
+                                      : scale * (static_cast<double>(o) + 0.5) - 0.5;
+    const double floor_real = std::floor(real);
+    const int64_t i0 = static_cast<int64_t>(floor_real);
+    const double t = real - floor_real;
+    const double w[4] = {cubic2(t + 1), cubic1(t), cubic1(1 - t), cubic2(2 - t)};
+    for (int k = 0; k < 4; ++k) {
+      int64_t i = i0 - 1 + k;
+      i = i < 0 ? 0 : (i > in - 1 ? in - 1 : i);
+      taps.index[static_cast<size_t>(o * 4 + k)] = i;
+      taps.weight[static_cast<size_t>(o * 4 + k)] = w[k];
     }
   }
-}
-
-// The outputs c covers, filtered vertically from src, whose row 0 is input row `offset`.
-void vertical(const cv::Mat& src, int offset, const Coefficients& c, cv::Mat& dst) {
-  const int outputs = static_cast<int>(c.first.size());
-  const int values = src.cols * src.channels();
-  dst.create(outputs, src.cols, src.type());
-  std::vector<int32_t> ss(values);
-  for (int i = 0; i < outputs; ++i) {
-    const int32_t* k = &c.weights[static_cast<size_t>(i) * c.ksize];
-    std::fill(ss.begin(), ss.end(), 1 << (kPrecisionBits - 1));
-    for (int y = 0; y < c.count[i]; ++y) {
-      const uint8_t* in = src.ptr<uint8_t>(c.first[i] + y - offset);
-      const int32_t w = k[y];
-      for (int v = 0; v < values; ++v) ss[v] += in[v] * w;
-    }
-    uint8_t* out = dst.ptr<uint8_t>(i);
-    for (int v = 0; v < values; ++v) out[v] = clip8(ss[v]);
-  }
-}
-
-// Pillow's ImagingScaleAffine: source index (int)(scale·(x + 0.5)), accumulated by repeated
-// addition as Pillow does it.
-std::vector<int> nearest_index(int in_size, int64_t out_size, int begin, int end) {
-  const double a = static_cast<double>(in_size) / static_cast<double>(out_size);
-  std::vector<int> index(end - begin);
-  double pos = a * 0.5;
-  for (int x = 0; x < end; ++x) {
-    if (x >= begin) {
-      int i = pos < 0.0 ? -1 : static_cast<int>(pos);
-      index[x - begin] = i < 0 ? 0 : i >= in_size ? in_size - 1 : i;
-    }
-    pos += a;
-  }
-  return index;
-}
-
-cv::Mat nearest(const cv::Mat& src, int64_t height, int64_t width, cv::Rect roi) {
-  const std::vector<int> xs = nearest_index(src.cols, width, roi.x, roi.x + roi.width);
-  const std::vector<int> ys = nearest_index(src.rows, height, roi.y, roi.y + roi.height);
-  const size_t pixel = src.elemSize();
-  cv::Mat out(roi.height, roi.width, src.type());
-  for (int y = 0; y < roi.height; ++y) {
-    const uint8_t* in = src.ptr<uint8_t>(ys[y]);
-    uint8_t* o = out.ptr<uint8_t>(y);
-    for (int x = 0; x < roi.width; ++x) std::copy_n(in + xs[x] * pixel, pixel, o + x * pixel);
-  }
-  return out;
+  return taps;
 }
 
 }  // namespace
 
-cv::Mat resize_like_pil(const cv::Mat& image, int64_t height, int64_t width,
-                        const std::string& interpolation, cv::Rect roi) {
-  if (image.empty() || image.depth() != CV_8U || image.channels() > 4)
-    throw Error("resize_like_pil: expected an 8-bit image of 1 to 4 channels");
-  // Sides fit an int; only the roi is ever allocated.
-  constexpr int64_t kMaxSide = int64_t(1) << 30;
-  if (height <= 0 || width <= 0 || height > kMaxSide || width > kMaxSide)
-    throw Error("cannot resize a " + std::to_string(image.cols) + "x" + std::to_string(image.rows) +
-                " image to " + std::to_string(width) + "x" + std::to_string(height) +
-                " (aspect ratio too extreme)");
-  if (roi.empty()) {
-    if (height > 1 << 16 || width > 1 << 16) throw Error("resize_like_pil: output too large");
-    roi = cv::Rect(0, 0, static_cast<int>(width), static_cast<int>(height));
+void resample_grid_bicubic(const float* src, int64_t src_h, int64_t src_w, int64_t channels,
+                           float* dst, int64_t dst_h, int64_t dst_w, bool align_corners) {
+  if (src_h <= 0 || src_w <= 0 || dst_h <= 0 || dst_w <= 0 || channels <= 0)
+    throw Error("resample: grid sizes and channels must be positive");
+  // PyTorch copies when the size does not change; the taps would give the same values (t = 0
+  // puts weight 1 on the source pixel), but a copy is exact whatever the rounding.
+  if (src_h == dst_h && src_w == dst_w) {
+    std::memcpy(dst, src, static_cast<size_t>(src_h * src_w * channels) * sizeof(float));
+    return;
   }
-  if (roi.x < 0 || roi.y < 0 || roi.x + int64_t(roi.width) > width ||
-      roi.y + int64_t(roi.height) > height)
-    throw Error("resize_like_pil: roi outside the output");
-  // Pillow copies an image resized to its own size.
-  if (height == image.rows && width == image.cols) return image(roi).clone();
-
-  Filter filter{};
-  if (interpolation == "nearest") return nearest(image, height, width, roi);
-  if (interpolation == "bicubic")
-    filter = {bicubic, 2.0};
-  else if (interpolation == "bilinear")
-    filter = {bilinear, 1.0};
-  else if (interpolation == "area")
-    filter = {box, 0.5};
-  else
-    parse_interpolation(interpolation);  // throws the usage error
-
-  const bool need_horizontal = width != image.cols, need_vertical = height != image.rows;
-  // Input rows the requested output rows read.
-  Coefficients cy;
-  int row_first = roi.y, row_last = roi.y + roi.height;
-  if (need_vertical) {
-    cy = precompute(image.rows, height, roi.y, roi.y + roi.height, filter);
-    row_first = image.rows, row_last = 0;
-    for (size_t i = 0; i < cy.first.size(); ++i) {
-      row_first = std::min(row_first, cy.first[i]);
-      row_last = std::max(row_last, cy.first[i] + cy.count[i]);
+  const Taps ty = axis_taps(src_h, dst_h, align_corners);
+  const Taps tx = axis_taps(src_w, dst_w, align_corners);
+  std::vector<double> acc(static_cast<size_t>(channels));
+  for (int64_t y = 0; y < dst_h; ++y) {
+    for (int64_t x = 0; x < dst_w; ++x) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int ky = 0; ky < 4; ++ky) {
+        const int64_t sy = ty.index[static_cast<size_t>(y * 4 + ky)];
+        const double wy = ty.weight[static_cast<size_t>(y * 4 + ky)];
+        for (int kx = 0; kx < 4; ++kx) {
+          const int64_t sx = tx.index[static_cast<size_t>(x * 4 + kx)];
+          const double w = wy * tx.weight[static_cast<size_t>(x * 4 + kx)];
+          const float* row = src + (sy * src_w + sx) * channels;
+          for (int64_t c = 0; c < channels; ++c) acc[static_cast<size_t>(c)] += w * row[c];
+        }
+      }
+      float* out = dst + (y * dst_w + x) * channels;
+      for (int64_t c = 0; c < channels; ++c)
+        out[c] = static_cast<float>(acc[static_cast<size_t>(c)]);
     }
   }
-  cv::Mat rows;  // input rows [row_first, row_last), filtered horizontally to the roi's columns
-  if (need_horizontal) {
-    const Coefficients cx = precompute(image.cols, width, roi.x, roi.x + roi.width, filter);
-    switch (image.channels()) {
-      case 1:
-        horizontal<1>(image, row_first, row_last, cx, rows);
-        break;
-      case 2:
-        horizontal<2>(image, row_first, row_last, cx, rows);
-        break;
-      case 3:
-        horizontal<3>(image, row_first, row_last, cx, rows);
-        break;
-      default:
-        horizontal<4>(image, row_first, row_last, cx, rows);
-    }
-  } else {
-    rows = image(cv::Range(row_first, row_last), cv::Range(roi.x, roi.x + roi.width));
-  }
-  if (!need_vertical) return rows.clone();
-  cv::Mat out;
-  vertical(rows, row_first, cy, out);
+}
+
+Tensor resample_pos_embed(const Tensor& pos_embed, int64_t src_h, int64_t src_w, int64_t dst_h,
+                          int64_t dst_w, bool align_corners, int64_t prefix) {
+  if (pos_embed.dtype() != DType::f32 || pos_embed.rank() != 3 || pos_embed.dim(0) != 1 ||
+      prefix < 0 || pos_embed.dim(1) != prefix + src_h * src_w)
+    throw Error("pos_embed " + shape_str(pos_embed.shape()) + " does not fit a " +
+                std::to_string(src_h) + "x" + std::to_string(src_w) + " grid with " +
+                std::to_string(prefix) + " leading token(s): expected f32 [1, " +
+                std::to_string(prefix + src_h * src_w) + ", d]");
+  if (dst_h <= 0 || dst_w <= 0)
+    throw Error("pos_embed: cannot resample to a " + std::to_string(dst_h) + "x" +
+                std::to_string(dst_w) + " grid");
+  const int64_t d = pos_embed.dim(2);
+  Tensor out({1, prefix + dst_h * dst_w, d});
+  const float* src = pos_embed.f32();
+  float* dst = out.f32();
+  std::memcpy(dst, src, static_cast<size_t>(prefix * d) * sizeof(float));
+  resample_grid_bicubic(src + prefix * d, src_h, src_w, d, dst + prefix * d, dst_h, dst_w,
+                        align_corners);
   return out;
 }
 
