@@ -788,6 +788,25 @@ TEST_F(Classify, BenchmarkReportsImagesPerSecond) {
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(lines(r.out).size(), 3u);
   EXPECT_TRUE(has(r.err, "classified 2 images (0 failed)")) << r.err;
+
+  // Any preset without a checkpoint: random weights from --model.* options (or [model]).
+  std::ofstream(*dir_ / "tiny.ini") << "[model]\nimage_size = 32\npatch_size = 8\nd_model = 24\n"
+                                       "heads = 2\nd_ff = 48\nlayers = 2\nnum_classes = 5\n";
+  r = run({"classify", "--benchmark", "--random-weights", "--config", "tiny.ini", "--model.layers",
+           "1", "--benchmark-seconds", "0.1", "--batch-size", "2"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(
+      has(r.out, "random weights: 32x32, patch 8, 3 channels, 1 layers, width 24, 5 classes"))
+      << r.out;
+  EXPECT_TRUE(has(r.out, "images/s")) << r.out;
+  r = run({"classify", "--random-weights", "rgb.png"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(has(r.err, "--random-weights is for --benchmark")) << r.err;
+  r = run({"classify", "--benchmark", "--random-weights", "--model", "rgb.h5"});
+  EXPECT_EQ(r.status, 2);
+  r = run({"classify", "--benchmark", "--random-weights", "--model.heads", "5"});
+  EXPECT_EQ(r.status, 2);  // 768 is not a multiple of 5
+  EXPECT_TRUE(has(r.err, "heads")) << r.err;
 }
 
 // ---- The pipeline in-process -------------------------------------------------------------------

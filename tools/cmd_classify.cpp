@@ -1,8 +1,6 @@
 // `vitk classify`: top-k labels of image files with a ViT checkpoint (the bundled Fashion-MNIST
 // model by default). Wiring only: inputs, options and output formats; decoding, preprocessing and
 // the batched model run live in vit/classify.
-#include <unistd.h>
-
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -17,6 +15,7 @@
 #include "common/ops/ops.h"
 #include "tools/classify_output.h"
 #include "tools/cli.h"
+#include "tools/vit_options.h"
 #include "vit/checkpoint.h"
 #include "vit/classify.h"
 
@@ -169,6 +168,27 @@ vit::Preprocess preprocess_from(const po::variables_map& vm, vit::Preprocess p, 
   return p;
 }
 
+// A randomly initialised model of the --model.* options (a [model] section): throughput does not
+// depend on the weights, so any preset can be timed without a checkpoint.
+vit::LoadedVit random_model(const po::variables_map& vm) {
+  vit::LoadedVit m;
+  m.config = vit_config_from(vm, vit::VitConfig{});
+  m.params = std::make_unique<ParamStore>();
+  m.model = std::make_unique<vit::VisionTransformer>(*m.params, m.config);
+  m.params->finalize();
+  ops::Rng rng(0);
+  m.model->init(rng);
+  return m;
+}
+
+// "224x224, patch 16, 3 channels, 12 layers, width 768, 1000 classes"
+std::string describe(const vit::VitConfig& c) {
+  return std::to_string(c.image_height) + "x" + std::to_string(c.image_width) + ", patch " +
+         std::to_string(c.patch_size) + ", " + std::to_string(c.channels) + " channels, " +
+         std::to_string(c.layers) + " layers, width " + std::to_string(c.d_model) + ", " +
+         std::to_string(c.num_classes) + " classes";
+}
+
 int run_classify(const po::variables_map& vm) {
   const bool json = vm["json"].as<bool>(), csv = vm["csv"].as<bool>();
   const bool benchmark = vm["benchmark"].as<bool>();
@@ -190,9 +210,14 @@ int run_classify(const po::variables_map& vm) {
         "no images given: name image files, '-' to read paths from standard input, "
         "or --dir DIR (see 'vitk classify --help')");
 
-  const std::string model_path =
-      vm.count("model") ? vm["model"].as<std::string>() : bundled_model();
-  vit::LoadedVit loaded = vit::load_vit(model_path);
+  const bool random_weights = vm["random-weights"].as<bool>();
+  if (random_weights && !benchmark) throw UsageError("--random-weights is for --benchmark");
+  if (random_weights && vm.count("model"))
+    throw UsageError("--random-weights and --model exclude each other");
+  const std::string model_path = random_weights      ? "random weights"
+                                 : vm.count("model") ? vm["model"].as<std::string>()
+                                                     : bundled_model();
+  vit::LoadedVit loaded = random_weights ? random_model(vm) : vit::load_vit(model_path);
   const vit::VitConfig& config = loaded.config;
   options.preprocess = preprocess_from(vm, config.preprocess, static_cast<int>(config.channels));
   std::vector<std::string> labels = loaded.meta.class_names;
@@ -203,10 +228,7 @@ int run_classify(const po::variables_map& vm) {
   if (benchmark && paths.empty()) {
     const vit::Throughput t =
         vit::measure_throughput(*loaded.model, options.batch_size, benchmark_seconds);
-    std::printf("%s: %lldx%lld, %lld channels, %lld classes, %lld parameters\n", model_path.c_str(),
-                static_cast<long long>(config.image_height),
-                static_cast<long long>(config.image_width), static_cast<long long>(config.channels),
-                static_cast<long long>(config.num_classes),
+    std::printf("%s: %s, %lld parameters\n", model_path.c_str(), describe(config).c_str(),
                 static_cast<long long>(loaded.params->numel()));
     std::printf("model alone, batch %lld, %d threads, %s: %.1f images/s (%lld batches in %.2f s)\n",
                 static_cast<long long>(t.batch_size), ops::num_threads(), ops::cpu_isa().c_str(),
@@ -254,7 +276,8 @@ void register_classify_commands(Registry& registry) {
       "vitk classify datasets/samples/*.png              # the bundled Fashion-MNIST model\n"
       "vitk classify --model runs/fmnist/best.h5 --dir photos --top-k 3 --json > out.json\n"
       "find photos -name '*.jpg' | vitk classify --model vit-b16.h5 - --csv\n"
-      "vitk classify --model vit-b16.h5 --benchmark --batch-size 32   # images/s, model alone";
+      "vitk classify --model vit-b16.h5 --benchmark --batch-size 32   # images/s, model alone\n"
+      "vitk classify --benchmark --random-weights --config configs/vit-b16.ini";
   c.add_options = [](po::options_description& o) {
     o.add_options()("image", po::value<std::vector<std::string>>()->value_name("FILE"),
                     "image files to classify (also given as bare words); '-' reads paths from "
@@ -288,7 +311,14 @@ void register_classify_commands(Registry& registry) {
         "benchmark", po::bool_switch(),
         "with images: also print images/s to stderr; without: time the model alone on random "
         "batches")("benchmark-seconds", po::value<double>()->default_value(10)->value_name("S"),
-                   "how long --benchmark times the model alone");
+                   "how long --benchmark times the model alone")(
+        "random-weights", po::bool_switch(),
+        "with --benchmark, instead of --model: a randomly initialised model described by the "
+        "--model.* options or the [model] section of --config (default ViT-B/16 at 224)");
+    po::options_description model(
+        "Model of --random-weights (the [model] section of a config file)");
+    add_vit_options(model);
+    o.add(model);
   };
   c.add_positional = [](po::positional_options_description& p) { p.add("image", -1); };
   c.run = run_classify;
