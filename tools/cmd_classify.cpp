@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "common/ops/ops.h"
+#include "common/progress.h"
 #include "tools/classify_output.h"
 #include "tools/cli.h"
 #include "tools/vit_options.h"
@@ -240,17 +241,33 @@ int run_classify(const po::variables_map& vm) {
   std::unique_ptr<ResultWriter> writer = json  ? make_json_writer(std::cout, labels)
                                          : csv ? make_csv_writer(std::cout, labels, k)
                                                : make_table_writer(std::cout, labels, k, paths);
+  // Results on a terminal show the progress themselves; when they go to a file or a pipe, a bar on
+  // the terminal's stderr does (never in a log: stderr then holds only the error lines).
+  std::unique_ptr<Progress> progress;
+  if (is_terminal(2) && !is_terminal(1)) {
+    ProgressOptions po;
+    po.tty = true;
+    po.unit = "image";
+    progress =
+        std::make_unique<Progress>(std::cerr, "classify", static_cast<int64_t>(paths.size()), po);
+  }
+  int64_t done = 0, classified = 0;
   writer->begin();
   const vit::ClassifyStats stats =
       vit::classify_files(*loaded.model, paths, options, [&](const vit::ImageResult& r) {
         writer->write(r);
+        ++done;
+        classified += r.ok();
+        // The decode thread may be holding fd 2 for a codec (DecodeOptions::quiet).
+        std::lock_guard<std::mutex> lock(datasets::codec_output_mutex());
         if (!r.ok()) {
-          // The decode thread may be holding fd 2 for a codec (DecodeOptions::quiet).
-          std::lock_guard<std::mutex> lock(datasets::codec_output_mutex());
+          if (progress) progress->finish();
           std::cout.flush();
           std::cerr << "vitk: error: " << r.path << ": " << r.error << std::endl;
         }
+        if (progress) progress->update(done, classified, "");
       });
+  if (progress) progress->finish();
   writer->end();
   std::cout.flush();
   if (benchmark) {
