@@ -245,29 +245,38 @@ int run_classify(const po::variables_map& vm) {
   // the terminal's stderr does (never in a log: stderr then holds only the error lines).
   std::unique_ptr<Progress> progress;
   if (is_terminal(2) && !is_terminal(1)) {
-    ProgressOptions po;
-    po.tty = true;
-    po.unit = "image";
+    ProgressOptions bar;
+    bar.tty = true;
+    bar.unit = "image";
     progress =
-        std::make_unique<Progress>(std::cerr, "classify", static_cast<int64_t>(paths.size()), po);
+        std::make_unique<Progress>(std::cerr, "classify", static_cast<int64_t>(paths.size()), bar);
   }
   int64_t done = 0, classified = 0;
   writer->begin();
+  // Writing to stderr takes codec_output_mutex: the decode thread may be pointing fd 2 at a codec
+  // capture (DecodeOptions::quiet). An error line waits for it; a progress redraw is skipped
+  // rather than make the model wait for a decode.
+  std::mutex& stderr_mutex = datasets::codec_output_mutex();
   const vit::ClassifyStats stats =
       vit::classify_files(*loaded.model, paths, options, [&](const vit::ImageResult& r) {
         writer->write(r);
         ++done;
         classified += r.ok();
-        // The decode thread may be holding fd 2 for a codec (DecodeOptions::quiet).
-        std::lock_guard<std::mutex> lock(datasets::codec_output_mutex());
         if (!r.ok()) {
+          std::lock_guard<std::mutex> lock(stderr_mutex);
           if (progress) progress->finish();
           std::cout.flush();
           std::cerr << "vitk: error: " << r.path << ": " << r.error << std::endl;
         }
-        if (progress) progress->update(done, classified, "");
+        if (progress) {
+          std::unique_lock<std::mutex> lock(stderr_mutex, std::try_to_lock);
+          if (lock.owns_lock()) progress->update(done, classified, "");
+        }
       });
-  if (progress) progress->finish();
+  if (progress) {
+    std::lock_guard<std::mutex> lock(stderr_mutex);
+    progress->finish();
+  }
   writer->end();
   std::cout.flush();
   if (benchmark) {
