@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
+#include <ctime>
 #include <deque>
 #include <exception>
 #include <mutex>
@@ -224,11 +225,13 @@ Throughput measure_throughput(VisionTransformer& model, int64_t batch_size, doub
   Throughput t;
   t.batch_size = batch_size;
   Timer timer;
+  const std::clock_t cpu = std::clock();
   do {
     batch();
     ++t.batches;
   } while (timer.seconds() < min_seconds);
   t.seconds = timer.seconds();
+  t.cpu_seconds = static_cast<double>(std::clock() - cpu) / CLOCKS_PER_SEC;
   return t;
 }
 
