@@ -148,6 +148,30 @@ TEST_F(Import, LogitsAtAnotherSizeMatchEachLibrarysResampling) {
   }
 }
 
+TEST_F(Import, RecordsTheResamplingConventionSoThatLaterSizesNeedNoFlag) {
+  vitk::test::FixtureFile fx(kDir + "tiny_vit.h5");
+  const Tensor x48 = fx.read_f32("input/x48");
+  for (const Source& s : kSources) {
+    const std::string fmt = vitk::vit::import_format_name(s.format);
+    std::string ckpt = import_to_checkpoint(s, tiny_options(s.format), fmt + ".h5");
+    const bool align = s.format == ImportFormat::torchvision;
+    EXPECT_EQ(vitk::io::read_checkpoint_meta(ckpt).config.at("pos_embed_align_corners"),
+              align ? "true" : "false")
+        << fmt;
+    // No align_corners given: the checkpoint's own convention, which matches the library.
+    vitk::vit::LoadedVit m = vitk::vit::load_vit(ckpt, 48, 48);
+    EXPECT_TRUE(m.resampled);
+    EXPECT_EQ(m.align_corners, align) << fmt;
+    EXPECT_EQ(m.stored_height, 32);
+    EXPECT_LT(max_abs_diff(run(m, x48), fx.read_f32("logits/" + fmt + "_48")), kTolerance) << fmt;
+  }
+  // --align-corners at import overrides the format's convention, and is what gets recorded.
+  ImportOptions o = tiny_options(ImportFormat::torchvision);
+  o.align_corners = false;
+  std::string ckpt = import_to_checkpoint(kSources[0], o, "tv_false.h5");
+  EXPECT_FALSE(vitk::vit::load_vit(ckpt).config.pos_embed_align_corners);
+}
+
 TEST_F(Import, RectangularGrid) {
   vitk::test::FixtureFile fx(kDir + "tiny_vit.h5");
   std::string ckpt = import_to_checkpoint(kSources[1], tiny_options(ImportFormat::timm), "t.h5");

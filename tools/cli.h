@@ -78,6 +78,8 @@ void register_inspect_commands(Registry& registry);
 void register_info_commands(Registry& registry);
 // `vitk train`, `vitk eval` (tools/cmd_train.cpp).
 void register_train_commands(Registry& registry);
+// `vitk finetune` (tools/cmd_finetune.cpp).
+void register_finetune_commands(Registry& registry);
 // `vitk import --format timm|hf|torchvision FILE --out CKPT` (tools/cmd_import.cpp).
 void register_import_commands(Registry& registry);
 // `vitk classify` (tools/cmd_classify.cpp).

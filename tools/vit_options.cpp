@@ -58,41 +58,54 @@ T get(const po::variables_map& vm, const std::string& key) {
 
 }  // namespace
 
-void add_vit_options(po::options_description& options, const vit::VitConfig& d) {
+void add_vit_options(po::options_description& options, const vit::VitConfig& d,
+                     bool with_defaults) {
   const std::string size = d.image_height == d.image_width ? std::to_string(d.image_height)
                                                            : std::to_string(d.image_height) + "x" +
                                                                  std::to_string(d.image_width);
-  auto real = [](float x) { return po::value<float>()->default_value(x, float_text(x)); };
-  options.add_options()                                                                  //
-      ("model.type", po::value<std::string>()->default_value("vit"), "model type: vit")  //
-      ("model.image_size", po::value<std::string>()->default_value(size)->value_name("N|HxW"),
-       "input image size: one side, or height x width")                                      //
-      ("model.patch_size", po::value<int64_t>()->default_value(d.patch_size), "patch side")  //
-      ("model.channels", po::value<int64_t>()->default_value(d.channels),
-       "image channels: 1 (grey) or 3 (RGB)")  //
+  // Without defaults, an option has a value only when it was given (vitk finetune: the model
+  // comes from a checkpoint, and the help must not show another model's settings).
+  auto value = [with_defaults](auto x, const std::string& text) {
+    auto* v = po::value<decltype(x)>();
+    return with_defaults ? v->default_value(x, text) : v;
+  };
+  auto integer = [&](int64_t x) { return value(x, std::to_string(x)); };
+  auto real = [&](float x) { return value(x, float_text(x)); };
+  auto text = [&](const std::string& x) { return value(x, x); };
+  options.add_options()                                                               //
+      ("model.type", text("vit"), "model type: vit")                                  //
+      ("model.image_size", text(size)->value_name("N|HxW"),                           //
+       "input image size: one side, or height x width")                               //
+      ("model.patch_size", integer(d.patch_size), "patch side")                       //
+      ("model.channels", integer(d.channels), "image channels: 1 (grey) or 3 (RGB)")  //
       ("model.num_classes", po::value<int64_t>(),
-       "classes of the head (default: the number of classes in the data)")                        //
-      ("model.d_model", po::value<int64_t>()->default_value(d.d_model), "width (embedding dim)")  //
-      ("model.heads", po::value<int64_t>()->default_value(d.heads), "attention heads")            //
-      ("model.d_ff", po::value<int64_t>()->default_value(d.d_ff), "MLP hidden width")             //
-      ("model.layers", po::value<int>()->default_value(d.layers), "encoder blocks (depth)")       //
-      ("model.norm_eps", real(d.norm_eps), "LayerNorm epsilon")                                   //
-      ("model.pool", po::value<std::string>()->default_value(d.pool),
+       "classes of the head (default: the number of classes in the data)")                   //
+      ("model.d_model", integer(d.d_model), "width (embedding dim)")                         //
+      ("model.heads", integer(d.heads), "attention heads")                                   //
+      ("model.d_ff", integer(d.d_ff), "MLP hidden width")                                    //
+      ("model.layers", value(d.layers, std::to_string(d.layers)), "encoder blocks (depth)")  //
+      ("model.norm_eps", real(d.norm_eps), "LayerNorm epsilon")                              //
+      ("model.pool", text(d.pool),
        "what the head sees: token (class token) or avg (mean of the patch tokens)")            //
       ("model.dropout", real(d.dropout), "dropout after positions, in the MLP and residuals")  //
       ("model.attention_dropout", real(d.attention_dropout), "dropout on attention weights")   //
       ("model.drop_path", real(d.drop_path),
        "stochastic depth of the last block, rising linearly from 0 (timm --drop-path)")  //
-      ("model.resize", po::value<std::string>()->default_value(d.preprocess.resize),
+      ("model.resize", text(d.preprocess.resize),
        "eval resize: shorter (shorter side, then centre crop) or squash")  //
       ("model.crop_fraction", real(d.preprocess.crop_fraction),
-       "eval centre crop fraction (timm crop_pct)")  //
-      ("model.interpolation", po::value<std::string>()->default_value(d.preprocess.interpolation),
-       "bicubic, bilinear, nearest or area")  //
-      ("model.mean", po::value<std::string>()->default_value(floats_text(d.preprocess.mean)),
-       "per-channel mean of [0, 1] pixels, comma-separated")  //
-      ("model.std", po::value<std::string>()->default_value(floats_text(d.preprocess.std)),
-       "per-channel standard deviation, comma-separated");
+       "eval centre crop fraction (timm crop_pct)")              //
+      ("model.interpolation", text(d.preprocess.interpolation),  //
+       "bicubic, bilinear, nearest or area")                     //
+      ("model.mean", text(floats_text(d.preprocess.mean)),       //
+       "per-channel mean of [0, 1] pixels, comma-separated")     //
+      ("model.std", text(floats_text(d.preprocess.std)),         //
+       "per-channel standard deviation, comma-separated")        //
+      ("model.pos_embed_align_corners",
+       value(d.pos_embed_align_corners, d.pos_embed_align_corners ? "true" : "false")
+           ->value_name("BOOL"),
+       "how the positions are resampled to another size by default: false as timm, DeiT and "
+       "Hugging Face, true as torchvision");
 }
 
 std::vector<std::string> given_vit_options(const po::variables_map& vm) {
@@ -103,7 +116,7 @@ std::vector<std::string> given_vit_options(const po::variables_map& vm) {
   return keys;
 }
 
-vit::VitConfig vit_config_from(const po::variables_map& vm, vit::VitConfig c) {
+vit::VitConfig vit_config_from(const po::variables_map& vm, vit::VitConfig c, bool validate) {
   if (given(vm, "type") && get<std::string>(vm, "type") != "vit")
     throw UsageError("--model.type: only 'vit' is trained by this subcommand, got '" +
                      get<std::string>(vm, "type") + "'");
@@ -134,6 +147,9 @@ vit::VitConfig vit_config_from(const po::variables_map& vm, vit::VitConfig c) {
   if (given(vm, "mean"))
     c.preprocess.mean = parse_floats("model.mean", get<std::string>(vm, "mean"));
   if (given(vm, "std")) c.preprocess.std = parse_floats("model.std", get<std::string>(vm, "std"));
+  if (given(vm, "pos_embed_align_corners"))
+    c.pos_embed_align_corners = get<bool>(vm, "pos_embed_align_corners");
+  if (!validate) return c;
   try {
     c.validate();
   } catch (const UsageError& e) {
@@ -142,6 +158,28 @@ vit::VitConfig vit_config_from(const po::variables_map& vm, vit::VitConfig c) {
     throw UsageError(what.rfind(kPrefix, 0) == 0 ? "--" + what : "model option " + what);
   }
   return c;
+}
+
+void add_resolution_options(po::options_description& options, const std::string& image_size_help) {
+  options.add_options()                                                                       //
+      ("image-size", po::value<std::string>()->value_name("N|HxW"), image_size_help.c_str())  //
+      ("align-corners", po::value<bool>()->implicit_value(true)->value_name("BOOL"),
+       "resample the position embeddings with align_corners (torchvision's convention; "
+       "--align-corners=false for timm's); default: the checkpoint's convention, recorded at "
+       "import (true for torchvision, false for timm and hf)");
+}
+
+Resolution resolution_from(const po::variables_map& vm) {
+  Resolution r;
+  if (vm.count("image-size")) {
+    try {
+      std::tie(r.height, r.width) = vit::parse_image_size(vm["image-size"].as<std::string>());
+    } catch (const UsageError& e) {
+      throw UsageError(std::string("--image-size: ") + e.what());
+    }
+  }
+  if (vm.count("align-corners")) r.align_corners = vm["align-corners"].as<bool>();
+  return r;
 }
 
 }  // namespace vitk::tools

@@ -147,7 +147,13 @@ EvalResult run_eval(const EvalOptions& o, std::ostream& out, bool tty) {
   if (o.data.empty()) throw UsageError("--data is required: the images to evaluate on");
   if (o.batch_size < 1)
     throw UsageError("--batch-size must be at least 1, got " + std::to_string(o.batch_size));
-  LoadedVit loaded = load_vit(o.model);
+  LoadedVit loaded;
+  try {
+    loaded = load_vit(o.model, o.image_height, o.image_width, o.align_corners);
+  } catch (const UsageError& e) {  // the only one load_vit throws: a size the patches do not tile
+    throw UsageError("--image-size " + std::to_string(o.image_height) + "x" +
+                     std::to_string(o.image_width) + ": " + e.what());
+  }
   const VitConfig& cfg = loaded.config;
   std::unique_ptr<datasets::Dataset> data = datasets::open_dataset(o.data, o.split);
   const std::vector<std::string>& data_names = data->class_names();
@@ -183,8 +189,14 @@ EvalResult run_eval(const EvalOptions& o, std::ostream& out, bool tty) {
 
   out << "model: " << o.model << " (vit " << cfg.image_height << "x" << cfg.image_width << "x"
       << cfg.channels << ", " << cfg.num_classes << " classes, step " << loaded.meta.step
-      << ", epoch " << loaded.meta.epoch << ")\n"
-      << "data: " << data->source() << " (" << (o.split == datasets::Split::val ? "val" : "train")
+      << ", epoch " << loaded.meta.epoch << ")\n";
+  if (loaded.resampled)
+    out << "positions resampled from " << loaded.stored_height << "x" << loaded.stored_width
+        << " (grid " << loaded.stored_height / cfg.patch_size << "x"
+        << loaded.stored_width / cfg.patch_size << ") to " << cfg.image_height << "x"
+        << cfg.image_width << " (grid " << cfg.grid_height() << "x" << cfg.grid_width()
+        << "), bicubic, align_corners " << (loaded.align_corners ? "true" : "false") << "\n";
+  out << "data: " << data->source() << " (" << (o.split == datasets::Split::val ? "val" : "train")
       << " split, " << data->size() << " images)\n"
       << std::flush;
   ProgressOptions po;

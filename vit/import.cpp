@@ -445,6 +445,9 @@ ImportedVit import_vit(const std::string& path, const ImportOptions& options) {
 
   c.norm_eps = options.norm_eps;
   c.preprocess = options.preprocess;
+  // Recorded so that a later change of size (vitk eval/classify --image-size, vitk finetune)
+  // resamples the positions as the source library would.
+  c.pos_embed_align_corners = options.align_corners;
   // A grey-scale model with the format's colour statistics: one value when all three agree.
   auto to_one = [&](std::vector<float>& v) {
     if (c.channels == 1 && v.size() == 3 && v[0] == v[1] && v[1] == v[2]) v.resize(1);

@@ -38,7 +38,9 @@ struct ImportOptions {
   int64_t num_classes = 0;
   // Settings the weights do not carry; options_for(format) fills in the source's own.
   float norm_eps = 1e-6f;
-  bool align_corners = false;  // for resampling at import
+  // For resampling at import, and recorded in the checkpoint (pos_embed_align_corners) as the
+  // model's convention for any later change of size.
+  bool align_corners = false;
   Preprocess preprocess;
   // One per class; empty: "class_0", "class_1", ...
   std::vector<std::string> class_names;

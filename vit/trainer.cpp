@@ -1,4 +1,5 @@
-// The training loop of `vitk train`: setup and checks, steps, validation, checkpoints, resume.
+// The training loop of `vitk train` and `vitk finetune`: setup and checks, steps, validation,
+// checkpoints, resume.
 #include "vit/trainer.h"
 
 #include <algorithm>
@@ -20,6 +21,9 @@
 #include "common/optim/optim.h"
 #include "common/timer.h"
 #include "datasets/loader.h"
+#include "vit/checkpoint.h"
+#include "vit/finetune.h"
+#include "vit/import.h"
 
 namespace vitk::vit {
 namespace {
@@ -97,8 +101,8 @@ struct RunState {
   static RunState from(const std::vector<uint64_t>& w, const std::string& path) {
     if (w.size() != 14 || w[0] != kStateMagic)
       throw Error(path +
-                  ": not a checkpoint of a `vitk train` run (it has no training state to resume "
-                  "from)");
+                  ": not a checkpoint of a `vitk train` or `vitk finetune` run (it has no training "
+                  "state to resume from)");
     RunState s;
     s.seed = w[1];
     s.rng_seed = w[2];
@@ -121,13 +125,41 @@ void need(bool ok, const std::string& option, const std::string& what, double go
   if (!ok) throw UsageError("--" + option + " must be " + what + ", got " + num(got, 6));
 }
 
-std::string default_output() {
+std::string default_output(const char* kind) {
   std::time_t t = std::time(nullptr);
   std::tm tm{};
   localtime_r(&t, &tm);
   char buf[64];
-  std::strftime(buf, sizeof buf, "runs/train-%Y%m%d-%H%M%S", &tm);
-  return buf;
+  std::strftime(buf, sizeof buf, "-%Y%m%d-%H%M%S", &tm);
+  return std::string("runs/") + kind + buf;
+}
+
+std::string size_text(int64_t height, int64_t width) {
+  return std::to_string(height) + "x" + std::to_string(width);
+}
+
+// Model settings a fine-tuning run may change: they do not touch the weights' shapes or meaning.
+bool changeable_when_finetuning(const std::string& key) {
+  return key == "dropout" || key == "attention_dropout" || key == "drop_path" || key == "resize" ||
+         key == "crop_fraction" || key == "interpolation";
+}
+
+// "class_0", "class_1", ...: the names `vitk import` makes up when it is given none.
+bool placeholder_names(const std::vector<std::string>& names) {
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] != "class_" + std::to_string(i)) return false;
+  return true;
+}
+
+// The first difference between two lists of class names, for messages.
+std::string first_difference(const std::vector<std::string>& a, const std::string& a_name,
+                             const std::vector<std::string>& b, const std::string& b_name) {
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    if (a[i] != b[i])
+      return "class " + std::to_string(i) + " is '" + a[i] + "' in " + a_name + ", '" + b[i] +
+             "' in " + b_name;
+  return std::to_string(a.size()) + " classes in " + a_name + ", " + std::to_string(b.size()) +
+         " in " + b_name;
 }
 
 bool same_file(const std::string& a, const std::string& b) {
@@ -204,6 +236,8 @@ class Run {
  private:
   void open_data();
   void build_model();
+  void start_from_checkpoint();  // fine-tuning: cfg_ from --from and the changes asked for
+  void check_resumed_finetune() const;
   void open_output();
   void log_setup();
   bool stopping() const { return stop_ && stop_->load() != 0; }
@@ -214,9 +248,7 @@ class Run {
   void save_last(int64_t epoch, int64_t batch);
   void save_weights(const std::string& path, int64_t epoch) const;
   io::CheckpointMeta meta(int64_t epoch) const;
-  optim::Optimizer& optimizer() {
-    return with_ema_ ? static_cast<optim::Optimizer&>(*with_ema_) : *adamw_;
-  }
+  optim::Optimizer& optimizer() { return with_ema_ ? *with_ema_ : *base_; }
   std::string epoch_label(int64_t epoch) const {
     return "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o_.epochs);
   }
@@ -231,12 +263,15 @@ class Run {
   VitConfig cfg_;
   std::string output_;
   std::optional<io::CheckpointMeta> resumed_;
+  // Fine-tuning from a checkpoint (not resumed): its model, and what changes.
+  std::optional<VitConfig> initial_;
+  bool new_head_ = false, align_corners_ = false;
   RunState state_;
   int64_t start_epoch_ = 0;
 
   std::unique_ptr<ParamStore> params_;
   std::unique_ptr<VisionTransformer> model_;
-  std::unique_ptr<optim::AdamW> adamw_;
+  std::unique_ptr<optim::Optimizer> base_;  // AdamW or SGD
   std::unique_ptr<optim::ModelEma> ema_;
   std::unique_ptr<optim::WithEma> with_ema_;
   std::unique_ptr<optim::WarmupCosine> schedule_;
@@ -264,6 +299,15 @@ void Run::open_data() {
                 std::to_string(val_set_->class_names().size()) +
                 ") are not the training classes (" + std::to_string(class_names_.size()) + " in " +
                 train_set_->source() + ")");
+  if (!o_.finetune.labels.empty()) {
+    // The names to store for the data's classes, in its order (e.g. words for WordNet folders).
+    std::vector<std::string> labels = read_labels(o_.finetune.labels);
+    if (labels.size() != class_names_.size())
+      throw UsageError("--labels " + o_.finetune.labels + " has " + std::to_string(labels.size()) +
+                       " class names, the data " + train_set_->source() + " " +
+                       std::to_string(class_names_.size()) + " classes");
+    class_names_ = std::move(labels);
+  }
   bpe_ = train_set_->size() / o_.batch_size;  // the last partial batch is dropped
   if (bpe_ < 1)
     throw UsageError("--batch-size " + std::to_string(o_.batch_size) + " is larger than the " +
@@ -277,14 +321,18 @@ void Run::build_model() {
     io::CheckpointMeta meta = io::read_checkpoint_meta(o_.resume);
     state_ = RunState::from(meta.rng_state, o_.resume);
     cfg_ = from_config_map(meta.config, o_.resume);
-    // The model is the checkpoint's; a setting given now must agree with it.
+    // The model is the checkpoint's; a setting given now must agree with it. When fine-tuning,
+    // the size and the classes of the [model] settings are those of the model fine-tuned from
+    // (--image-size and --num-classes are checked below).
     const auto now = to_config_map(o_.model), then = meta.config;
     for (const std::string& key : o_.model_keys_given) {
+      if (o_.finetune.enabled && (key == "image_size" || key == "num_classes")) continue;
       auto a = now.find(key), b = then.find(key);
       if (a != now.end() && b != then.end() && a->second != b->second)
         throw UsageError("--model." + key + " " + a->second + " differs from the checkpoint's " +
                          b->second + " (" + o_.resume + "); a resumed run keeps its model");
     }
+    check_resumed_finetune();
     if (!meta.class_names.empty() && meta.class_names != class_names_)
       throw Error(o_.resume + ": the checkpoint's classes are not those of " +
                   train_set_->source());
@@ -300,8 +348,12 @@ void Run::build_model() {
                   std::to_string(bpe_) + " batches per epoch");
     resumed_ = std::move(meta);
   } else {
-    cfg_ = o_.model;
-    if (cfg_.num_classes == 0) cfg_.num_classes = classes;
+    if (o_.finetune.enabled) {
+      start_from_checkpoint();
+    } else {
+      cfg_ = o_.model;
+      if (cfg_.num_classes == 0) cfg_.num_classes = classes;
+    }
     state_.seed = o_.seed;
     state_.rng_seed = ops::Rng::hash(o_.seed, 0xd50b);
   }
@@ -313,26 +365,42 @@ void Run::build_model() {
   params_ = std::make_unique<ParamStore>();
   model_ = std::make_unique<VisionTransformer>(*params_, cfg_);
   params_->finalize();
-  ops::Rng init_rng(ops::Rng::hash(state_.seed, 0x1417));
-  model_->init(init_rng);
-  optim::AdamWOptions ao;
-  ao.weight_decay = o_.weight_decay;
-  adamw_ = std::make_unique<optim::AdamW>(*params_, ao);
+  if (initial_) {
+    load_vit_weights(o_.finetune.from, cfg_, *params_, align_corners_, new_head_);
+  } else {
+    ops::Rng init_rng(ops::Rng::hash(state_.seed, 0x1417));
+    model_->init(init_rng);
+  }
+  if (o_.layer_decay != 1.f) apply_layer_decay(*params_, cfg_.layers, o_.layer_decay);
+  if (o_.opt == "sgd") {
+    optim::SgdOptions so;
+    so.momentum = o_.momentum;
+    so.weight_decay = o_.weight_decay;
+    base_ = std::make_unique<optim::Sgd>(*params_, so);
+  } else {
+    optim::AdamWOptions ao;
+    ao.weight_decay = o_.weight_decay;
+    base_ = std::make_unique<optim::AdamW>(*params_, ao);
+  }
   if (o_.model_ema) {
     ema_ = std::make_unique<optim::ModelEma>(*params_, o_.model_ema_decay);
-    with_ema_ = std::make_unique<optim::WithEma>(*adamw_, *ema_, *params_);
+    with_ema_ = std::make_unique<optim::WithEma>(*base_, *ema_, *params_);
   }
   if (resumed_) {
+    if (!resumed_->optimizer.empty() && resumed_->optimizer != base_->kind())
+      throw UsageError("--opt " + o_.opt + ": " + o_.resume + " holds " + resumed_->optimizer +
+                       " state; a resumed run keeps its optimizer (give the run's --opt" +
+                       (o_.finetune.enabled ? " or --recipe" : "") + ")");
     if (state_.has_ema && !ema_) {
       // The file holds an average this run does not keep: load it into a scratch one.
       optim::ModelEma scratch(*params_, 0.0);
-      optim::WithEma loader(*adamw_, scratch, *params_);
+      optim::WithEma loader(*base_, scratch, *params_);
       io::load_checkpoint(o_.resume, *params_, &loader);
       loader.sync_steps();
     } else if (!state_.has_ema && ema_) {
-      io::load_checkpoint(o_.resume, *params_, adamw_.get());
+      io::load_checkpoint(o_.resume, *params_, base_.get());
       ema_->reset(*params_);
-      with_ema_ = std::make_unique<optim::WithEma>(*adamw_, *ema_, *params_);
+      with_ema_ = std::make_unique<optim::WithEma>(*base_, *ema_, *params_);
     } else {
       io::load_checkpoint(o_.resume, *params_, &optimizer());
       if (with_ema_) with_ema_->sync_steps();
@@ -367,8 +435,97 @@ void Run::build_model() {
                 " batches per epoch, expected " + std::to_string(bpe_));
 }
 
+// Fine-tuning: the model of --from, with the [model] settings that may change taken from the
+// options (the others must agree), at --image-size, with a new head for --num-classes.
+void Run::start_from_checkpoint() {
+  const FinetuneOptions& f = o_.finetune;
+  const int64_t classes = static_cast<int64_t>(class_names_.size());
+  const io::CheckpointMeta meta = io::read_checkpoint_meta(f.from);
+  const VitConfig stored = from_config_map(meta.config, f.from);
+  cfg_ = stored;
+  const auto file = to_config_map(stored), given = to_config_map(o_.model);
+  for (const std::string& key : o_.model_keys_given) {
+    auto a = given.find(key), b = file.find(key);
+    if (a == given.end() || b == file.end() || a->second == b->second) continue;
+    if (!changeable_when_finetuning(key))
+      throw UsageError("--model." + key + " " + a->second + " differs from the " + b->second +
+                       " of " + f.from +
+                       ": fine-tuning keeps the model's architecture and input statistics" +
+                       (key == "image_size"    ? " (train at another size with --image-size)"
+                        : key == "num_classes" ? " (a new head: --num-classes)"
+                                               : ""));
+  }
+  for (const std::string& key : o_.model_keys_given) {
+    if (key == "dropout") cfg_.dropout = o_.model.dropout;
+    if (key == "attention_dropout") cfg_.attention_dropout = o_.model.attention_dropout;
+    if (key == "drop_path") cfg_.drop_path = o_.model.drop_path;
+    if (key == "resize") cfg_.preprocess.resize = o_.model.preprocess.resize;
+    if (key == "crop_fraction") cfg_.preprocess.crop_fraction = o_.model.preprocess.crop_fraction;
+    if (key == "interpolation") cfg_.preprocess.interpolation = o_.model.preprocess.interpolation;
+  }
+  try {
+    cfg_.validate();
+  } catch (const UsageError& e) {
+    const std::string what = e.what();
+    throw UsageError(what.rfind("model.", 0) == 0 ? "--" + what : "model option " + what);
+  }
+
+  if (f.image_height > 0) {
+    const int64_t p = cfg_.patch_size;
+    if (f.image_height % p || f.image_width % p) {
+      auto down = [p](int64_t x) { return std::max<int64_t>(p, x / p * p); };
+      auto up = [p](int64_t x) { return (x + p - 1) / p * p; };
+      throw UsageError("--image-size " + size_text(f.image_height, f.image_width) +
+                       ": the patch size " + std::to_string(p) + " of " + f.from +
+                       " does not divide it (" +
+                       size_text(down(f.image_height), down(f.image_width)) + " or " +
+                       size_text(up(f.image_height), up(f.image_width)) + " would do)");
+    }
+    cfg_ = at_size(cfg_, f.image_height, f.image_width, f.from);
+  }
+  align_corners_ = f.align_corners.value_or(stored.pos_embed_align_corners);
+  cfg_.pos_embed_align_corners = align_corners_;  // the convention the positions now follow
+
+  new_head_ = f.num_classes > 0;
+  if (new_head_) {
+    if (f.num_classes != classes)
+      throw UsageError("--num-classes " + std::to_string(f.num_classes) + ": the data " +
+                       train_set_->source() + " has " + std::to_string(classes) + " classes" +
+                       (f.labels.empty() ? "" : " (and --labels " + f.labels + " as many names)"));
+    cfg_.num_classes = f.num_classes;
+  } else {
+    if (stored.num_classes != classes)
+      throw UsageError(f.from + " has a head of " + std::to_string(stored.num_classes) +
+                       " classes, the data " + train_set_->source() + " " +
+                       std::to_string(classes) + ": give --num-classes " + std::to_string(classes) +
+                       " for a new head");
+    const auto& names = meta.class_names;
+    if (!names.empty() && names != class_names_ && !placeholder_names(names) && f.labels.empty())
+      throw Error("the data's classes are not those of the head of " + f.from + " (" +
+                  first_difference(class_names_, train_set_->source(), names, f.from) +
+                  "): give --num-classes " + std::to_string(classes) +
+                  " for a new head, or --labels FILE to keep the head with the names of FILE");
+  }
+  initial_ = stored;
+}
+
+// A resumed fine-tuning run keeps its model: the size and classes asked for must be its own.
+void Run::check_resumed_finetune() const {
+  const FinetuneOptions& f = o_.finetune;
+  if (f.image_height > 0 &&
+      (f.image_height != cfg_.image_height || f.image_width != cfg_.image_width))
+    throw UsageError("--image-size " + size_text(f.image_height, f.image_width) +
+                     " differs from the " + size_text(cfg_.image_height, cfg_.image_width) +
+                     " of " + o_.resume + "; a resumed run keeps its model");
+  if (f.num_classes > 0 && f.num_classes != cfg_.num_classes)
+    throw UsageError("--num-classes " + std::to_string(f.num_classes) + " differs from the " +
+                     std::to_string(cfg_.num_classes) + " classes of " + o_.resume +
+                     "; a resumed run keeps its model");
+}
+
 void Run::open_output() {
-  output_ = o_.output.empty() ? default_output() : o_.output;
+  output_ =
+      o_.output.empty() ? default_output(o_.finetune.enabled ? "finetune" : "train") : o_.output;
   const std::string last = (fs::path(output_) / "last.h5").string();
   if (fs::exists(last) && !(resumed_ && same_file(o_.resume, last)))
     throw UsageError("--output " + output_ + " already holds a run (" + last +
@@ -406,11 +563,40 @@ void Run::log_setup() {
   L << ", std";
   for (float s : c.preprocess.std) L << " " << num(s);
   L << "\n";
-  L << "optimizer: AdamW, lr " << num(o_.lr) << " (warmup " << num(o_.warmup_epochs)
+  if (initial_) {
+    const VitConfig& from = *initial_;
+    L << "fine-tuning from " << o_.finetune.from << ": vit " << from.image_height << "x"
+      << from.image_width;
+    if (from.image_height != c.image_height || from.image_width != c.image_width)
+      L << " -> " << c.image_height << "x" << c.image_width << ", positions resampled from "
+        << from.grid_height() << "x" << from.grid_width() << " to " << c.grid_height() << "x"
+        << c.grid_width() << " (bicubic, align_corners " << (align_corners_ ? "true" : "false")
+        << ")";
+    else
+      L << ", positions as they are";
+    if (new_head_)
+      L << "; new zero head of " << c.num_classes << " classes (was " << from.num_classes << ")";
+    else
+      L << "; head kept (" << c.num_classes << " classes)";
+    L << "\n";
+  }
+  const bool sgd = o_.opt == "sgd";
+  L << "optimizer: "
+    << (sgd ? "SGD, momentum " + num(o_.momentum) + (o_.momentum > 0 ? "" : " (off)")
+            : std::string("AdamW"))
+    << ", lr " << num(o_.lr) << " (warmup " << num(o_.warmup_epochs)
     << " epochs = " << warmup_steps_ << " steps, cosine to " << num(o_.min_lr) << " at step "
-    << total_steps_ << "), weight decay " << num(o_.weight_decay)
-    << " (not on biases, norms, class token, positions), clip-grad "
+    << total_steps_ << "), weight decay " << num(o_.weight_decay) << (sgd ? " (L2, " : " (")
+    << "not on biases, norms, class token, positions), clip-grad "
     << (o_.clip_grad > 0 ? num(o_.clip_grad) : std::string("off")) << "\n";
+  if (o_.layer_decay != 1.f) {
+    L << "layer decay " << num(o_.layer_decay) << ": lr x " << num(o_.layer_decay) << "^("
+      << c.layers + 1 << " - layer), from "
+      << num(layer_decay_scale("pos_embed", c.layers, o_.layer_decay))
+      << " for the patch embedding, class token and positions (layer 0) to 1 for the head and "
+         "final norm (layer "
+      << c.layers + 1 << ")\n";
+  }
   L << "loss: cross-entropy, label smoothing " << num(o_.smoothing);
   if (a.mixing())
     L << "; mixup " << num(a.mixup) << ", cutmix " << num(a.cutmix) << ", mixup-prob "
@@ -668,7 +854,7 @@ io::CheckpointMeta Run::meta(int64_t epoch) const {
   io::CheckpointMeta m;
   m.config = to_config_map(cfg_);
   m.class_names = class_names_;
-  m.step = adamw_->steps();
+  m.step = base_->steps();
   m.epoch = epoch;
   return m;
 }
@@ -693,6 +879,8 @@ void Run::save_last(int64_t epoch, int64_t batch) {
 }  // namespace
 
 void TrainOptions::validate() const {
+  if (finetune.enabled && finetune.from.empty() && resume.empty())
+    throw UsageError("--from is required: the checkpoint to fine-tune (or --resume a run)");
   if (data.empty()) throw UsageError("--data is required: the training images");
   need(epochs >= 1, "epochs", "at least 1", epochs);
   need(batch_size >= 1, "batch-size", "at least 1", static_cast<double>(batch_size));
@@ -702,6 +890,12 @@ void TrainOptions::validate() const {
        warmup_epochs);
   need(weight_decay >= 0 && std::isfinite(weight_decay), "weight-decay", ">= 0", weight_decay);
   need(clip_grad >= 0 && std::isfinite(clip_grad), "clip-grad", ">= 0 (0: off)", clip_grad);
+  if (opt != "adamw" && opt != "sgd")
+    throw UsageError("--opt must be 'adamw' or 'sgd', got '" + opt + "'");
+  need(momentum >= 0 && momentum < 1, "momentum", "in [0, 1)", momentum);
+  need(layer_decay > 0 && layer_decay <= 1, "layer-decay", "in (0, 1] (1: off)", layer_decay);
+  need(finetune.num_classes >= 0, "num-classes", "at least 1",
+       static_cast<double>(finetune.num_classes));
   need(smoothing >= 0 && smoothing < 1, "smoothing", "in [0, 1)", smoothing);
   const auto& a = augment;
   if (!(a.scale[0] > 0 && a.scale[0] <= a.scale[1] && a.scale[1] <= 1))

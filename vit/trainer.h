@@ -5,6 +5,11 @@
 // weights; validation every epoch; checkpoints that resume bit for bit, also from the middle of an
 // epoch. tools/cmd_train.cpp only maps options onto TrainOptions and EvalOptions.
 //
+// Fine-tuning (`vitk finetune`, tools/cmd_finetune.cpp) is the same loop started from a
+// checkpoint's weights (TrainOptions::finetune): positions resampled to a new input size, the head
+// kept or replaced by a zero one, SGD or AdamW (vit/finetune.h has the recipes), optionally with
+// layer-wise learning-rate decay. Its runs resume, average and checkpoint as training runs do.
+//
 // A run directory (--output) holds:
 //   last.h5      everything a resume needs: weights, AdamW moments (and the EMA weights), step,
 //                epoch, batch position, RNG state; rewritten (atomically) every epoch, when
@@ -19,6 +24,7 @@
 #include <atomic>
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +40,20 @@ class Loader;
 
 namespace vitk::vit {
 
+// Where a fine-tuning run starts (vitk finetune's options). The run's model is the checkpoint's,
+// at image_height × image_width, with a new head when num_classes is set; model settings given in
+// TrainOptions::model must agree with the checkpoint except those that do not touch the weights
+// (dropout, attention_dropout, drop_path and the eval transform: resize, crop_fraction,
+// interpolation), which the run takes.
+struct FinetuneOptions {
+  bool enabled = false;  // set by vitk finetune: `from` is required unless the run resumes
+  std::string from;      // --from: any vitk checkpoint (a run's, or one written by vitk import)
+  int64_t image_height = 0, image_width = 0;  // --image-size; 0: the checkpoint's
+  std::optional<bool> align_corners;          // --align-corners; unset: the checkpoint's convention
+  int64_t num_classes = 0;  // --num-classes: a new zero head (it must be the data's count); 0: keep
+  std::string labels;       // --labels: a file of class names in the data's class order
+};
+
 // Named after timm's train.py arguments; validate() names the option at fault as "--name".
 struct TrainOptions {
   std::string data;      // --data: training images (datasets::open_dataset, train split)
@@ -48,12 +68,16 @@ struct TrainOptions {
 
   int epochs = 30;
   int64_t batch_size = 128;
-  float lr = 5e-4f;                  // peak learning rate, after warmup
-  float min_lr = 1e-5f;              // at the end of the cosine
-  float warmup_epochs = 5.f;         // linear warmup from 0, per step; fractions allowed
-  float weight_decay = 0.05f;        // decoupled (AdamW), only on parameters with decay = true
-  float clip_grad = 0.f;             // max global L2 norm of the gradients; 0: no clipping
-  float smoothing = 0.1f;            // label smoothing (also folded into Mixup/CutMix targets)
+  float lr = 5e-4f;           // peak learning rate, after warmup
+  float min_lr = 1e-5f;       // at the end of the cosine
+  float warmup_epochs = 5.f;  // linear warmup from 0, per step; fractions allowed
+  float weight_decay =
+      0.05f;                  // only on parameters with decay = true: decoupled (AdamW) or L2 (SGD)
+  std::string opt = "adamw";  // --opt: adamw | sgd (momentum, PyTorch's rule)
+  float momentum = 0.9f;      // --momentum (SGD)
+  float layer_decay = 1.f;    // --layer-decay in (0, 1]; 1: off (vit/finetune.h)
+  float clip_grad = 0.f;      // max global L2 norm of the gradients; 0: no clipping
+  float smoothing = 0.1f;     // label smoothing (also folded into Mixup/CutMix targets)
   datasets::AugmentOptions augment;  // --scale --ratio --hflip --reprob --mixup --cutmix ...
   bool model_ema = false;
   double model_ema_decay = 0.9998;
@@ -61,6 +85,8 @@ struct TrainOptions {
   int64_t max_steps = 0;      // stop after this many optimizer steps in all (0: no limit)
   int64_t log_interval = 50;  // steps between progress lines when not on a terminal
   int prefetch = 3;           // batches the loader prepares ahead
+
+  FinetuneOptions finetune;
 
   void validate() const;  // vitk::UsageError "--lr must be ..., got ..."
 };
@@ -114,6 +140,10 @@ EvalResult evaluate(VisionTransformer& model, datasets::Loader& loader, Arena& a
 struct EvalOptions {
   std::string model;  // --model: a checkpoint
   std::string data;   // --data
+  // --image-size: run the checkpoint at another size, its positions resampled (vit/checkpoint.h);
+  // 0: its own. --align-corners: the resampling's convention (unset: the checkpoint's).
+  int64_t image_height = 0, image_width = 0;
+  std::optional<bool> align_corners;
   datasets::Split split = datasets::Split::val;
   int64_t batch_size = 128;
   int prefetch = 3;
