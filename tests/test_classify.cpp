@@ -779,6 +779,29 @@ TEST_F(Classify, BundledModelOrAClearError) {
   EXPECT_GE(right * 10, static_cast<int>(doc.members.size()) * 7) << r.out;
 }
 
+TEST_F(Classify, ImageSizeRunsTheCheckpointAtAnotherResolution) {
+  const fs::path bundled = fs::path(VITK_SOURCE_DIR) / "vit/models/fmnist-vit.h5";
+  const fs::path sample = fs::path(VITK_SOURCE_DIR) / "datasets/samples/0002-trouser.png";
+  std::error_code ec;
+  if (!fs::exists(bundled, ec) || !fs::exists(sample, ec)) GTEST_SKIP() << "no bundled model";
+  // 28x28 with patch 4 is a 7x7 grid; 56x56 a 14x14 one, with resampled positions.
+  Result at56 = run({"classify", "--json", "--top-k", "10", "--image-size", "56", sample.string()});
+  ASSERT_EQ(at56.status, 0) << at56.err;
+  Json doc = parse_json(at56.out);
+  ASSERT_EQ(doc.members.size(), 1u);
+  const Json* probs = doc.members.begin()->second.get("probabilities");
+  ASSERT_NE(probs, nullptr);
+  double sum = 0;
+  for (const Json& p : probs->items) sum += p.num;
+  EXPECT_EQ(probs->items.size(), 10u);
+  EXPECT_NEAR(sum, 1.0, 1e-4);
+  // A size the patch does not divide is refused with the reason, not run.
+  Result at30 = run({"classify", "--image-size", "30", sample.string()});
+  EXPECT_NE(at30.status, 0);
+  EXPECT_TRUE(has(at30.err, "does not divide")) << at30.err;
+  EXPECT_EQ(lines(at30.err).size(), 1u) << at30.err;
+}
+
 TEST_F(Classify, BenchmarkReportsImagesPerSecond) {
   Result r = run({"classify", "--model", "rgb.h5", "--benchmark", "--benchmark-seconds", "0.2",
                   "--batch-size", "4"});

@@ -218,7 +218,13 @@ int run_classify(const po::variables_map& vm) {
   const std::string model_path = random_weights      ? "random weights"
                                  : vm.count("model") ? vm["model"].as<std::string>()
                                                      : bundled_model();
-  vit::LoadedVit loaded = random_weights ? random_model(vm) : vit::load_vit(model_path);
+  const Resolution res = resolution_from(vm);
+  if (random_weights && res.height > 0)
+    throw UsageError(
+        "--image-size is for a checkpoint; with --random-weights use --model.image_size");
+  vit::LoadedVit loaded = random_weights
+                              ? random_model(vm)
+                              : vit::load_vit(model_path, res.height, res.width, res.align_corners);
   const vit::VitConfig& config = loaded.config;
   options.preprocess = preprocess_from(vm, config.preprocess, static_cast<int>(config.channels));
   std::vector<std::string> labels = loaded.meta.class_names;
@@ -308,6 +314,9 @@ void register_classify_commands(Registry& registry) {
       "vitk classify --model vit-b16.h5 --benchmark --batch-size 32   # images/s, model alone\n"
       "vitk classify --benchmark --random-weights --config configs/vit-b16.ini";
   c.add_options = [](po::options_description& o) {
+    add_resolution_options(o,
+                           "run the checkpoint at this input size, N or HxW (the position "
+                           "embeddings are resampled to the new patch grid; no training)");
     o.add_options()("image", po::value<std::vector<std::string>>()->value_name("FILE"),
                     "image files to classify (also given as bare words); '-' reads paths from "
                     "standard input, one a line. Transparent pixels are composited on white; "
