@@ -78,5 +78,7 @@ void register_inspect_commands(Registry& registry);
 void register_info_commands(Registry& registry);
 // `vitk train`, `vitk eval` (tools/cmd_train.cpp).
 void register_train_commands(Registry& registry);
+// `vitk import --format timm|hf|torchvision FILE --out CKPT` (tools/cmd_import.cpp).
+void register_import_commands(Registry& registry);
 
 }  // namespace vitk::tools

@@ -14,6 +14,7 @@ constexpr void (*kRegistrations[])(vitk::tools::Registry&) = {
     vitk::tools::register_train_commands,
     vitk::tools::register_bench_commands,
     vitk::tools::register_inspect_commands,
+    vitk::tools::register_import_commands,
 };
 
 }  // namespace

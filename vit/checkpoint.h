@@ -19,8 +19,11 @@ struct LoadedVit {
 
 // Builds the model the checkpoint's attributes describe and loads its weights (vitk::Error naming
 // the file and the tensor at fault). height, width > 0 run the model at that input size: the
-// position embeddings are resampled to the new patch grid (bicubic, align_corners = false, the
-// class token's slot untouched).
-LoadedVit load_vit(const std::string& path, int64_t height = 0, int64_t width = 0);
+// position embeddings are resampled to the new patch grid (vit/resample.h: bicubic as
+// F.interpolate, align_corners = false as timm, DeiT and Hugging Face do it, or true as
+// torchvision's interpolate_embeddings; the class token's slot untouched); everything else is
+// loaded as it is. vitk::UsageError when the patch size does not divide the new size.
+LoadedVit load_vit(const std::string& path, int64_t height = 0, int64_t width = 0,
+                   bool align_corners = false);
 
 }  // namespace vitk::vit
