@@ -798,9 +798,12 @@ bool Run::finish_epoch(int64_t epoch) {
   const double train_acc = 100.0 * state_.correct / std::max<int64_t>(state_.seen, 1);
   const double ips = epoch_rate_.images_per_second();
   const double epoch_seconds = state_.seconds;
+  // The rate of the epoch's last step (also when a resumed run took no step of this epoch).
+  const int64_t steps = optimizer().steps();
+  const float last_lr = steps > 0 ? schedule_->lr(steps - 1) : 0.f;
   std::vector<std::string> row{std::to_string(epoch + 1),
                                std::to_string(optimizer().steps()),
-                               num(lr_, 6),
+                               num(last_lr, 6),
                                fixed(train_loss, 6),
                                fixed(train_acc, 4),
                                fixed(val.loss, 6),
