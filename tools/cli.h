@@ -82,5 +82,9 @@ void register_train_commands(Registry& registry);
 void register_finetune_commands(Registry& registry);
 // `vitk import --format timm|hf|torchvision FILE --out CKPT` (tools/cmd_import.cpp).
 void register_import_commands(Registry& registry);
+// `vitk classify` (tools/cmd_classify.cpp).
+void register_classify_commands(Registry& registry);
+// `vitk export-samples` (tools/cmd_export_samples.cpp).
+void register_export_commands(Registry& registry);
 
 }  // namespace vitk::tools
