@@ -76,5 +76,15 @@ void register_bench_commands(Registry& registry);
 void register_inspect_commands(Registry& registry);
 // `vitk info` (tools/cmd_info.cpp).
 void register_info_commands(Registry& registry);
+// `vitk train`, `vitk eval` (tools/cmd_train.cpp).
+void register_train_commands(Registry& registry);
+// `vitk finetune` (tools/cmd_finetune.cpp).
+void register_finetune_commands(Registry& registry);
+// `vitk import --format timm|hf|torchvision FILE --out CKPT` (tools/cmd_import.cpp).
+void register_import_commands(Registry& registry);
+// `vitk classify` (tools/cmd_classify.cpp).
+void register_classify_commands(Registry& registry);
+// `vitk export-samples` (tools/cmd_export_samples.cpp).
+void register_export_commands(Registry& registry);
 
 }  // namespace vitk::tools

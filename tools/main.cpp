@@ -8,12 +8,19 @@ namespace {
 
 // Every subcommand source file contributes one registration function; `vitk --help` lists the
 // subcommands in this order. Add yours here (and declare it in tools/cli.h).
+// clang-format off
 constexpr void (*kRegistrations[])(vitk::tools::Registry&) = {
     vitk::tools::register_env_commands,
     vitk::tools::register_info_commands,
+    vitk::tools::register_train_commands,
+    vitk::tools::register_finetune_commands,
+    vitk::tools::register_classify_commands,
     vitk::tools::register_bench_commands,
     vitk::tools::register_inspect_commands,
+    vitk::tools::register_import_commands,
+    vitk::tools::register_export_commands,
 };
+// clang-format on
 
 }  // namespace
 

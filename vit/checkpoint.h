@@ -1,6 +1,9 @@
 #pragma once
-// A ViT from a checkpoint file: read the configuration, build the model, load the weights.
+// A ViT from a checkpoint file: read the configuration, build the model, load the weights, at the
+// checkpoint's own input size or another one.
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,12 +18,37 @@ struct LoadedVit {
   io::CheckpointMeta meta;
   std::unique_ptr<ParamStore> params;  // finalized, weights loaded
   std::unique_ptr<VisionTransformer> model;
+  // The size the checkpoint was made for, and whether (and how) its positions were resampled.
+  int64_t stored_height = 0, stored_width = 0;
+  bool resampled = false;
+  bool align_corners = false;  // the convention used when resampled
 };
 
 // Builds the model the checkpoint's attributes describe and loads its weights (vitk::Error naming
 // the file and the tensor at fault). height, width > 0 run the model at that input size: the
-// position embeddings are resampled to the new patch grid (bicubic, align_corners = false, the
-// class token's slot untouched).
-LoadedVit load_vit(const std::string& path, int64_t height = 0, int64_t width = 0);
+// position embeddings are resampled to the new patch grid (vit/resample.h: bicubic as
+// F.interpolate, align_corners = false as timm, DeiT and Hugging Face do it, or true as
+// torchvision's interpolate_embeddings; the class token's slot untouched); everything else is
+// loaded as it is. align_corners unset: the checkpoint's own convention (its
+// pos_embed_align_corners setting, recorded by `vitk import`; false when absent).
+// vitk::UsageError when the patch size does not divide the new size.
+LoadedVit load_vit(const std::string& path, int64_t height = 0, int64_t width = 0,
+                   std::optional<bool> align_corners = std::nullopt);
+
+// The configuration of the checkpoint at `path` run at height × width: `stored` with the new
+// size, validated. vitk::UsageError naming the file, the size and the patch size when the patch
+// size does not divide it.
+VitConfig at_size(const VitConfig& stored, int64_t height, int64_t width, const std::string& path);
+
+// Loads the weights of the checkpoint at `path` into `params`, the finalized store of a model
+// built with `config`, which may differ from the checkpoint's model in its input size (pos_embed
+// resampled as load_vit does, with align_corners or else the checkpoint's convention) and, with
+// new_head, in its number of classes: head.weight and head.bias are then set to zero, as the ViT
+// paper does for fine-tuning (every class starts at the same logit; the gradient is what
+// distinguishes them). Any other difference is a vitk::Error naming the file and the tensor.
+// Returns the checkpoint's metadata.
+io::CheckpointMeta load_vit_weights(const std::string& path, const VitConfig& config,
+                                    ParamStore& params, std::optional<bool> align_corners,
+                                    bool new_head = false);
 
 }  // namespace vitk::vit

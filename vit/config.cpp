@@ -49,6 +49,11 @@ struct Reader {
       throw Error(where(key) + ": expected a number, got '" + text + "'");
     return v;
   }
+  bool boolean(const std::string& key, const std::string& text) const {
+    if (text == "true" || text == "1") return true;
+    if (text == "false" || text == "0") return false;
+    throw Error(where(key) + ": expected true or false, got '" + text + "'");
+  }
   std::vector<float> reals(const std::string& key, const std::string& text) const {
     std::vector<float> out;
     std::stringstream in(text);
@@ -147,6 +152,7 @@ std::map<std::string, std::string> to_config_map(const VitConfig& c) {
   m["interpolation"] = c.preprocess.interpolation;
   m["mean"] = floats_text(c.preprocess.mean);
   m["std"] = floats_text(c.preprocess.std);
+  m["pos_embed_align_corners"] = c.pos_embed_align_corners ? "true" : "false";
   return m;
 }
 
@@ -199,6 +205,8 @@ VitConfig from_config_map(const std::map<std::string, std::string>& map,
       c.preprocess.mean = r.reals(key, value);
     else if (key == "std")
       c.preprocess.std = r.reals(key, value);
+    else if (key == "pos_embed_align_corners")
+      c.pos_embed_align_corners = r.boolean(key, value);
     else
       throw Error(source + ": unknown model setting '" + key + "'");
   }

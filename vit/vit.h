@@ -37,6 +37,9 @@ struct VitConfig {
   float attention_dropout = 0.f;  // on the attention weights
   float drop_path = 0.f;          // stochastic depth of the last block (block i: i/(N−1) of it)
   Preprocess preprocess;          // what eval and classify do to an image file
+  // How pos_embed is resampled to another patch grid by default (vit/resample.h): false as timm,
+  // DeiT and Hugging Face do it, true as torchvision's interpolate_embeddings.
+  bool pos_embed_align_corners = false;
 
   int64_t grid_height() const { return image_height / patch_size; }
   int64_t grid_width() const { return image_width / patch_size; }
@@ -50,10 +53,12 @@ struct VitConfig {
 // keys "type" (= "vit"), "image_size" ("224" or "224x160", height x width), "patch_size",
 // "channels", "num_classes", "d_model", "heads", "d_ff", "layers", "norm_eps", "pool", "dropout",
 // "attention_dropout", "drop_path", "resize", "crop_fraction", "interpolation", "mean", "std"
-// (comma-separated). Floats are written so that they read back exactly.
+// (comma-separated), "pos_embed_align_corners" ("true" | "false"). Floats are written so that
+// they read back exactly.
 std::map<std::string, std::string> to_config_map(const VitConfig& config);
-// The reverse. Missing keys keep their defaults; an unknown key, a bad value or a type other than
-// "vit" throws vitk::Error naming `source` (e.g. the checkpoint path) and the key.
+// The reverse. Missing keys keep their defaults (checkpoints written before a key existed load
+// as they did: no "pos_embed_align_corners" means false); an unknown key, a bad value or a type
+// other than "vit" throws vitk::Error naming `source` (e.g. the checkpoint path) and the key.
 VitConfig from_config_map(const std::map<std::string, std::string>& map, const std::string& source);
 // "224" -> {224, 224}; "224x160" -> {224, 160}. vitk::UsageError otherwise.
 std::pair<int64_t, int64_t> parse_image_size(const std::string& text);

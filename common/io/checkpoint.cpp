@@ -573,6 +573,8 @@ CheckpointMeta read_meta(const OpenFile& f, const std::string& path) {
     meta.epoch = read_int64(a->get(), "epoch", f, path);
   if (auto a = open_attribute(root, "rng_state", path))
     meta.rng_state = read_uint64s(a->get(), "rng_state", f, path);
+  if (auto a = open_attribute(root, "optimizer", path))
+    meta.optimizer = read_string(a->get(), "optimizer", f, path);
   return meta;
 }
 

@@ -23,6 +23,9 @@ struct CheckpointMeta {
   int64_t step = 0;  // optimizer steps taken
   int64_t epoch = 0;
   std::vector<uint64_t> rng_state;  // opaque words (seed, counter, ...)
+  // Read only: the kind of the optimizer state in the file ("adamw", "sgd"), empty when it has
+  // none. save_checkpoint writes the optimizer's own kind and ignores this.
+  std::string optimizer;
 };
 
 // Writes params (and the optimizer's state, if given) atomically to path.

@@ -180,6 +180,16 @@ CrossEntropyStats cross_entropy_forward(const Tensor& logits, const Tensor& targ
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, float label_smoothing,
                             int ignore_index, float scale, Tensor& dlogits);
 
+// ---- Cross-entropy with soft targets (Mixup, CutMix) ----
+// logits [M, C] f32, targets f32 [M, C], one distribution per row (label smoothing already folded
+// in). Per row: −Σ_c t_c · log p_c, the mean over the rows, as timm's SoftTargetCrossEntropy.
+// `correct` counts rows whose arg-max logit is the arg-max target (the dominant class of a mix;
+// first index on ties).
+CrossEntropyStats soft_cross_entropy_forward(const Tensor& logits, const Tensor& targets);
+// dlogits [M, C] = scale · d(mean loss)/d(logits) = scale · (p · Σ_c t_c − t) / M, overwritten.
+void soft_cross_entropy_backward(const Tensor& logits, const Tensor& targets, float scale,
+                                 Tensor& dlogits);
+
 // ---- Gradient clipping ----
 // L2 norm of all values (accumulated in double).
 double l2_norm(const Tensor& t);

@@ -1,0 +1,366 @@
+// `vitk classify`: top-k labels of image files with a ViT checkpoint (the bundled Fashion-MNIST
+// model by default). Wiring only: inputs, options and output formats; decoding, preprocessing and
+// the batched model run live in vit/classify.
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/ops/ops.h"
+#include "common/progress.h"
+#include "tools/classify_output.h"
+#include "tools/cli.h"
+#include "tools/vit_options.h"
+#include "vit/checkpoint.h"
+#include "vit/classify.h"
+
+namespace vitk::tools {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kBundledModel = "vit/models/fmnist-vit.h5";
+
+// Where the bundled model may be: beside a build directory inside the source tree (build/vitk),
+// beside the executable, installed under share/, and the source tree this binary was built from.
+std::vector<std::string> bundled_model_candidates() {
+  std::vector<std::string> out;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path dir = exe.parent_path();
+    out.push_back((dir.parent_path() / kBundledModel).string());
+    out.push_back((dir / kBundledModel).string());
+    out.push_back((dir.parent_path() / "share/vitk/models/fmnist-vit.h5").string());
+  }
+#ifdef VITK_SOURCE_DIR
+  out.push_back((fs::path(VITK_SOURCE_DIR) / kBundledModel).string());
+#endif
+  return out;
+}
+
+std::string bundled_model() {
+  const std::vector<std::string> candidates = bundled_model_candidates();
+  std::error_code ec;
+  for (const std::string& c : candidates)
+    if (fs::is_regular_file(c, ec)) return fs::path(c).lexically_normal().string();
+  std::string looked;
+  for (const std::string& c : candidates) looked += (looked.empty() ? "" : ", ") + c;
+  throw Error(std::string("no --model given, and the bundled model (") + kBundledModel +
+              ") is not there (looked in: " + looked +
+              "); pass --model CHECKPOINT, e.g. one written by vitk train");
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+bool has_image_extension(const fs::path& p) {
+  static const std::set<std::string> kExtensions = {".png", ".jpg", ".jpeg", ".jpe",  ".bmp",
+                                                    ".dib", ".tif", ".tiff", ".webp", ".pbm",
+                                                    ".pgm", ".ppm", ".pnm",  ".pam"};
+  return kExtensions.count(lower(p.extension().string())) > 0;
+}
+
+// Image files under dir, recursively, sorted (so runs and tests are repeatable).
+std::vector<std::string> images_under(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw Error("--dir " + dir + ": not a directory");
+  std::vector<std::string> out;
+  fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
+  if (ec) throw Error("--dir " + dir + ": " + ec.message());
+  for (; it != end; it.increment(ec)) {
+    if (ec) throw Error("--dir " + dir + ": " + ec.message());
+    std::error_code type_ec;
+    if (it->is_regular_file(type_ec) && has_image_extension(it->path()))
+      out.push_back(it->path().string());
+  }
+  std::sort(out.begin(), out.end());
+  if (out.empty())
+    throw Error("--dir " + dir +
+                ": no image files in it (.png .jpg .jpeg .bmp .tif .tiff .webp "
+                ".pgm .ppm ...)");
+  return out;
+}
+
+// IMAGE words, '-' for a list of paths on standard input (one a line), then --dir folders; each
+// path once, in the order first given.
+std::vector<std::string> input_paths(const po::variables_map& vm) {
+  std::vector<std::string> all;
+  if (vm.count("image")) {
+    for (const std::string& word : vm["image"].as<std::vector<std::string>>()) {
+      if (word != "-") {
+        all.push_back(word);
+        continue;
+      }
+      for (std::string line; std::getline(std::cin, line);) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (!line.empty()) all.push_back(line);
+      }
+    }
+  }
+  if (vm.count("dir"))
+    for (const std::string& dir : vm["dir"].as<std::vector<std::string>>())
+      for (std::string& p : images_under(dir)) all.push_back(std::move(p));
+  std::vector<std::string> unique;
+  std::set<std::string> seen;
+  for (std::string& p : all)
+    if (seen.insert(p).second) unique.push_back(std::move(p));
+  return unique;
+}
+
+std::vector<std::string> read_labels(const std::string& path, int64_t classes) {
+  std::ifstream in(path, std::ios::binary);
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw Error("--labels " + path + ": is a directory");
+  if (!in) throw Error("--labels " + path + ": cannot open");
+  std::vector<std::string> labels;
+  int line_number = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++line_number;
+    if (line_number == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line = line.substr(3);  // BOM
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos)
+      throw Error("--labels " + path + ":" + std::to_string(line_number) + ": empty label");
+    labels.push_back(line);
+  }
+  if (static_cast<int64_t>(labels.size()) != classes)
+    throw Error("--labels " + path + " has " + std::to_string(labels.size()) +
+                " labels (one a line), but the model has " + std::to_string(classes) + " classes");
+  return labels;
+}
+
+std::vector<float> parse_floats(const std::string& option, const std::string& text) {
+  std::vector<float> out;
+  std::string item;
+  std::stringstream in(text);
+  while (std::getline(in, item, ',')) {
+    char* end = nullptr;
+    const float v = std::strtof(item.c_str(), &end);
+    if (item.empty() || end == item.c_str() ||
+        (*end && !std::isspace(static_cast<unsigned char>(*end))))
+      throw UsageError("--" + option + ": expected comma-separated numbers, got '" + text + "'");
+    out.push_back(v);
+  }
+  if (out.empty())
+    throw UsageError("--" + option + ": expected comma-separated numbers, got '" + text + "'");
+  return out;
+}
+
+// The checkpoint's eval transform with any of the five flags put in.
+vit::Preprocess preprocess_from(const po::variables_map& vm, vit::Preprocess p, int channels) {
+  if (vm.count("resize")) p.resize = vm["resize"].as<std::string>();
+  if (vm.count("crop-fraction")) p.crop_fraction = vm["crop-fraction"].as<float>();
+  if (vm.count("interpolation")) p.interpolation = vm["interpolation"].as<std::string>();
+  if (vm.count("mean")) p.mean = parse_floats("mean", vm["mean"].as<std::string>());
+  if (vm.count("std")) p.std = parse_floats("std", vm["std"].as<std::string>());
+  try {
+    p.validate(channels);
+  } catch (const UsageError& e) {
+    throw UsageError(std::string("preprocessing: ") + e.what());
+  }
+  return p;
+}
+
+// A randomly initialised model of the --model.* options (a [model] section): throughput does not
+// depend on the weights, so any preset can be timed without a checkpoint.
+vit::LoadedVit random_model(const po::variables_map& vm) {
+  vit::LoadedVit m;
+  m.config = vit_config_from(vm, vit::VitConfig{});
+  m.params = std::make_unique<ParamStore>();
+  m.model = std::make_unique<vit::VisionTransformer>(*m.params, m.config);
+  m.params->finalize();
+  ops::Rng rng(0);
+  m.model->init(rng);
+  return m;
+}
+
+// "224x224, patch 16, 3 channels, 12 layers, width 768, 1000 classes"
+std::string describe(const vit::VitConfig& c) {
+  return std::to_string(c.image_height) + "x" + std::to_string(c.image_width) + ", patch " +
+         std::to_string(c.patch_size) + ", " + std::to_string(c.channels) + " channels, " +
+         std::to_string(c.layers) + " layers, width " + std::to_string(c.d_model) + ", " +
+         std::to_string(c.num_classes) + " classes";
+}
+
+int run_classify(const po::variables_map& vm) {
+  const bool json = vm["json"].as<bool>(), csv = vm["csv"].as<bool>();
+  const bool benchmark = vm["benchmark"].as<bool>();
+  if (json && csv) throw UsageError("--json and --csv exclude each other");
+  vit::ClassifyOptions options;
+  options.batch_size = vm["batch-size"].as<int64_t>();
+  options.top_k = vm["top-k"].as<int>();
+  options.decode.max_pixels = vm["max-pixels"].as<int64_t>();
+  options.decode.quiet = true;  // codec chatter would break the one-line-per-file errors
+  if (options.batch_size < 1) throw UsageError("--batch-size must be at least 1");
+  if (options.top_k < 1) throw UsageError("--top-k must be at least 1");
+  if (options.decode.max_pixels < 1) throw UsageError("--max-pixels must be at least 1");
+  const double benchmark_seconds = vm["benchmark-seconds"].as<double>();
+  if (!(benchmark_seconds > 0)) throw UsageError("--benchmark-seconds must be positive");
+
+  std::vector<std::string> paths = input_paths(vm);
+  if (paths.empty() && !benchmark)
+    throw UsageError(
+        "no images given: name image files, '-' to read paths from standard input, "
+        "or --dir DIR (see 'vitk classify --help')");
+
+  const bool random_weights = vm["random-weights"].as<bool>();
+  if (random_weights && !benchmark) throw UsageError("--random-weights is for --benchmark");
+  if (random_weights && vm.count("model"))
+    throw UsageError("--random-weights and --model exclude each other");
+  const std::string model_path = random_weights      ? "random weights"
+                                 : vm.count("model") ? vm["model"].as<std::string>()
+                                                     : bundled_model();
+  const Resolution res = resolution_from(vm);
+  if (random_weights && res.height > 0)
+    throw UsageError(
+        "--image-size is for a checkpoint; with --random-weights use --model.image_size");
+  vit::LoadedVit loaded = random_weights
+                              ? random_model(vm)
+                              : vit::load_vit(model_path, res.height, res.width, res.align_corners);
+  const vit::VitConfig& config = loaded.config;
+  options.preprocess = preprocess_from(vm, config.preprocess, static_cast<int>(config.channels));
+  std::vector<std::string> labels = loaded.meta.class_names;
+  if (vm.count("labels")) labels = read_labels(vm["labels"].as<std::string>(), config.num_classes);
+  if (labels.empty())
+    for (int64_t i = 0; i < config.num_classes; ++i) labels.push_back(std::to_string(i));
+
+  if (benchmark && paths.empty()) {
+    const vit::Throughput t =
+        vit::measure_throughput(*loaded.model, options.batch_size, benchmark_seconds);
+    std::printf("%s: %s, %lld parameters\n", model_path.c_str(), describe(config).c_str(),
+                static_cast<long long>(loaded.params->numel()));
+    std::printf(
+        "model alone, batch %lld, %d threads, %s: %.1f images/s (%lld batches in %.2f s, %.2f s "
+        "of CPU: %.1f images per CPU-second)\n",
+        static_cast<long long>(t.batch_size), ops::num_threads(), ops::cpu_isa().c_str(),
+        t.images_per_second(), static_cast<long long>(t.batches), t.seconds, t.cpu_seconds,
+        t.cpu_seconds > 0 ? static_cast<double>(t.batch_size * t.batches) / t.cpu_seconds : 0.0);
+    return kExitOk;
+  }
+
+  const int k = static_cast<int>(std::min<int64_t>(options.top_k, config.num_classes));
+  std::unique_ptr<ResultWriter> writer = json  ? make_json_writer(std::cout, labels)
+                                         : csv ? make_csv_writer(std::cout, labels, k)
+                                               : make_table_writer(std::cout, labels, k, paths);
+  // Results on a terminal show the progress themselves; when they go to a file or a pipe, a bar on
+  // the terminal's stderr does (never in a log: stderr then holds only the error lines).
+  std::unique_ptr<Progress> progress;
+  if (is_terminal(2) && !is_terminal(1)) {
+    ProgressOptions bar;
+    bar.tty = true;
+    bar.unit = "image";
+    progress =
+        std::make_unique<Progress>(std::cerr, "classify", static_cast<int64_t>(paths.size()), bar);
+  }
+  int64_t done = 0, classified = 0;
+  writer->begin();
+  // Writing to stderr takes codec_output_mutex: the decode thread may be pointing fd 2 at a codec
+  // capture (DecodeOptions::quiet). An error line waits for it; a progress redraw is skipped
+  // rather than make the model wait for a decode.
+  std::mutex& stderr_mutex = datasets::codec_output_mutex();
+  const vit::ClassifyStats stats =
+      vit::classify_files(*loaded.model, paths, options, [&](const vit::ImageResult& r) {
+        writer->write(r);
+        ++done;
+        classified += r.ok();
+        if (!r.ok()) {
+          std::lock_guard<std::mutex> lock(stderr_mutex);
+          if (progress) progress->finish();
+          std::cout.flush();
+          std::cerr << "vitk: error: " << r.path << ": " << r.error << std::endl;
+        }
+        if (progress) {
+          std::unique_lock<std::mutex> lock(stderr_mutex, std::try_to_lock);
+          if (lock.owns_lock()) progress->update(done, classified, "");
+        }
+      });
+  if (progress) {
+    std::lock_guard<std::mutex> lock(stderr_mutex);
+    progress->finish();
+  }
+  writer->end();
+  std::cout.flush();
+  if (benchmark) {
+    std::lock_guard<std::mutex> lock(datasets::codec_output_mutex());
+    std::fprintf(stderr,
+                 "vitk: classified %lld images (%lld failed) in %.2f s: %.1f images/s; model "
+                 "%.2f s, reading and preprocessing %.2f s on its own thread\n",
+                 static_cast<long long>(stats.images), static_cast<long long>(stats.failed),
+                 stats.seconds, static_cast<double>(stats.images) / stats.seconds,
+                 stats.model_seconds, stats.prepare_seconds);
+  }
+  return stats.failed ? kExitFailure : kExitOk;
+}
+
+}  // namespace
+
+void register_classify_commands(Registry& registry) {
+  Subcommand c;
+  c.name = "classify";
+  c.summary = "top-k labels of image files with a ViT checkpoint (default: the bundled model)";
+  c.usage = "[IMAGE... | -] [--dir DIR] [options]";
+  c.example =
+      "vitk classify datasets/samples/*.png              # the bundled Fashion-MNIST model\n"
+      "vitk classify --model runs/fmnist/best.h5 --dir photos --top-k 3 --json > out.json\n"
+      "find photos -name '*.jpg' | vitk classify --model vit-b16.h5 - --csv\n"
+      "vitk classify --model vit-b16.h5 --benchmark --batch-size 32   # images/s, model alone\n"
+      "vitk classify --benchmark --random-weights --config configs/vit-b16.ini";
+  c.add_options = [](po::options_description& o) {
+    add_resolution_options(o,
+                           "run the checkpoint at this input size, N or HxW (the position "
+                           "embeddings are resampled to the new patch grid; no training)");
+    o.add_options()("image", po::value<std::vector<std::string>>()->value_name("FILE"),
+                    "image files to classify (also given as bare words); '-' reads paths from "
+                    "standard input, one a line. Transparent pixels are composited on white; "
+                    "EXIF orientation is applied")(
+        "dir", po::value<std::vector<std::string>>()->composing()->value_name("DIR"),
+        "classify every image file under DIR, recursively (.png .jpg .jpeg .bmp .tif .tiff "
+        ".webp .pgm .ppm ...)")("model", po::value<std::string>()->value_name("FILE"),
+                                "the checkpoint (default: the bundled vit/models/fmnist-vit.h5)")(
+        "top-k", po::value<int>()->default_value(5)->value_name("K"),
+        "labels per image, most probable first (at most the number of classes)")(
+        "json", po::bool_switch(),
+        "one JSON document keyed by image path: labels, probabilities and classes, or error")(
+        "csv", po::bool_switch(), "CSV: path, label_1, probability_1, ..., error")(
+        "labels", po::value<std::string>()->value_name("FILE"),
+        "class names, one a line, instead of the checkpoint's (as many as the model's classes)")(
+        "batch-size", po::value<int64_t>()->default_value(32)->value_name("N"),
+        "files per batch through the model; the next batch is decoded meanwhile")(
+        "resize", po::value<std::string>()->value_name("shorter|squash"),
+        "override the checkpoint's resize: shorter side then centre crop, or a plain resize")(
+        "crop-fraction", po::value<float>()->value_name("F"),
+        "override the crop fraction (timm's crop_pct): the shorter side goes to size / F")(
+        "interpolation", po::value<std::string>()->value_name("NAME"),
+        "override the interpolation: bicubic, bilinear, nearest or area")(
+        "mean", po::value<std::string>()->value_name("M,M,M"),
+        "override the normalisation mean, one value of [0, 1] per channel")(
+        "std", po::value<std::string>()->value_name("S,S,S"),
+        "override the normalisation standard deviation, one per channel")(
+        "max-pixels", po::value<int64_t>()->default_value(178'956'970)->value_name("N"),
+        "refuse images with more pixels than this, from their header, before decoding")(
+        "benchmark", po::bool_switch(),
+        "with images: also print images/s to stderr; without: time the model alone on random "
+        "batches")("benchmark-seconds", po::value<double>()->default_value(10)->value_name("S"),
+                   "how long --benchmark times the model alone")(
+        "random-weights", po::bool_switch(),
+        "with --benchmark, instead of --model: a randomly initialised model described by the "
+        "--model.* options or the [model] section of --config (default ViT-B/16 at 224)");
+    po::options_description model(
+        "Model of --random-weights (the [model] section of a config file)");
+    add_vit_options(model);
+    o.add(model);
+  };
+  c.add_positional = [](po::positional_options_description& p) { p.add("image", -1); };
+  c.run = run_classify;
+  registry.add(std::move(c));
+}
+
+}  // namespace vitk::tools

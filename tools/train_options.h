@@ -1,0 +1,26 @@
+#pragma once
+// The options `vitk train` and `vitk finetune` share (named as timm's train.py names them), their
+// mapping onto vit::TrainOptions, and the run itself with SIGINT/SIGTERM as a stop flag. Wiring
+// only; the loop is vit/trainer.cpp, the recipes vit/finetune.h.
+#include "tools/cli.h"
+#include "vit/trainer.h"
+
+namespace vitk::tools {
+
+enum class TrainCommand { train, finetune };
+
+// Data and output, optimization, augmentation and model options. For finetune, the settings a
+// recipe decides (epochs, lr, min-lr, warmup-epochs, opt, weight-decay, clip-grad, smoothing) have
+// no default of their own, and the model options none either (the model is the checkpoint's);
+// the fine-tuning options (--from, --image-size, ...) come first.
+void add_train_options(po::options_description& options, TrainCommand command);
+
+// The parsed options as TrainOptions; for finetune, with the recipe's values for the settings not
+// given (--recipe, else the one of --opt, else vit). vitk::UsageError naming a bad option.
+vit::TrainOptions train_options(const po::variables_map& vm, TrainCommand command);
+
+// Runs (or resumes) the run on stdout and returns the exit code: 0, or 128 + the signal when
+// interrupted (the checkpoint is saved).
+int run_training(const vit::TrainOptions& options);
+
+}  // namespace vitk::tools

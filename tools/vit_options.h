@@ -1,0 +1,43 @@
+#pragma once
+// The model options of the ViT subcommands: --model.KEY for every key of vit::to_config_map
+// ("[model]" KEY = VALUE in a config file), turned into a VitConfig. Shared by train, classify
+// and finetune, so that every ViT subcommand spells the model the same way.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tools/cli.h"
+#include "vit/vit.h"
+
+namespace vitk::tools {
+
+// Declares --model.type, --model.image_size, --model.patch_size, ... with `defaults`' values as
+// the shown defaults (none when with_defaults is false: then an option has a value only when it
+// was given). --model.num_classes has no default: it comes from the data.
+void add_vit_options(po::options_description& options, const vit::VitConfig& defaults = {},
+                     bool with_defaults = true);
+
+// `base` with every model option that was given (on the command line or in the config file, not
+// a default) put in. Validates the result unless told not to; a bad value throws
+// vitk::UsageError naming the option.
+vit::VitConfig vit_config_from(const po::variables_map& vm, vit::VitConfig base,
+                               bool validate = true);
+
+// The model option keys that were given, without the "model." prefix ("patch_size", ...).
+std::vector<std::string> given_vit_options(const po::variables_map& vm);
+
+// ---- Running a checkpoint at another input size (eval, classify, finetune) --------------------
+
+// --image-size N|HxW and --align-corners[=BOOL], the two arguments of vit::load_vit beyond the
+// path. `image_size_help` says what the size does for the subcommand.
+void add_resolution_options(po::options_description& options, const std::string& image_size_help);
+
+struct Resolution {
+  int64_t height = 0, width = 0;      // 0: the checkpoint's own size
+  std::optional<bool> align_corners;  // unset: the checkpoint's convention
+};
+// vitk::UsageError naming --image-size for a malformed size.
+Resolution resolution_from(const po::variables_map& vm);
+
+}  // namespace vitk::tools

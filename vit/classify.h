@@ -1,0 +1,69 @@
+#pragma once
+// Classifying image files in batches: a decode thread reads, checks and preprocesses the next
+// batches (datasets::decode_image_file, the eval transform) while the model runs the current one;
+// results come back in input order, one per file, with a reason for every file that could not
+// be read.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "datasets/image_io.h"
+#include "vit/preprocess.h"
+#include "vit/vit.h"
+
+namespace vitk::vit {
+
+struct ClassifyOptions {
+  int64_t batch_size = 32;  // files per batch (the model runs on the readable ones)
+  int top_k = 5;            // capped at the number of classes
+  Preprocess preprocess;    // the eval transform, usually the checkpoint's
+  datasets::DecodeOptions decode;
+  int prefetch = 2;  // batches prepared ahead of the model
+};
+
+struct ImageResult {
+  int64_t index = 0;  // position in the input list
+  std::string path;
+  std::string error;                 // why the file could not be classified; empty if it was
+  std::vector<int> classes;          // the top-k classes, most probable first
+  std::vector<float> probabilities;  // their softmax probabilities
+  bool ok() const { return error.empty(); }
+};
+
+struct ClassifyStats {
+  int64_t images = 0;          // files classified
+  int64_t failed = 0;          // files with an error
+  double seconds = 0;          // wall time of the whole run
+  double model_seconds = 0;    // in the model (forward, softmax, top-k)
+  double prepare_seconds = 0;  // on the decode thread (read, decode, preprocess)
+};
+
+// Classifies every path with `model` (its configuration gives the channels and the input size).
+// on_result is called once per path, in input order, on the calling thread, as soon as the
+// path's batch is done. A file that cannot be read or decoded gets its reason and the run goes
+// on; an error of the model itself (or from on_result) stops the run and is rethrown after the
+// decode thread has stopped.
+ClassifyStats classify_files(VisionTransformer& model, const std::vector<std::string>& paths,
+                             const ClassifyOptions& options,
+                             const std::function<void(const ImageResult&)>& on_result);
+
+// Softmax of one row of logits, then the k most probable classes (ties: the lower index first).
+void top_k(const float* logits, int64_t classes, int k, std::vector<int>& indices,
+           std::vector<float>& probabilities);
+
+// The model alone: images per second of inference forwards on random normalised input in
+// batches of batch_size, timed over at least min_seconds after one warm-up batch.
+struct Throughput {
+  int64_t batch_size = 0;
+  int64_t batches = 0;
+  double seconds = 0;      // wall time
+  double cpu_seconds = 0;  // CPU time of the process meanwhile (all threads): on a loaded
+                           // machine images per CPU-second at one thread is the steadier figure
+  double images_per_second() const {
+    return seconds > 0 ? static_cast<double>(batch_size * batches) / seconds : 0;
+  }
+};
+Throughput measure_throughput(VisionTransformer& model, int64_t batch_size, double min_seconds);
+
+}  // namespace vitk::vit

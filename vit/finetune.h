@@ -1,0 +1,62 @@
+#pragma once
+// What fine-tuning adds to training (vit/trainer.h runs it): the two published recipes and
+// layer-wise learning-rate decay.
+//
+// Recipes (the optimizer side of each paper's fine-tuning; augmentation stays as given):
+//   vit   Dosovitskiy et al. 2021, appendix B.1.1 (and big_vision/vit_jax's fine-tuning config):
+//         SGD with momentum 0.9, no weight decay, gradients clipped at global norm 1, linear
+//         warmup then cosine decay to 0, lr 0.03 at batch 512 (the paper searches
+//         {0.001, 0.003, 0.01, 0.03}), no label smoothing; 10 epochs, the first 5% warmup
+//         (vit_jax: 500 of 10,000 steps).
+//   deit  Touvron et al. 2021, fine-tuning at 384: AdamW, lr 5e-6 at batch 512 held constant
+//         after the warmup (--min-lr = --lr), weight decay 1e-8, label smoothing 0.1, 30 epochs
+//         of which 5 warmup.
+// Learning rates are per 512 images and scaled linearly to the batch (DeiT's rule:
+// lr = base · batch / 512); an --lr given on the command line is taken as it is.
+#include <cstdint>
+#include <string>
+
+#include "common/params.h"
+
+namespace vitk::vit {
+
+struct Recipe {
+  std::string name;            // "vit" | "deit"
+  std::string optimizer;       // "sgd" | "adamw"
+  double lr_per_512 = 0;       // peak learning rate at batch 512
+  double min_lr_fraction = 0;  // the end of the cosine as a fraction of the peak (1: constant)
+  int epochs = 0;
+  double warmup_fraction = 0;  // of the epochs: a run of other length keeps the proportion
+  float weight_decay = 0;
+  float clip_grad = 0;  // 0: off
+  float smoothing = 0;
+  float momentum = 0.9f;  // SGD only
+
+  float lr(int64_t batch_size) const;     // lr_per_512 · batch / 512
+  float min_lr(float lr) const;           // min_lr_fraction · lr
+  float warmup_epochs(int epochs) const;  // warmup_fraction · epochs
+};
+
+// "vit" | "deit"; vitk::UsageError naming --recipe otherwise.
+const Recipe& recipe(const std::string& name);
+// The recipe whose optimizer is `optimizer` ("sgd" -> vit, "adamw" -> deit); vitk::UsageError
+// naming --opt otherwise.
+const Recipe& recipe_for_optimizer(const std::string& optimizer);
+
+// ---- Layer-wise learning-rate decay (BEiT; timm's param_groups_layer_decay) -------------------
+//
+// Layers are numbered from the input: 0 for cls_token, pos_embed and patch_embed.*, i + 1 for
+// blocks.<i>.*, num_layers + 1 for everything after the blocks (norm, fc_norm, head). A
+// parameter's learning rate is scaled by decay^(num_layers + 1 − layer): the head and the final
+// norm train at the full rate, each block below at `decay` times the rate of the one above, so
+// that the pretrained low layers move least.
+
+// The layer of a ViT parameter name (above), for a model of num_layers blocks.
+int layer_id(const std::string& name, int num_layers);
+// decay^(num_layers + 1 − layer_id(name)), computed in double and rounded once.
+float layer_decay_scale(const std::string& name, int num_layers, double decay);
+// Sets every parameter's lr_scale (1 everywhere when decay is 1). vitk::Error for a decay
+// outside (0, 1].
+void apply_layer_decay(ParamStore& params, int num_layers, double decay);
+
+}  // namespace vitk::vit
