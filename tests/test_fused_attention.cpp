@@ -32,8 +32,8 @@ float at(const ops::MatrixView& v, int64_t b, int64_t h, int64_t r, int64_t c) {
 struct RefHead {
   std::vector<double> probs, context;
 };
-RefHead reference_head(const ops::MatrixView& q, const ops::MatrixView& k,
-                       const ops::MatrixView& v, int64_t b, int64_t h, double scale) {
+RefHead reference_head(const ops::MatrixView& q, const ops::MatrixView& k, const ops::MatrixView& v,
+                       int64_t b, int64_t h, double scale) {
   const int64_t Tq = q.dims[2], Tk = k.dims[2], dh = q.dims[3];
   RefHead r;
   r.probs.assign(static_cast<size_t>(Tq * Tk), 0.0);
@@ -188,8 +188,7 @@ TEST(FusedAttentionGradient, BackwardMatchesFiniteDifferences) {
   Tensor w = random_tensor({B, T, H * kDh}, gen);
   Tensor probs({B, H, T, T}), context({B, T, H * kDh});
   auto loss = [&]() {
-    ops::fused_attention_forward(c.q, c.k, c.v, scale, probs,
-                                 ops::heads_view(context, H, kDh, 0));
+    ops::fused_attention_forward(c.q, c.k, c.v, scale, probs, ops::heads_view(context, H, kDh, 0));
     return test::weighted_sum(context, w);
   };
   loss();
