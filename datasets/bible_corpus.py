@@ -17,13 +17,19 @@ collapsed. The first word of a Spanish chapter is printed in capitals ("EN el pr
 written as an ordinary capitalised word.
 
 Alignment: verses are paired by reference (book, chapter, verse) and kept only when non-empty on
-both sides. The two modules use different versifications (the Spanish module is KJV-numbered but
-its text follows the Hebrew/Spanish numbering in a few chapters, e.g. Jonah 1:17 = 2:1, and
-SWORD merges the overflow into the last verse of a chapter). Chapters where a verse exists on one
-side only, and the chapter after one that ends that way, are therefore re-aligned by sentence
-length (Gale and Church, 1993) over the whole run of such chapters, keeping only one-to-one
-matches. Finally pairs whose lengths are wildly different (a merged verse or a KJV-style
-subscription at the end of an epistle) are dropped.
+both sides. The two modules number some chapters differently: the Spanish module is KJV-numbered,
+but in a few chapters its text follows the Hebrew/Spanish numbering (Jonah 1:17 is its 2:1, Job
+39-41 shift by up to 5 verses), with SWORD merging the overflow into a chapter's last verse. A
+chapter whose last verse has text on one side only, and the chapter after it, are therefore
+re-aligned by content over the whole run of such chapters: a word lexicon (Dice coefficient of
+co-occurrence) learned from the verses aligned by reference scores every Spanish/English verse
+pair, and an order-preserving dynamic programme keeps the one-to-one matches with the highest
+total score (24 chapters, about 540 pairs). A verse that one text leaves out in the middle of a
+chapter (the WEB relegates Luke 17:36 to a footnote) is skipped alone. Finally pairs whose
+lengths differ wildly (a merged verse) are dropped. The Spanish epistles' KJV-style
+subscriptions ("Escrita de Roma con Epafrodito.") are removed from their last verse.
+
+Result with the Debian 12 packages: 31,015 pairs (train 30,402, valid 270, test 343).
 
 Splits hold out whole books. Test: Ruth, Jonah, Philippians, James (the issue's choice).
 Validation: Joel, Habakkuk, Colossians, Titus (about 270 verses: two short prophets and two short
