@@ -86,5 +86,7 @@ void register_import_commands(Registry& registry);
 void register_classify_commands(Registry& registry);
 // `vitk export-samples` (tools/cmd_export_samples.cpp).
 void register_export_commands(Registry& registry);
+// `vitk bleu --ref REF HYP` (tools/cmd_bleu.cpp).
+void register_bleu_commands(Registry& registry);
 
 }  // namespace vitk::tools

@@ -19,6 +19,7 @@ constexpr void (*kRegistrations[])(vitk::tools::Registry&) = {
     vitk::tools::register_inspect_commands,
     vitk::tools::register_import_commands,
     vitk::tools::register_export_commands,
+    vitk::tools::register_bleu_commands,
 };
 // clang-format on
 

@@ -12,7 +12,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libdnnl-dev libopencv-dev libboost-program-options-dev libhdf5-dev hdf5-tools
-  libgtest-dev libsentencepiece-dev zlib1g-dev
+  libgtest-dev libsentencepiece-dev zlib1g-dev python3
   dataset-fashion-mnist
 )
 
