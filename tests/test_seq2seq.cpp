@@ -5,15 +5,19 @@
 // reverse tasks learned to 100% exact match by a tiny model trained here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
+#include "common/nn/model_info.h"
 #include "common/optim/optim.h"
 #include "common/seq2seq/model.h"
 #include "common/seq2seq/search.h"
+#include "fixture_io.h"
 #include "op_test_util.h"
 
 using namespace vitk;
@@ -21,6 +25,14 @@ using namespace vitk::seq2seq;
 using namespace vitk::test;
 
 namespace {
+
+// Tiny shapes gain nothing from threads, and on a shared machine a parallel region can wait a
+// long time for a busy core: the longer tests here run on one thread.
+struct OneThread {
+  const int saved = ops::num_threads();
+  OneThread() { ops::set_num_threads(1); }
+  ~OneThread() { ops::set_num_threads(saved); }
+};
 
 TransformerConfig tiny_config(bool pre_norm, bool tied) {
   TransformerConfig c;
@@ -135,6 +147,30 @@ TEST(Seq2SeqModel, ParameterNamesFollowFairseq) {
   bad.d_model = 7;
   ParamStore store;
   EXPECT_THROW(Transformer(store, bad), UsageError);
+}
+
+// `vitk info` counts parameters from a preset's [model] section; the model built from the same
+// settings has exactly that many (transformer-small's shape, both arrangements).
+TEST(Seq2SeqModel, ParameterCountMatchesVitkInfo) {
+  for (bool pre_norm : {false, true}) {
+    TransformerConfig c;
+    c.vocab_size = 8000;
+    c.d_model = 256;
+    c.heads = 4;
+    c.d_ff = 1024;
+    c.encoder_layers = c.decoder_layers = 3;
+    c.pre_norm = pre_norm;
+    c.tie_embeddings = !pre_norm;
+    ParamStore store;
+    Transformer model(store, c);
+    nn::ModelSpec spec;
+    spec.layer = c.layer_config();
+    spec.encoder_layers = spec.decoder_layers = 3;
+    spec.vocab_size = c.vocab_size;
+    spec.tied_embeddings = c.tie_embeddings;
+    EXPECT_EQ(store.numel(), nn::model_size(spec).total_params) << "pre_norm " << pre_norm;
+    if (!pre_norm) EXPECT_EQ(store.numel(), 7577600);  // configs/transformer-small.ini
+  }
 }
 
 TEST(Seq2SeqModel, InitFollowsFairseq) {
@@ -274,11 +310,17 @@ struct GradCase {
   float dropout;
 };
 
+void PrintTo(const GradCase& g, std::ostream* os) {
+  *os << (g.pre_norm ? "pre-norm" : "post-norm") << (g.tied ? ", tied" : ", untied") << ", dropout "
+      << g.dropout;
+}
+
 class Seq2SeqGradientTest : public ::testing::TestWithParam<GradCase> {};
 
 // L = label-smoothed cross-entropy over the non-pad target tokens. Every parameter, including the
 // embedding matrix used three times when tied, must match central differences of L.
 TEST_P(Seq2SeqGradientTest, BackwardMatchesFiniteDifferences) {
+  const OneThread one_thread;
   const GradCase g = GetParam();
   TransformerConfig c = tiny_config(g.pre_norm, g.tied);
   c.dropout = g.dropout;
@@ -460,6 +502,59 @@ TEST_P(Seq2SeqDecodingTest, StepsEqualTheFullForwardAlsoAfterReordering) {
 INSTANTIATE_TEST_SUITE_P(Seq2Seq, Seq2SeqDecodingTest, ::testing::Bool(),
                          [](const auto& p) { return p.param ? "PreNormTied" : "PostNormUntied"; });
 
+// ---- Parity with PyTorch ----
+
+class Seq2SeqParity : public ::testing::TestWithParam<std::string> {};
+
+// tests/parity/make_seq2seq_fixture.py: PyTorch's nn.TransformerEncoder/Decoder with √d-scaled
+// embeddings, sinusoids and a (tied) output layer, label-smoothed cross-entropy over the non-pad
+// tokens. Logits, loss and every parameter's gradient must match the float64 reference.
+TEST_P(Seq2SeqParity, MatchesPyTorch) {
+  const OneThread one_thread;
+  const test::FixtureFile f(std::string(VITK_SOURCE_DIR) + "/tests/fixtures/seq2seq/" + GetParam() +
+                            ".h5");
+  std::map<std::string, std::string> settings;
+  for (const char* key :
+       {"vocab_size", "d_model", "heads", "d_ff", "layers", "decoder_layers", "activation",
+        "pre_norm", "tied_embeddings", "max_length", "dropout", "attention_dropout"})
+    settings[key] = f.attr_string(key);
+  const TransformerConfig c = from_config_map(settings, f.path());
+  ParamStore store;
+  Transformer model(store, c);
+  store.finalize();
+  std::vector<std::string> file_names = f.names("param"), model_names = names_of(store);
+  std::sort(file_names.begin(), file_names.end());
+  std::sort(model_names.begin(), model_names.end());
+  ASSERT_EQ(file_names, model_names);
+  for (auto& p : store.params()) {
+    const Tensor v = f.read_f32("param/" + p.name);
+    ASSERT_EQ(v.shape(), p.shape) << p.name;
+    p.value.copy_from(v);
+  }
+  const Tensor source = f.read_i32("input/source"),
+               source_lengths = f.read_i32("input/source_lengths");
+  const Tensor target_in = f.read_i32("input/target_in"),
+               target_out = f.read_i32("input/target_out");
+  const Tensor target_lengths = f.read_i32("input/target_lengths");
+
+  Arena arena;
+  nn::Context ctx{true, &arena, nullptr};
+  store.zero_grad();
+  const Tensor logits = model.forward(ctx, source, source_lengths, target_in, target_lengths);
+  EXPECT_TRUE(all_close(logits, f.read_f32("output/logits"), 2e-5, 1e-5));
+  Tensor dlogits;
+  const auto stats = sequence_loss(ctx, logits, target_out,
+                                   static_cast<float>(f.attr_float("label_smoothing")), &dlogits);
+  EXPECT_NEAR(stats.loss, f.read_f32("output/loss").f32()[0], 1e-5);
+  model.backward(ctx, dlogits);
+  for (auto& p : store.params())
+    EXPECT_TRUE(all_close(p.grad, f.read_f32("grad/param/" + p.name), 1e-6, 1e-4)) << p.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Seq2Seq, Seq2SeqParity,
+                         ::testing::Values("01_post_relu_tied", "02_pre_gelu_untied"),
+                         [](const auto& p) { return "Case" + p.param; });
+
 // ---- Learning the copy and the reverse task ----
 
 namespace {
@@ -522,6 +617,7 @@ int exact_matches(Transformer& model, bool reverse, int count, uint64_t seed) {
 // steps apart), or the step budget runs out; then returns the exact matches on 1000 other fresh
 // sequences.
 int train_task(bool reverse, bool pre_norm, bool tied) {
+  const OneThread one_thread;
   TransformerConfig c;
   c.vocab_size = 4 + kSymbols;
   c.d_model = 32;
