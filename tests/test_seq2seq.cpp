@@ -171,7 +171,9 @@ TEST(Seq2SeqModel, ParameterCountMatchesVitkInfo) {
     spec.vocab_size = c.vocab_size;
     spec.tied_embeddings = c.tie_embeddings;
     EXPECT_EQ(store.numel(), nn::model_size(spec).total_params) << "pre_norm " << pre_norm;
-    if (!pre_norm) EXPECT_EQ(store.numel(), 7577600);  // configs/transformer-small.ini
+    if (!pre_norm) {
+      EXPECT_EQ(store.numel(), 7577600);  // configs/transformer-small.ini
+    }
   }
 }
 
