@@ -6,48 +6,13 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "common/config_text.h"
 #include "common/error.h"
 
 namespace vitk::seq2seq {
 namespace {
 
-// Shortest text that reads back to the same float.
-std::string float_text(float x) {
-  char buf[32];
-  for (int precision = 6; precision <= 9; ++precision) {
-    std::snprintf(buf, sizeof buf, "%.*g", precision, static_cast<double>(x));
-    if (std::strtof(buf, nullptr) == x) break;
-  }
-  return buf;
-}
-
-struct Reader {
-  const std::string& source;
-  std::string where(const std::string& key) const {
-    return source + ": model setting '" + key + "'";
-  }
-  int64_t integer(const std::string& key, const std::string& text) const {
-    errno = 0;
-    char* end = nullptr;
-    const long long v = std::strtoll(text.c_str(), &end, 10);
-    if (text.empty() || *end || errno)
-      throw Error(where(key) + ": expected an integer, got '" + text + "'");
-    return v;
-  }
-  float real(const std::string& key, const std::string& text) const {
-    errno = 0;
-    char* end = nullptr;
-    const float v = std::strtof(text.c_str(), &end);
-    if (text.empty() || *end || errno || !std::isfinite(v))
-      throw Error(where(key) + ": expected a number, got '" + text + "'");
-    return v;
-  }
-  bool boolean(const std::string& key, const std::string& text) const {
-    if (text == "true" || text == "1") return true;
-    if (text == "false" || text == "0") return false;
-    throw Error(where(key) + ": expected true or false, got '" + text + "'");
-  }
-};
+using Reader = SettingReader;
 
 }  // namespace
 
