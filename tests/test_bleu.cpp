@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "common/seq2seq/bleu.h"
+#include "test_util.h"
 
 namespace {
 
@@ -169,36 +170,18 @@ TEST(Tokenize13a, UnicodeIsLeftAlone) {
 
 class BleuCli : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "vitk_bleu_XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string write(const std::string& name, const std::string& text) {
-    const fs::path p = dir_ / name;
-    std::ofstream(p, std::ios::binary) << text;
-    return p.string();
-  }
-  static std::string slurp(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
+    return dir_.write(name, text);
   }
   // Runs `vitk ARGS` (with optional standard input) and returns the exit code.
   int run(const std::string& args, const std::string& stdin_text = "") {
-    const std::string in = write("stdin.txt", stdin_text);
-    const std::string cmd = std::string(VITK_BINARY) + " " + args + " <" + in + " >" +
-                            (dir_ / "out.txt").string() + " 2>" + (dir_ / "err.txt").string();
-    const int status = std::system(cmd.c_str());
-    out_ = slurp(dir_ / "out.txt");
-    err_ = slurp(dir_ / "err.txt");
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    const vitk::test::RunResult r = vitk::test::run_vitk(args, dir_, stdin_text);
+    out_ = r.out;
+    err_ = r.err;
+    return r.code;
   }
 
-  fs::path dir_;
+  vitk::test::TempDir dir_{"vitk_bleu"};
   std::string out_, err_;
 };
 
@@ -218,7 +201,9 @@ TEST_F(BleuCli, PrintsScoreAndSignature) {
       "BLEU = 48.53 82.4/50.0/45.5/37.5 (BP = 0.943 ratio = 0.944 hyp_len = 17 ref_len = 18)\n"
       "nrefs:2|case:mixed|eff:no|tok:13a|smooth:exp|version:2.4.0\n");
   // The hypothesis from standard input, the score alone.
-  ASSERT_EQ(run("bleu --ref " + r1 + " --ref " + r2 + " --score-only -", slurp(hyp)), 0) << err_;
+  ASSERT_EQ(
+      run("bleu --ref " + r1 + " --ref " + r2 + " --score-only -", vitk::test::read_file(hyp)), 0)
+      << err_;
   EXPECT_EQ(out_, "48.53\n");
   // An empty reference line: nrefs:var.
   const std::string r1_gap =

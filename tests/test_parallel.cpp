@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "datasets/parallel.h"
 #include "datasets/tokenizer.h"
+#include "test_util.h"
 
 namespace {
 
@@ -26,16 +27,8 @@ using vitk::datasets::Tokenizer;
 
 class Parallel : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "vitk_parallel_XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string write(const std::string& name, const std::string& text) {
-    const fs::path p = dir_ / name;
-    std::ofstream(p, std::ios::binary) << text;
-    return p.string();
+    return dir_.write(name, text);
   }
   // The message of the vitk::Error that f throws ("" if none).
   template <typename F>
@@ -47,7 +40,7 @@ class Parallel : public ::testing::Test {
     }
     return "";
   }
-  fs::path dir_;
+  vitk::test::TempDir dir_{"vitk_parallel"};
 };
 
 TEST_F(Parallel, TsvWithSkips) {

@@ -5,27 +5,13 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "common/config_text.h"
 #include "common/error.h"
 
 namespace vitk::tools {
 namespace {
 
 constexpr const char* kPrefix = "model.";
-
-std::string float_text(float x) {
-  char buf[32];
-  for (int precision = 6; precision <= 9; ++precision) {
-    std::snprintf(buf, sizeof buf, "%.*g", precision, static_cast<double>(x));
-    if (std::strtof(buf, nullptr) == x) break;
-  }
-  return buf;
-}
-
-std::string floats_text(const std::vector<float>& v) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + float_text(v[i]);
-  return out;
-}
 
 // "0.5,0.5,0.5" or "0.5 0.5 0.5" -> floats; UsageError naming the option otherwise.
 std::vector<float> parse_floats(const std::string& option, const std::string& text) {
