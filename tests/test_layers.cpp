@@ -667,6 +667,86 @@ TEST_P(IncrementalDecodingTest, StepsEqualTheCausalForward) {
 INSTANTIATE_TEST_SUITE_P(Layers, IncrementalDecodingTest, ::testing::Bool(),
                          [](const auto& p) { return p.param ? "PreNorm" : "PostNorm"; });
 
+// Beam search reorders the caches between steps. Every row keeps the history of its inputs and
+// outputs; after the rows have been expanded (memory too) and permuted (self caches only), the
+// causal forward of each final row's whole input history must give every output it was given
+// step by step.
+TEST_P(IncrementalDecodingTest, ReorderedCachesEqualTheCausalForwardOfEachHistory) {
+  ParamStore store;
+  Decoder dec(store, "decoder", small_config(GetParam()), 2, /*final_norm=*/true);
+  store.finalize();
+  std::mt19937 gen(17);
+  randomize(store, gen);
+  const Tensor memory = random_tensor({2, 4, kD}, gen);  // [2, 4, d]
+  const Tensor lengths = ids_tensor({4, 2});
+  constexpr int64_t kSteps = 6;
+  Arena arena;
+  Context ctx{false, &arena, nullptr};
+  Decoder::State state;
+  EXPECT_THROW(state.reorder({0}), Error);  // never started
+  dec.start(ctx, memory, lengths, kSteps, state);
+  EXPECT_EQ(state.batch(), 2);
+  EXPECT_EQ(state.position(), 0);
+
+  struct Row {
+    int64_t sentence;
+    std::vector<std::vector<float>> inputs, outputs;  // per position, [d] each
+  };
+  std::vector<Row> rows{{0, {}, {}}, {1, {}, {}}};
+  auto run_steps = [&](int n) {
+    for (int s = 0; s < n; ++s) {
+      const int64_t B = static_cast<int64_t>(rows.size());
+      Tensor x = random_tensor({B, 1, kD}, gen);
+      Tensor y = dec.step(ctx, x, state);  // [B, 1, d]
+      for (int64_t i = 0; i < B; ++i) {
+        rows[i].inputs.emplace_back(x.f32() + i * kD, x.f32() + (i + 1) * kD);
+        rows[i].outputs.emplace_back(y.f32() + i * kD, y.f32() + (i + 1) * kD);
+      }
+    }
+  };
+  auto gather = [&](const std::vector<int64_t>& order) {
+    std::vector<Row> next;
+    for (int64_t r : order) next.push_back(rows[r]);
+    rows = next;
+  };
+  run_steps(2);
+  const std::vector<int64_t> expand{0, 0, 1, 1, 1};
+  state.reorder(expand);  // B sentences into beams: memory and lengths move too
+  gather(expand);
+  EXPECT_EQ(state.batch(), 5);
+  EXPECT_EQ(state.position(), 2);
+  run_steps(2);
+  const std::vector<int64_t> permute{1, 0, 4, 2, 2};             // within each sentence's rows
+  EXPECT_THROW(state.reorder({0, 1}, /*memory=*/false), Error);  // batch size must stay
+  EXPECT_THROW(state.reorder({0, 1, 2, 3, 5}, false), Error);    // row outside the batch
+  state.reorder(permute, /*memory=*/false);
+  gather(permute);
+  run_steps(2);
+  EXPECT_THROW(dec.step(ctx, random_tensor({5, 1, kD}, gen), state), Error);  // capacity
+
+  // The reference: each row's history through the full causal forward, with its sentence's
+  // memory.
+  const int64_t B = static_cast<int64_t>(rows.size());
+  Tensor x({B, kSteps, kD}), mem({B, 4, kD});
+  Tensor lens({B}, DType::i32);
+  for (int64_t i = 0; i < B; ++i) {
+    for (int64_t t = 0; t < kSteps; ++t)
+      std::copy(rows[i].inputs[t].begin(), rows[i].inputs[t].end(),
+                x.f32() + (i * kSteps + t) * kD);
+    std::copy(memory.f32() + rows[i].sentence * 4 * kD,
+              memory.f32() + (rows[i].sentence + 1) * 4 * kD, mem.f32() + i * 4 * kD);
+    lens.i32()[i] = lengths.i32()[rows[i].sentence];
+  }
+  Tensor full = dec.forward(ctx, x, mem, AttentionMask{Tensor(), true}, AttentionMask{lens, false});
+  for (int64_t i = 0; i < B; ++i)
+    for (int64_t t = 0; t < kSteps; ++t) {
+      std::vector<double> want(full.f32() + (i * kSteps + t) * kD,
+                               full.f32() + (i * kSteps + t + 1) * kD);
+      Tensor got = from_vector({kD}, rows[i].outputs[t]);
+      EXPECT_TRUE(all_close(got, want, 1e-5, 1e-5)) << "row " << i << ", position " << t;
+    }
+}
+
 // ---- Positions ----
 
 TEST(PositionTest, SinusoidsFollowThePaper) {

@@ -245,6 +245,19 @@ class Decoder {
     std::vector<KVCache> self, memory;
     Tensor source_lengths;
     int64_t capacity = 0;
+    // Gathers along the batch axis: row i of the new state is row rows[i] of the old one (beam
+    // search: the beam each surviving hypothesis extends). With memory = true the cross-attention
+    // caches and source_lengths move too, and rows.size() may differ from the batch size (expand B
+    // sentences into B·K beams, drop finished sentences); with memory = false only the
+    // self-attention caches move, for a permutation among rows whose memories are equal (the
+    // beams of one sentence), and the batch size must stay. Only the filled prefix of each cache
+    // is copied, into buffers kept in `spare` and reused from step to step. Before the first
+    // step the self-attention caches are still empty and stay so. vitk::Error for a row outside
+    // the batch or a state that was never started.
+    void reorder(const std::vector<int64_t>& rows, bool memory = true);
+    int64_t batch() const;      // rows of the state (from the memory caches; 0 before start())
+    int64_t position() const;   // target positions cached so far (0 right after start())
+    std::vector<Tensor> spare;  // reorder()'s double buffers
   };
   void start(Context& ctx, const Tensor& memory, const Tensor& source_lengths, int64_t capacity,
              State& state);

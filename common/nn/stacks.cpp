@@ -1,6 +1,8 @@
 // Encoder and Decoder: N layers "<name>.layers.<i>" and an optional final LayerNorm "<name>.norm",
 // plus the decoder's incremental path (one target position at a time with per-layer caches).
+#include <cstring>
 #include <memory>
+#include <utility>
 
 #include "common/error.h"
 #include "common/nn/nn.h"
@@ -126,6 +128,86 @@ Tensor Decoder::step(Context& ctx, const Tensor& x, State& state) {
     h = impl_->layers[i].step(ctx, h, state.self[i], state.memory[i], state.source_lengths,
                               state.capacity);
   return impl_->norm ? impl_->norm->forward(ctx, h) : h;
+}
+
+int64_t Decoder::State::batch() const {
+  return memory.empty() || memory[0].k.empty() ? 0 : memory[0].k.dim(0);
+}
+
+int64_t Decoder::State::position() const {
+  return self.empty() ? 0 : self[0].length;
+}
+
+namespace {
+
+// dst[i] = src[rows[i]] for the first `length` positions of each row of a cache tensor
+// [B, H, capacity, dh]; dst [rows.size(), H, capacity, dh]. Positions past `length` are left as
+// they are: nothing reads them before a step writes them.
+void gather_rows(const Tensor& src, const std::vector<int64_t>& rows, int64_t length, Tensor& dst) {
+  const int64_t H = src.dim(1), cap = src.dim(2), dh = src.dim(3);
+  const int64_t n = static_cast<int64_t>(rows.size());
+  const float* s = src.f32();
+  float* d = dst.f32();
+#pragma omp parallel for schedule(static) if (n * H * length * dh > 65536)
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t h = 0; h < H; ++h)
+      std::memcpy(d + (i * H + h) * cap * dh, s + (rows[static_cast<size_t>(i)] * H + h) * cap * dh,
+                  sizeof(float) * static_cast<size_t>(length * dh));
+}
+
+}  // namespace
+
+void Decoder::State::reorder(const std::vector<int64_t>& rows, bool with_memory) {
+  const int64_t B = batch();
+  if (B == 0 || memory.size() != self.size())
+    throw Error("Decoder::State::reorder: the state was never started (call Decoder::start())");
+  const int64_t n = static_cast<int64_t>(rows.size());
+  if (n < 1) throw Error("Decoder::State::reorder: no rows");
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (rows[i] < 0 || rows[i] >= B)
+      throw Error("Decoder::State::reorder: row " + std::to_string(rows[i]) + " at index " +
+                  std::to_string(i) + " is outside the batch of " + std::to_string(B));
+  if (!with_memory && n != B)
+    throw Error("Decoder::State::reorder: " + std::to_string(n) + " rows for a batch of " +
+                std::to_string(B) + "; changing the batch size needs memory = true");
+
+  // Self-attention caches: the filled prefix into a spare buffer of the new shape, then swap, so
+  // that a decoding loop reorders without allocating.
+  spare.resize(2 * self.size());
+  for (size_t l = 0; l < self.size(); ++l) {
+    KVCache& c = self[l];
+    if (c.k.empty() || c.length == 0) continue;  // nothing cached yet: step() allocates
+    if (c.k.dim(0) != B)
+      throw Error("Decoder::State::reorder: self-attention cache " + shape_str(c.k.shape()) +
+                  " of layer " + std::to_string(l) + " does not hold " + std::to_string(B) +
+                  " rows");
+    const Shape shape{n, c.k.dim(1), c.k.dim(2), c.k.dim(3)};
+    for (int kv = 0; kv < 2; ++kv) {
+      Tensor& buffer = spare[2 * l + static_cast<size_t>(kv)];
+      Tensor& cache = kv == 0 ? c.k : c.v;
+      if (buffer.empty() || buffer.shape() != shape) buffer = Tensor(shape);
+      gather_rows(cache, rows, c.length, buffer);
+      std::swap(buffer, cache);
+    }
+  }
+  if (!with_memory) return;
+  for (KVCache& c : memory) {
+    const Shape shape{n, c.k.dim(1), c.k.dim(2), c.k.dim(3)};
+    Tensor k(shape), v(shape);
+    gather_rows(c.k, rows, c.length, k);
+    gather_rows(c.v, rows, c.length, v);
+    c.k = k;
+    c.v = v;
+  }
+  if (!source_lengths.empty()) {
+    if (source_lengths.dtype() != DType::i32 || source_lengths.numel() != B)
+      throw Error("Decoder::State::reorder: source_lengths " + shape_str(source_lengths.shape()) +
+                  " is not i32 [" + std::to_string(B) + "]");
+    Tensor lengths({n}, DType::i32);
+    for (int64_t i = 0; i < n; ++i)
+      lengths.i32()[i] = source_lengths.i32()[rows[static_cast<size_t>(i)]];
+    source_lengths = lengths;
+  }
 }
 
 std::vector<DecoderLayer>& Decoder::layers() {
