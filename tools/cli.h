@@ -88,5 +88,9 @@ void register_classify_commands(Registry& registry);
 void register_export_commands(Registry& registry);
 // `vitk bleu --ref REF HYP` (tools/cmd_bleu.cpp).
 void register_bleu_commands(Registry& registry);
+// `vitk translate`, `vitk average` (tools/cmd_translate.cpp).
+void register_translate_commands(Registry& registry);
+// `vitk mt-train` (tools/cmd_mt_train.cpp).
+void register_mt_train_commands(Registry& registry);
 
 }  // namespace vitk::tools

@@ -250,6 +250,11 @@ vit::TrainOptions train_options(const po::variables_map& vm, TrainCommand comman
   return t;
 }
 
+const std::atomic<int>& install_stop_flag() {
+  install_stop_signals();
+  return g_stop_signal;
+}
+
 int run_training(const vit::TrainOptions& options) {
   install_stop_signals();
   const bool tty = is_terminal(STDOUT_FILENO);

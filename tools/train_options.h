@@ -2,6 +2,8 @@
 // The options `vitk train` and `vitk finetune` share (named as timm's train.py names them), their
 // mapping onto vit::TrainOptions, and the run itself with SIGINT/SIGTERM as a stop flag. Wiring
 // only; the loop is vit/trainer.cpp, the recipes vit/finetune.h.
+#include <atomic>
+
 #include "tools/cli.h"
 #include "vit/trainer.h"
 
@@ -22,5 +24,10 @@ vit::TrainOptions train_options(const po::variables_map& vm, TrainCommand comman
 // Runs (or resumes) the run on stdout and returns the exit code: 0, or 128 + the signal when
 // interrupted (the checkpoint is saved).
 int run_training(const vit::TrainOptions& options);
+
+// Installs the SIGINT/SIGTERM handlers of run_training (the first signal asks the run to save a
+// checkpoint and stop; a second one kills at once) and returns the flag they set to the signal.
+// For other training subcommands (`vitk mt-train`).
+const std::atomic<int>& install_stop_flag();
 
 }  // namespace vitk::tools

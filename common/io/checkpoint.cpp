@@ -28,6 +28,7 @@ constexpr const char* kVersionAttr = "vitk_format_version";
 constexpr int64_t kFormatVersion = 1;
 constexpr const char* kConfigPrefix = "config.";
 constexpr const char* kOptimizerGroup = "optimizer";
+constexpr const char* kFilesGroup = "files";
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
   throw Error(path + ": " + what);
@@ -314,6 +315,21 @@ void build_image(Image& image, const std::string& name, const std::string& path,
     const float* values = params.values().f32();
     for (const auto& p : params.params())
       write_tensor(r, p.name, values + p.offset, p.shape, dcpl.get(), path);
+
+    if (!meta.files.empty()) {
+      Hid gcpl = untimed(H5P_GROUP_CREATE, path);
+      Hid group = checked(H5Gcreate2(r, kFilesGroup, H5P_DEFAULT, gcpl.get(), H5P_DEFAULT),
+                          H5Gclose, path, "cannot create group 'files'");
+      for (const auto& [file_name, bytes] : meta.files) {
+        Hid space = make_space({static_cast<int64_t>(bytes.size())}, path);
+        Hid ds = checked(H5Dcreate2(group.get(), file_name.c_str(), H5T_STD_U8LE, space.get(),
+                                    H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+                         H5Dclose, path, "cannot create 'files/" + file_name + "'");
+        if (!bytes.empty())
+          checked(H5Dwrite(ds.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()),
+                  path, "cannot write 'files/" + file_name + "'");
+      }
+    }
 
     if (optimizer) {
       write_strings(r, "optimizer", {optimizer->kind()}, false, path);
@@ -690,6 +706,30 @@ std::vector<Hid> check_tensors(hid_t group, const std::map<std::string, LinkKind
   return datasets;
 }
 
+// The byte strings under /files, if there is such a group: each a 1-D u8 dataset.
+std::map<std::string, std::string> read_files(const OpenFile& f, const std::string& path) {
+  std::map<std::string, std::string> out;
+  htri_t exists = H5Lexists(f.root.get(), kFilesGroup, H5P_DEFAULT);
+  if (exists < 0) fail(path, "cannot look for group 'files'" + hdf5_reason());
+  if (exists == 0) return out;
+  Hid group = checked(H5Gopen2(f.root.get(), kFilesGroup, H5P_DEFAULT), H5Gclose, path,
+                      "'files' is not a group");
+  for (const auto& [name, kind] : list_links(group.get(), "group 'files'", path)) {
+    const std::string shown = std::string(kFilesGroup) + "/" + name;
+    if (kind != LinkKind::dataset) fail(path, quoted(shown) + " is not a dataset");
+    DatasetInfo info = inspect(group.get(), name, shown, path);
+    if (info.dtype != "u8" || !info.shape || info.shape->size() != 1 ||
+        static_cast<hsize_t>((*info.shape)[0]) > f.size)
+      fail(path, quoted(shown) + " is not a 1-D array of bytes (u8)");
+    std::string bytes(static_cast<size_t>((*info.shape)[0]), '\0');
+    if (!bytes.empty())
+      checked(H5Dread(info.ds.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()),
+              path, "cannot read " + quoted(shown));
+    out.emplace(name, std::move(bytes));
+  }
+  return out;
+}
+
 // The optimizer's part of a checkpoint, checked and opened, not yet read.
 struct OptimizerFile {
   std::vector<std::pair<std::string, Tensor*>> state;  // the optimizer's buffers
@@ -774,7 +814,10 @@ void save_checkpoint(const std::string& path, const ParamStore& params, const Ch
       check_link_name(p.name, "parameter", path);
       if (optimizer && p.name == kOptimizerGroup)
         fail(path, "cannot save parameter 'optimizer' with optimizer state: the names collide");
+      if (!meta.files.empty() && p.name == kFilesGroup)
+        fail(path, "cannot save parameter 'files' with named files: the names collide");
     }
+    for (const auto& entry : meta.files) check_link_name(entry.first, "file", path);
     if (optimizer)
       for (const auto& entry : checked_state(*optimizer, params, path))
         check_link_name(entry.first, "optimizer buffer", path);
@@ -805,7 +848,9 @@ void save_checkpoint(const std::string& path, const ParamStore& params, const Ch
 CheckpointMeta read_checkpoint_meta(const std::string& path) {
   return with_path(path, [&] {
     OpenFile f = open_checkpoint(path);
-    return read_meta(f, path);
+    CheckpointMeta meta = read_meta(f, path);
+    meta.files = read_files(f, path);
+    return meta;
   });
 }
 
@@ -815,6 +860,7 @@ CheckpointMeta load_checkpoint(const std::string& path, ParamStore& params,
     if (!params.finalized()) fail(path, "cannot load into a parameter store that is not finalized");
     OpenFile f = open_checkpoint(path);
     CheckpointMeta meta = read_meta(f, path);
+    meta.files = read_files(f, path);
 
     // Check everything before reading any values, then read into staging buffers and copy only
     // when all reads succeeded: a failed load leaves the model and the optimizer as they were.

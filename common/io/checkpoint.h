@@ -2,8 +2,9 @@
 // HDF5 checkpoints: one f32 dataset per parameter at the root, named as in the PyTorch state dict
 // ("encoder.layers.3.attn.qkv.weight"); the model configuration and class names as attributes;
 // optionally the optimizer state under /optimizer/<buffer>/<parameter name>, the step and the RNG
-// state. Written to a temporary file beside the target and renamed, so a crash never leaves a
-// broken checkpoint. Readable with h5dump or h5py.
+// state; named byte strings (a tokenizer model) as u8 datasets under /files. Written to a temporary
+// file beside the target and renamed, so a crash never leaves a broken checkpoint. Readable with
+// h5dump or h5py.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -23,6 +24,9 @@ struct CheckpointMeta {
   int64_t step = 0;  // optimizer steps taken
   int64_t epoch = 0;
   std::vector<uint64_t> rng_state;  // opaque words (seed, counter, ...)
+  // Named byte strings kept beside the tensors, each a 1-D u8 dataset /files/<name> (h5py:
+  // bytes(f["files/sentencepiece.model"][()])); e.g. the tokenizer a translation model needs.
+  std::map<std::string, std::string> files;
   // Read only: the kind of the optimizer state in the file ("adamw", "sgd"), empty when it has
   // none. save_checkpoint writes the optimizer's own kind and ignores this.
   std::string optimizer;

@@ -1,0 +1,81 @@
+#pragma once
+// Training of the translation Transformer (`vitk mt-train`), as in "Attention Is All You Need":
+// Adam (β 0.9, 0.98, ε 1e-9), the inverse-square-root schedule, label smoothing, dropout,
+// batches by number of tokens; teacher forcing, optionally with scheduled sampling. Validation
+// loss and BLEU every so many steps and at the end, keep-best, early stopping, and checkpoints
+// that resume bit for bit, also from the middle of an epoch. tools/cmd_mt_train.cpp only maps
+// options onto TrainOptions.
+//
+// A run directory (--output) holds:
+//   last.h5      weights, tokenizer, Adam moments, step and TrainState
+//   (common/seq2seq/checkpoint.h);
+//                rewritten (atomically) at every validation, at the end and when interrupted
+//   best.h5      the weights (and tokenizer) with the best validation BLEU so far
+//   step-N.h5    with --keep-last K: the weights at each of the last K validations (to average)
+//   metrics.csv  one row per validation: step, epoch, lr, train_loss, target_tokens_per_s,
+//                valid_loss, valid_bleu
+#include <atomic>
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "common/seq2seq/config.h"
+
+namespace vitk::seq2seq {
+
+// Named after the options; validate() names the option at fault as "--name".
+struct TrainOptions {
+  std::string train;         // --train: TSV, or sources with --train-target
+  std::string train_target;  // --train-target
+  std::string valid, valid_target;
+  std::string output;  // --output: the run directory
+  std::string resume;  // --resume: a run's last.h5
+  std::string spm;     // --spm: a SentencePiece .model; empty: train one on the training text
+
+  seq2seq::TransformerConfig model;           // vocab_size is the tokenizer's
+  std::vector<std::string> model_keys_given;  // keys of to_config_map given as --model.KEY
+  int vocab_size = 8000;                      // --vocab-size of the SentencePiece model trained
+  std::string spm_type = "bpe";               // --spm-type: bpe | unigram
+
+  int64_t max_tokens = 4096;     // --max-tokens per batch (padded source or target)
+  float lr_factor = 1.f;         // --lr-factor: the schedule's factor
+  float lr = 0.f;                // --lr: the peak rate instead (after warmup); 0: from the factor
+  int64_t warmup_steps = 4000;   // --warmup-steps
+  float label_smoothing = 0.1f;  // --label-smoothing
+  float clip_grad = 0.f;         // --clip-grad: max global L2 norm; 0: off
+  int epochs = 10;
+  int64_t max_steps = 0;      // --max-steps in all (0: no limit)
+  int64_t valid_freq = 1000;  // --valid-freq: steps between validations
+  int beam_size = 1;          // --beam-size of the validation decode (1: greedy)
+  float length_penalty = 0.6f;
+  int64_t valid_batch_size = 64;   // sentences per validation search
+  int early_stopping = 0;          // --early-stopping: validations without a better BLEU; 0: off
+  float scheduled_sampling = 0.f;  // --scheduled-sampling: P(feed the model's own prediction)
+  int keep_last = 0;               // --keep-last: step-N.h5 of the last K validations
+  uint64_t seed = 42;
+  int64_t log_interval = 50;  // steps between progress lines when not on a terminal
+
+  void validate() const;  // vitk::UsageError "--lr-factor must be ..., got ..."
+};
+
+enum class TrainEnd { finished, max_steps, early_stopped, interrupted };
+
+struct TrainResult {
+  TrainEnd end = TrainEnd::finished;
+  int64_t steps = 0;       // optimizer steps in all
+  double best_bleu = -1;   // best validation BLEU (-1: no validation)
+  double last_bleu = -1;   // at the last validation
+  double last_exact = 0;   // percent of validation sentences translated exactly, last time
+  std::string checkpoint;  // last.h5
+  double target_tokens_per_second = 0;
+};
+
+// Runs (or resumes) a run and logs to `log`. Options, data and the checkpoint to resume are all
+// checked before anything is written (vitk::UsageError for a bad option, vitk::Error for a bad
+// file). `stop` (may be null) is polled after every step: when non-zero the run saves last.h5
+// and returns TrainEnd::interrupted.
+TrainResult train(const TrainOptions& options, std::ostream& log, bool tty = false,
+                  const std::atomic<int>* stop = nullptr);
+
+}  // namespace vitk::seq2seq
