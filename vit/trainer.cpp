@@ -17,6 +17,7 @@
 
 #include "common/error.h"
 #include "common/io/checkpoint.h"
+#include "common/metrics_csv.h"
 #include "common/optim/ema.h"
 #include "common/optim/optim.h"
 #include "common/timer.h"
@@ -166,50 +167,6 @@ bool same_file(const std::string& a, const std::string& b) {
   std::error_code ec;
   return fs::equivalent(a, b, ec);
 }
-
-// metrics.csv: a header, then one row per epoch, each flushed as soon as it is written.
-class MetricsCsv {
- public:
-  MetricsCsv(const std::string& path, bool ema, int64_t keep_epochs) : path_(path) {
-    std::string header =
-        "epoch,step,lr,train_loss,train_acc,val_loss,val_top1,val_top5,images_per_s,seconds";
-    if (ema) header += ",ema_val_loss,ema_val_top1,ema_val_top5";
-    // A resumed run keeps the rows of the epochs its checkpoint had finished and drops later
-    // ones (a resume from an older checkpoint redoes them); rewritten atomically.
-    std::vector<std::string> rows;
-    if (keep_epochs > 0) {
-      std::ifstream in(path);
-      std::string line;
-      std::getline(in, line);  // the old header
-      while (std::getline(in, line)) {
-        if (line.empty()) continue;
-        if (std::atoll(line.c_str()) <= keep_epochs) rows.push_back(line);
-      }
-    }
-    const std::string tmp = path + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::trunc);
-      out << header << "\n";
-      for (const auto& r : rows) out << r << "\n";
-      out.flush();
-      if (!out) throw Error(tmp + ": cannot write");
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0)
-      throw Error(path + ": cannot write (" + std::strerror(errno) + ")");
-    out_.open(path, std::ios::app);
-    if (!out_) throw Error(path + ": cannot open for writing");
-  }
-
-  void row(const std::vector<std::string>& fields) {
-    for (size_t i = 0; i < fields.size(); ++i) out_ << (i ? "," : "") << fields[i];
-    out_ << "\n" << std::flush;
-    if (!out_) throw Error(path_ + ": cannot write");
-  }
-
- private:
-  std::string path_;
-  std::ofstream out_;
-};
 
 // Training images per second, leaving out the first steps of a run (primitive creation, arena
 // growth) when there are later ones; validation is not counted.
@@ -537,8 +494,10 @@ void Run::open_output() {
                 (ec ? " (" + ec.message() + ")" : std::string()));
   // Rows survive only for the epochs the checkpoint had finished, and only in its own directory.
   const int64_t keep = resumed_ && same_file(o_.resume, last) ? resumed_->epoch : 0;
-  csv_ = std::make_unique<MetricsCsv>((fs::path(output_) / "metrics.csv").string(), o_.model_ema,
-                                      keep);
+  std::string header =
+      "epoch,step,lr,train_loss,train_acc,val_loss,val_top1,val_top5,images_per_s,seconds";
+  if (o_.model_ema) header += ",ema_val_loss,ema_val_top1,ema_val_top5";
+  csv_ = std::make_unique<MetricsCsv>((fs::path(output_) / "metrics.csv").string(), header, keep);
   last_path_ = last;
 }
 

@@ -12,11 +12,11 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/metrics_csv.h"
 #include "common/optim/optim.h"
 #include "common/progress.h"
 #include "common/seq2seq/bleu.h"
 #include "common/seq2seq/checkpoint.h"
-#include "common/seq2seq/metrics.h"
 #include "common/seq2seq/translator.h"
 #include "common/timer.h"
 #include "datasets/parallel.h"
@@ -242,7 +242,9 @@ void Run::open_output() {
     throw Error(output_ + ": cannot create the output directory" +
                 (ec ? " (" + ec.message() + ")" : std::string()));
   const int64_t keep = resumed_ && same_file(o_.resume, last) ? steps() : -1;
-  csv_ = std::make_unique<MetricsCsv>((fs::path(output_) / "metrics.csv").string(), keep);
+  csv_ = std::make_unique<MetricsCsv>(
+      (fs::path(output_) / "metrics.csv").string(),
+      "step,epoch,lr,train_loss,target_tokens_per_s,valid_loss,valid_bleu", keep);
   last_path_ = last;
 }
 

@@ -1,4 +1,4 @@
-#include "common/seq2seq/metrics.h"
+#include "common/metrics_csv.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -7,21 +7,22 @@
 
 #include "common/error.h"
 
-namespace vitk::seq2seq {
+namespace vitk {
 
-MetricsCsv::MetricsCsv(const std::string& path, int64_t keep_steps) : path_(path) {
+MetricsCsv::MetricsCsv(const std::string& path, const std::string& header, int64_t keep_upto)
+    : path_(path) {
   std::vector<std::string> rows;
-  if (keep_steps >= 0) {
+  if (keep_upto >= 0) {
     std::ifstream in(path);
     std::string line;
     std::getline(in, line);  // the old header
     while (std::getline(in, line))
-      if (!line.empty() && std::atoll(line.c_str()) <= keep_steps) rows.push_back(line);
+      if (!line.empty() && std::atoll(line.c_str()) <= keep_upto) rows.push_back(line);
   }
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << kHeader << "\n";
+    out << header << "\n";
     for (const auto& r : rows) out << r << "\n";
     out.flush();
     if (!out) throw Error(tmp + ": cannot write");
@@ -38,4 +39,4 @@ void MetricsCsv::row(const std::vector<std::string>& fields) {
   if (!out_) throw Error(path_ + ": cannot write");
 }
 
-}  // namespace vitk::seq2seq
+}  // namespace vitk
