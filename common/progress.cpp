@@ -13,6 +13,18 @@
 
 namespace vitk {
 
+std::string format_general(double x, int precision) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.*g", precision, x);
+  return buf;
+}
+
+std::string format_fixed(double x, int decimals) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, x);
+  return buf;
+}
+
 std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   const int64_t s = static_cast<int64_t>(seconds + 0.5);

@@ -52,6 +52,9 @@ class Progress {
 
 // "0:42", "12:03", "1:02:03".
 std::string format_duration(double seconds);
+// printf's %.*g and %.*f: log and table numbers ("0.0015", "88.38").
+std::string format_general(double x, int precision = 4);
+std::string format_fixed(double x, int decimals);
 // Whether file descriptor fd is a terminal (and TERM is not "dumb").
 bool is_terminal(int fd);
 

@@ -20,6 +20,7 @@
 #include "common/metrics_csv.h"
 #include "common/optim/ema.h"
 #include "common/optim/optim.h"
+#include "common/progress.h"
 #include "common/timer.h"
 #include "datasets/loader.h"
 #include "vit/checkpoint.h"
@@ -34,18 +35,6 @@ namespace fs = std::filesystem;
 // "vitktrn1": marks the words of RunState in a checkpoint's rng_state attribute.
 constexpr uint64_t kStateMagic = 0x316e72746b746976ull;
 constexpr int64_t kWarmupStepsUntimed = 3;  // primitive creation and arena growth
-
-std::string num(double x, int precision = 4) {
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.*g", precision, x);
-  return buf;
-}
-
-std::string fixed(double x, int decimals) {
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.*f", decimals, x);
-  return buf;
-}
 
 std::string grouped(int64_t x) {
   std::string digits = std::to_string(x), out;
@@ -123,7 +112,7 @@ struct RunState {
 };
 
 void need(bool ok, const std::string& option, const std::string& what, double got) {
-  if (!ok) throw UsageError("--" + option + " must be " + what + ", got " + num(got, 6));
+  if (!ok) throw UsageError("--" + option + " must be " + what + ", got " + format_general(got, 6));
 }
 
 std::string default_output(const char* kind) {
@@ -514,13 +503,14 @@ void Run::log_setup() {
   L << "model: vit " << c.image_height << "x" << c.image_width << "x" << c.channels << ", patch "
     << c.patch_size << " (" << c.patches() << " patches + class token), d_model " << c.d_model
     << ", " << c.layers << " layers, " << c.heads << " heads, d_ff " << c.d_ff << ", pool "
-    << c.pool << ", dropout " << num(c.dropout) << ", drop_path " << num(c.drop_path) << "\n";
+    << c.pool << ", dropout " << format_general(c.dropout) << ", drop_path "
+    << format_general(c.drop_path) << "\n";
   L << "parameters: " << grouped(params_->numel()) << "\n";
   L << "input: " << c.preprocess.resize << " resize, crop fraction "
-    << num(c.preprocess.crop_fraction) << ", " << c.preprocess.interpolation << ", mean";
-  for (float m : c.preprocess.mean) L << " " << num(m);
+    << format_general(c.preprocess.crop_fraction) << ", " << c.preprocess.interpolation << ", mean";
+  for (float m : c.preprocess.mean) L << " " << format_general(m);
   L << ", std";
-  for (float s : c.preprocess.std) L << " " << num(s);
+  for (float s : c.preprocess.std) L << " " << format_general(s);
   L << "\n";
   if (initial_) {
     const VitConfig& from = *initial_;
@@ -541,35 +531,38 @@ void Run::log_setup() {
   }
   const bool sgd = o_.opt == "sgd";
   L << "optimizer: "
-    << (sgd ? "SGD, momentum " + num(o_.momentum) + (o_.momentum > 0 ? "" : " (off)")
+    << (sgd ? "SGD, momentum " + format_general(o_.momentum) + (o_.momentum > 0 ? "" : " (off)")
             : std::string("AdamW"))
-    << ", lr " << num(o_.lr) << " (warmup " << num(o_.warmup_epochs)
-    << " epochs = " << warmup_steps_ << " steps, cosine to " << num(o_.min_lr) << " at step "
-    << total_steps_ << "), weight decay " << num(o_.weight_decay) << (sgd ? " (L2, " : " (")
-    << "not on biases, norms, class token, positions), clip-grad "
-    << (o_.clip_grad > 0 ? num(o_.clip_grad) : std::string("off")) << "\n";
+    << ", lr " << format_general(o_.lr) << " (warmup " << format_general(o_.warmup_epochs)
+    << " epochs = " << warmup_steps_ << " steps, cosine to " << format_general(o_.min_lr)
+    << " at step " << total_steps_ << "), weight decay " << format_general(o_.weight_decay)
+    << (sgd ? " (L2, " : " (") << "not on biases, norms, class token, positions), clip-grad "
+    << (o_.clip_grad > 0 ? format_general(o_.clip_grad) : std::string("off")) << "\n";
   if (o_.layer_decay != 1.f) {
-    L << "layer decay " << num(o_.layer_decay) << ": lr x " << num(o_.layer_decay) << "^("
-      << c.layers + 1 << " - layer), from "
-      << num(layer_decay_scale("pos_embed", c.layers, o_.layer_decay))
+    L << "layer decay " << format_general(o_.layer_decay) << ": lr x "
+      << format_general(o_.layer_decay) << "^(" << c.layers + 1 << " - layer), from "
+      << format_general(layer_decay_scale("pos_embed", c.layers, o_.layer_decay))
       << " for the patch embedding, class token and positions (layer 0) to 1 for the head and "
          "final norm (layer "
       << c.layers + 1 << ")\n";
   }
-  L << "loss: cross-entropy, label smoothing " << num(o_.smoothing);
+  L << "loss: cross-entropy, label smoothing " << format_general(o_.smoothing);
   if (a.mixing())
-    L << "; mixup " << num(a.mixup) << ", cutmix " << num(a.cutmix) << ", mixup-prob "
-      << num(a.mixup_prob) << ", switch-prob " << num(a.mixup_switch_prob) << " (soft targets)";
+    L << "; mixup " << format_general(a.mixup) << ", cutmix " << format_general(a.cutmix)
+      << ", mixup-prob " << format_general(a.mixup_prob) << ", switch-prob "
+      << format_general(a.mixup_switch_prob) << " (soft targets)";
   L << "\n";
   L << "augment: ";
   if (a.random_resized_crop)
-    L << "random resized crop scale " << num(a.scale[0]) << "-" << num(a.scale[1]) << " ratio "
-      << num(a.ratio[0]) << "-" << num(a.ratio[1]);
+    L << "random resized crop scale " << format_general(a.scale[0]) << "-"
+      << format_general(a.scale[1]) << " ratio " << format_general(a.ratio[0]) << "-"
+      << format_general(a.ratio[1]);
   else
     L << "eval transform (no random crop)";
-  L << ", hflip " << num(a.hflip) << ", reprob " << num(a.reprob) << "\n";
+  L << ", hflip " << format_general(a.hflip) << ", reprob " << format_general(a.reprob) << "\n";
   L << "EMA of weights: "
-    << (o_.model_ema ? "decay " + num(o_.model_ema_decay, 6) : std::string("off")) << "\n";
+    << (o_.model_ema ? "decay " + format_general(o_.model_ema_decay, 6) : std::string("off"))
+    << "\n";
   L << "run: " << o_.epochs << " epochs of " << bpe_ << " steps, batch " << o_.batch_size
     << ", seed " << state_.seed;
   if (o_.max_steps > 0) L << ", --max-steps " << o_.max_steps;
@@ -627,7 +620,7 @@ TrainResult Run::go() {
   result.images_per_second = run_rate_.images_per_second();
   const std::string rate =
       result.images_per_second > 0
-          ? "; " + fixed(result.images_per_second, 1) + " images/s over " +
+          ? "; " + format_fixed(result.images_per_second, 1) + " images/s over " +
                 (run_rate_.timed_steps > 0 ? "the last " + std::to_string(run_rate_.timed_steps)
                                            : std::to_string(run_rate_.steps)) +
                 " steps of this run"
@@ -636,7 +629,7 @@ TrainResult Run::go() {
     case TrainEnd::finished:
       log_ << "finished " << o_.epochs << " epochs, step " << result.steps;
       if (state_.best_top1 >= 0)
-        log_ << "; best val top-1 " << fixed(state_.best_top1, 2) << "% at epoch "
+        log_ << "; best val top-1 " << format_fixed(state_.best_top1, 2) << "% at epoch "
              << state_.best_epoch << " (" << (fs::path(output_) / "best.h5").string() << ")";
       log_ << rate << "\n";
       break;
@@ -712,9 +705,9 @@ void Run::train_step(const datasets::Batch& batch) {
   }
   const int64_t step = optimizer().steps();
   if (!std::isfinite(s.loss))
-    throw Error("the training loss is " + num(s.loss) + " at step " + std::to_string(step + 1) +
-                " (epoch " + std::to_string(batch.epoch + 1) + ", batch " +
-                std::to_string(batch.index + 1) +
+    throw Error("the training loss is " + format_general(s.loss) + " at step " +
+                std::to_string(step + 1) + " (epoch " + std::to_string(batch.epoch + 1) +
+                ", batch " + std::to_string(batch.index + 1) +
                 "); lower --lr or clip gradients with --clip-grad" +
                 (fs::exists(last_path_) ? "; the last checkpoint is " + last_path_ : ""));
   params_->zero_grad();
@@ -762,18 +755,18 @@ bool Run::finish_epoch(int64_t epoch) {
   const float last_lr = steps > 0 ? schedule_->lr(steps - 1) : 0.f;
   std::vector<std::string> row{std::to_string(epoch + 1),
                                std::to_string(optimizer().steps()),
-                               num(last_lr, 6),
-                               fixed(train_loss, 6),
-                               fixed(train_acc, 4),
-                               fixed(val.loss, 6),
-                               fixed(val.top1_percent(), 4),
-                               fixed(val.top5_percent(), 4),
-                               fixed(ips, 2),
-                               fixed(state_.seconds, 2)};
+                               format_general(last_lr, 6),
+                               format_fixed(train_loss, 6),
+                               format_fixed(train_acc, 4),
+                               format_fixed(val.loss, 6),
+                               format_fixed(val.top1_percent(), 4),
+                               format_fixed(val.top5_percent(), 4),
+                               format_fixed(ips, 2),
+                               format_fixed(state_.seconds, 2)};
   if (ema_) {
-    row.push_back(fixed(ema_val.loss, 6));
-    row.push_back(fixed(ema_val.top1_percent(), 4));
-    row.push_back(fixed(ema_val.top5_percent(), 4));
+    row.push_back(format_fixed(ema_val.loss, 6));
+    row.push_back(format_fixed(ema_val.top1_percent(), 4));
+    row.push_back(format_fixed(ema_val.top5_percent(), 4));
   }
   csv_->row(row);
 
@@ -797,13 +790,14 @@ bool Run::finish_epoch(int64_t epoch) {
   save_last(epoch + 1, 0);
 
   std::ostringstream line;
-  line << epoch_label(epoch) << ": train loss " << fixed(train_loss, 4) << " acc "
-       << fixed(train_acc, 2) << "% | val loss " << fixed(val.loss, 4) << " top-1 "
-       << fixed(val.top1_percent(), 2) << "% top-5 " << fixed(val.top5_percent(), 2) << "%";
+  line << epoch_label(epoch) << ": train loss " << format_fixed(train_loss, 4) << " acc "
+       << format_fixed(train_acc, 2) << "% | val loss " << format_fixed(val.loss, 4) << " top-1 "
+       << format_fixed(val.top1_percent(), 2) << "% top-5 " << format_fixed(val.top5_percent(), 2)
+       << "%";
   if (ema_)
-    line << " | EMA top-1 " << fixed(ema_val.top1_percent(), 2) << "% top-5 "
-         << fixed(ema_val.top5_percent(), 2) << "%";
-  line << " | " << fixed(ips, 1) << " img/s, " << format_duration(epoch_seconds)
+    line << " | EMA top-1 " << format_fixed(ema_val.top1_percent(), 2) << "% top-5 "
+         << format_fixed(ema_val.top5_percent(), 2) << "%";
+  line << " | " << format_fixed(ips, 1) << " img/s, " << format_duration(epoch_seconds)
        << (best ? " | best" + std::string(ema_better ? " (EMA)" : "") + ", saved best.h5" : "");
   const int64_t epochs_left = o_.epochs - (epoch + 1);
   if (epochs_left > 0 && !max_steps_reached_)
@@ -861,11 +855,11 @@ void TrainOptions::validate() const {
   need(smoothing >= 0 && smoothing < 1, "smoothing", "in [0, 1)", smoothing);
   const auto& a = augment;
   if (!(a.scale[0] > 0 && a.scale[0] <= a.scale[1] && a.scale[1] <= 1))
-    throw UsageError("--scale must be two numbers 0 < MIN <= MAX <= 1, got " + num(a.scale[0]) +
-                     " " + num(a.scale[1]));
+    throw UsageError("--scale must be two numbers 0 < MIN <= MAX <= 1, got " +
+                     format_general(a.scale[0]) + " " + format_general(a.scale[1]));
   if (!(a.ratio[0] > 0 && a.ratio[0] <= a.ratio[1] && std::isfinite(a.ratio[1])))
-    throw UsageError("--ratio must be two numbers 0 < MIN <= MAX, got " + num(a.ratio[0]) + " " +
-                     num(a.ratio[1]));
+    throw UsageError("--ratio must be two numbers 0 < MIN <= MAX, got " +
+                     format_general(a.ratio[0]) + " " + format_general(a.ratio[1]));
   need(a.hflip >= 0 && a.hflip <= 1, "hflip", "a probability in [0, 1]", a.hflip);
   need(a.reprob >= 0 && a.reprob <= 1, "reprob", "a probability in [0, 1]", a.reprob);
   need(a.mixup >= 0 && std::isfinite(a.mixup), "mixup", ">= 0 (0: off)", a.mixup);

@@ -26,20 +26,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string num(double x, int precision = 4) {
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.*g", precision, x);
-  return buf;
-}
-
-std::string fixed(double x, int decimals) {
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.*f", decimals, x);
-  return buf;
-}
-
 void need(bool ok, const std::string& option, const std::string& what, double got) {
-  if (!ok) throw UsageError("--" + option + " must be " + what + ", got " + num(got, 6));
+  if (!ok) throw UsageError("--" + option + " must be " + what + ", got " + format_general(got, 6));
 }
 
 bool same_file(const std::string& a, const std::string& b) {
@@ -178,7 +166,7 @@ void Run::setup_model_and_tokenizer() {
     }
     tokenizer_note_ = "SentencePiece " + o_.spm_type + " of " +
                       std::to_string(tokenizer_.vocab_size()) + " pieces trained on " +
-                      train_.name + " in " + fixed(timer.seconds(), 1) + " s";
+                      train_.name + " in " + format_fixed(timer.seconds(), 1) + " s";
   }
   cfg_.vocab_size = tokenizer_.vocab_size();
   state_.seed = o_.seed;
@@ -264,13 +252,13 @@ void Run::log_setup() const {
   L << "model: transformer " << c.encoder_layers << "+" << c.decoder_layers << " layers, d_model "
     << c.d_model << ", " << c.heads << " heads, d_ff " << c.d_ff << ", "
     << (c.pre_norm ? "pre-norm" : "post-norm") << ", vocabulary " << c.vocab_size
-    << (c.tie_embeddings ? " (tied embeddings)" : "") << ", dropout " << num(c.dropout)
+    << (c.tie_embeddings ? " (tied embeddings)" : "") << ", dropout " << format_general(c.dropout)
     << ", max_length " << c.max_length << "; " << params_->numel() << " parameters\n";
   L << "optimizer: Adam (0.9, 0.98, eps 1e-9), inverse-sqrt schedule, warmup " << o_.warmup_steps
-    << " steps, peak lr " << num(schedule_->lr(o_.warmup_steps - 1)) << ", label smoothing "
-    << num(o_.label_smoothing) << ", clip-grad "
-    << (o_.clip_grad > 0 ? num(o_.clip_grad) : std::string("off")) << ", scheduled sampling "
-    << num(o_.scheduled_sampling) << "\n";
+    << " steps, peak lr " << format_general(schedule_->lr(o_.warmup_steps - 1))
+    << ", label smoothing " << format_general(o_.label_smoothing) << ", clip-grad "
+    << (o_.clip_grad > 0 ? format_general(o_.clip_grad) : std::string("off"))
+    << ", scheduled sampling " << format_general(o_.scheduled_sampling) << "\n";
   L << "run: " << o_.epochs << " epochs, about " << o_.max_tokens << " tokens per batch, seed "
     << state_.seed << ", validation every " << o_.valid_freq << " steps ("
     << (o_.beam_size > 1 ? "beam " + std::to_string(o_.beam_size) : std::string("greedy"))
@@ -356,10 +344,10 @@ TrainResult Run::go() {
   result_.checkpoint = last_path_;
   result_.target_tokens_per_second =
       run_seconds_ > 0 ? static_cast<double>(run_tokens_) / run_seconds_ : 0;
-  const std::string rate = fixed(result_.target_tokens_per_second, 0) + " target tokens/s";
+  const std::string rate = format_fixed(result_.target_tokens_per_second, 0) + " target tokens/s";
   const std::string best = state_.best_bleu >= 0
-                               ? "; best valid BLEU " + fixed(state_.best_bleu, 2) + " at step " +
-                                     std::to_string(state_.best_step)
+                               ? "; best valid BLEU " + format_fixed(state_.best_bleu, 2) +
+                                     " at step " + std::to_string(state_.best_step)
                                : "";
   switch (result_.end) {
     case TrainEnd::finished:
@@ -418,7 +406,8 @@ void Run::train_step(const datasets::TokenBatch& b) {
       seq2seq::sequence_loss(ctx, logits, b.target_out, o_.label_smoothing, &dlogits);
   const int64_t step = steps();
   if (!std::isfinite(s.loss))
-    throw Error("the training loss is " + num(s.loss) + " at step " + std::to_string(step + 1) +
+    throw Error("the training loss is " + format_general(s.loss) + " at step " +
+                std::to_string(step + 1) +
                 "; lower --lr-factor or clip gradients with --clip-grad" +
                 (fs::exists(last_path_) ? "; the last checkpoint is " + last_path_ : ""));
   params_->zero_grad();
@@ -476,8 +465,9 @@ bool Run::validate() {
                        static_cast<double>(state_.batch) /
                            static_cast<double>(std::max<int64_t>(state_.batches_in_epoch, 1));
   const float last_lr = steps() > 0 ? schedule_->lr(steps() - 1) : 0.f;
-  csv_->row({std::to_string(steps()), fixed(epoch, 3), num(last_lr, 6), fixed(train_loss, 6),
-             fixed(tps, 1), fixed(valid_loss, 6), fixed(bleu, 4)});
+  csv_->row({std::to_string(steps()), format_fixed(epoch, 3), format_general(last_lr, 6),
+             format_fixed(train_loss, 6), format_fixed(tps, 1), format_fixed(valid_loss, 6),
+             format_fixed(bleu, 4)});
 
   const bool best = bleu > state_.best_bleu;
   if (best) {
@@ -496,11 +486,11 @@ bool Run::validate() {
   result_.last_bleu = bleu;
   result_.last_exact = exact_percent;
 
-  log_ << "step " << steps() << " (epoch " << fixed(epoch, 2) << "): train loss "
-       << fixed(train_loss, 4) << " | valid loss " << fixed(valid_loss, 4) << ", BLEU "
-       << fixed(bleu, 2) << ", exact " << fixed(exact_percent, 1) << "% | " << fixed(tps, 0)
-       << " target tok/s | validation " << format_duration(timer.seconds())
-       << (best ? " | best, saved best.h5" : "") << "\n"
+  log_ << "step " << steps() << " (epoch " << format_fixed(epoch, 2) << "): train loss "
+       << format_fixed(train_loss, 4) << " | valid loss " << format_fixed(valid_loss, 4)
+       << ", BLEU " << format_fixed(bleu, 2) << ", exact " << format_fixed(exact_percent, 1)
+       << "% | " << format_fixed(tps, 0) << " target tok/s | validation "
+       << format_duration(timer.seconds()) << (best ? " | best, saved best.h5" : "") << "\n"
        << std::flush;
   return o_.early_stopping > 0 && state_.bad_validations >= o_.early_stopping;
 }
