@@ -120,6 +120,41 @@ TEST(CrossEntropy, AllRowsIgnoredGivesZeroLossAndZeroGradient) {
   for (int64_t i = 0; i < d.numel(); ++i) ASSERT_EQ(d.f32()[i], 0.f) << i;
 }
 
+TEST(CrossEntropy, ForwardBackwardInOnePassMatchesNaiveAlsoInPlace) {
+  // The fused op: the loss, count and correct of the forward and the gradient of the backward,
+  // into a separate tensor and over the logits themselves; large enough to run in parallel.
+  std::mt19937 gen(705);
+  for (int64_t C : {int64_t{7}, int64_t{8000}}) {
+    const int64_t M = C == 7 ? 11 : 37;
+    SCOPED_TRACE("C " + std::to_string(C));
+    Tensor logits = random_tensor({M, C}, gen, -4.f, 4.f);
+    Tensor targets = make_targets(M, C, 0, gen);
+    // Row 0: the target ties with an earlier maximum (not correct, as torch.argmax); row 1: the
+    // target is the first of two maxima (correct).
+    const int32_t t0 = targets.i32()[0] = static_cast<int32_t>(C - 1);
+    logits.f32()[t0] = logits.f32()[1] = 9.f;
+    const int32_t t1 = targets.i32()[1] = 2;
+    logits.f32()[C + t1] = logits.f32()[C + C - 1] = 9.f;
+    const CeRef ref = naive_cross_entropy(logits, targets, 0.1, 0);
+    ASSERT_GE(ref.correct, 1);
+
+    Tensor d = garbage_tensor({M, C});
+    const ops::CrossEntropyStats s =
+        ops::cross_entropy_forward_backward(logits, targets, 0.1f, 0, 2.f, d);
+    EXPECT_EQ(s.count, ref.count);
+    EXPECT_EQ(s.correct, ref.correct);
+    EXPECT_NEAR(s.loss, ref.loss, 1e-5 * std::max(1.0, ref.loss));
+    EXPECT_TRUE(all_close(d, scaled(ref.dlogits, 2.0), 1e-6, 1e-5));
+
+    Tensor in_place = logits.clone();
+    const ops::CrossEntropyStats s2 =
+        ops::cross_entropy_forward_backward(in_place, targets, 0.1f, 0, 2.f, in_place);
+    EXPECT_EQ(s2.loss, s.loss);
+    EXPECT_EQ(s2.correct, s.correct);
+    for (int64_t i = 0; i < d.numel(); ++i) ASSERT_EQ(in_place.f32()[i], d.f32()[i]) << i;
+  }
+}
+
 TEST(CrossEntropy, OutOfRangeTargetThrows) {
   Tensor logits({3, 5});
   EXPECT_NO_THROW(ops::cross_entropy_forward(logits, ids_tensor({0, 4, -100})));

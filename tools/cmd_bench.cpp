@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "common/bench/layer_bench.h"
+#include "common/bench/mt_step_bench.h"
 #include "common/bench/ops_bench.h"
 #include "common/bench/vit_step_bench.h"
 #include "common/error.h"
@@ -13,8 +14,8 @@ namespace {
 
 int run_bench(const po::variables_map& vm) {
   const std::string what = vm["what"].as<std::string>();
-  if (what != "ops" && what != "layers" && what != "vit-step")
-    throw UsageError("unknown benchmark '" + what + "' (available: ops, layers, vit-step)");
+  if (what != "ops" && what != "layers" && what != "vit-step" && what != "mt-step")
+    throw UsageError("unknown benchmark '" + what + "' (available: ops, layers, vit-step, mt-step)");
   bench::OpsBenchOptions options;
   options.repeats = vm["repeats"].as<int>();
   options.min_seconds = vm["min-time"].as<double>();
@@ -33,17 +34,29 @@ int run_bench(const po::variables_map& vm) {
   options.bf16 = precision == "bf16";
   if (options.bf16 && !ops::bf16_supported())
     throw Error("--precision bf16 needs a CPU with AVX512_BF16; oneDNN sees " + ops::cpu_isa());
-  if (what == "vit-step") {
-    bench::VitStepOptions vo;
-    if (options.bf16) throw UsageError("vit-step: --precision bf16 is not available yet");
-    vo.rounds = options.repeats;
-    vo.steps = vm["steps"].as<int>();
-    vo.batch = vm["batch-size"].as<int>();
-    vo.drop_path = vm["drop-path"].as<float>();
-    vo.breakdown = !vm["no-breakdown"].as<bool>();
-    if (vo.steps < 1 || vo.batch < 1) throw UsageError("--steps and --batch-size must be >= 1");
-    auto r = bench::run_vit_step_bench(vo, &std::cerr);
-    bench::print_vit_step(std::cout, vo, r);
+  if (what == "vit-step" || what == "mt-step") {
+    if (options.bf16) throw UsageError(what + ": --precision bf16 is not available yet");
+    bench::StepTiming timing;
+    timing.rounds = options.repeats;
+    timing.steps = vm["steps"].as<int>();
+    timing.breakdown = !vm["no-breakdown"].as<bool>();
+    const int batch = vm["batch-size"].as<int>();
+    if (timing.steps < 1 || batch < 1) throw UsageError("--steps and --batch-size must be >= 1");
+    if (what == "vit-step") {
+      bench::VitStepOptions vo;
+      vo.timing = timing;
+      vo.batch = batch;
+      vo.drop_path = vm["drop-path"].as<float>();
+      bench::print_vit_step(std::cout, vo, bench::run_vit_step_bench(vo, &std::cerr));
+    } else {
+      bench::MtStepOptions mo;
+      mo.timing = timing;
+      mo.batch = batch;
+      const int length = vm["length"].as<int>();
+      if (length < 1) throw UsageError("--length must be >= 1");
+      mo.source_length = mo.target_length = length;
+      bench::print_mt_step(std::cout, mo, bench::run_mt_step_bench(mo, &std::cerr));
+    }
     return kExitOk;
   }
 
@@ -70,13 +83,17 @@ void register_bench_commands(Registry& registry) {
       "vitk bench ops\n"
       "vitk bench ops --threads 2 --repeats 11 --precision bf16\n"
       "vitk bench layers   # seconds per call; see tests/bench/core_vs_pytorch.py\n"
-      "vitk bench vit-step --threads 2 --repeats 5 --steps 10   # the Fashion-MNIST ViT";
-  c.usage = "ops|layers|vit-step [options]";
+      "vitk bench vit-step --threads 2 --repeats 5 --steps 10   # the Fashion-MNIST ViT\n"
+      "vitk bench mt-step --repeats 3 --steps 5   # transformer-small, 128 x 32 tokens; see "
+      "tests/bench/mt_train_vs_pytorch.py";
+  c.usage = "ops|layers|vit-step|mt-step [options]";
   c.add_options = [](po::options_description& o) {
     o.add_options()(
         "what", po::value<std::string>()->required()->value_name("NAME"),
         "what to time: ops (linear products), layers (one encoder and one decoder layer) or "
-        "vit-step (a training step of the Fashion-MNIST ViT, with a breakdown)")(
+        "vit-step (a training step of the Fashion-MNIST ViT, with a breakdown) or mt-step (a "
+        "training step of the small translation Transformer: d 256, 3+3 layers, 4 heads, FFN "
+        "1024, 8k tied vocabulary)")(
         "repeats", po::value<int>()->default_value(7)->value_name("N"),
         "timed rounds per measurement; the table shows medians")(
         "min-time", po::value<double>()->default_value(0.05, "0.05")->value_name("SECONDS"),
@@ -84,12 +101,14 @@ void register_bench_commands(Registry& registry) {
         "precision", po::value<std::string>()->default_value("f32")->value_name("f32|bf16"),
         "data type of inputs and weights (accumulation is always f32)")(
         "steps", po::value<int>()->default_value(10)->value_name("N"),
-        "vit-step: training steps per timed round")(
+        "vit-step, mt-step: training steps per timed round")(
         "batch-size", po::value<int>()->default_value(128)->value_name("N"),
-        "vit-step: batch size")("drop-path",
+        "vit-step, mt-step: batch size (images or sentences)")("drop-path",
                                 po::value<float>()->default_value(0.f, "0")->value_name("P"),
                                 "vit-step: stochastic depth of the last block")(
-        "no-breakdown", po::bool_switch(), "vit-step: skip the profiled round");
+        "length", po::value<int>()->default_value(32)->value_name("N"),
+        "mt-step: tokens of every source and target sentence")(
+        "no-breakdown", po::bool_switch(), "vit-step, mt-step: skip the profiled round");
   };
   c.add_positional = [](po::positional_options_description& p) { p.add("what", 1); };
   c.run = run_bench;

@@ -11,7 +11,9 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config
-  libdnnl-dev libopencv-dev libboost-program-options-dev libhdf5-dev hdf5-tools
+  # oneDNN's CMake package looks for OpenCL (Debian builds it with the OpenCL GPU runtime), and
+  # Debian only recommends the OpenCL headers, which --no-install-recommends leaves out.
+  libdnnl-dev ocl-icd-opencl-dev libopencv-dev libboost-program-options-dev libhdf5-dev hdf5-tools
   libgtest-dev libsentencepiece-dev zlib1g-dev python3
   dataset-fashion-mnist
 )

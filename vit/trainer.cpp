@@ -700,8 +700,8 @@ void Run::train_step(const datasets::Batch& batch) {
     s = ops::soft_cross_entropy_forward(logits, batch.targets);
     ops::soft_cross_entropy_backward(logits, batch.targets, 1.f, dlogits);
   } else {
-    s = ops::cross_entropy_forward(logits, batch.labels, o_.smoothing);
-    ops::cross_entropy_backward(logits, batch.labels, o_.smoothing, -100, 1.f, dlogits);
+    s = ops::cross_entropy_forward_backward(logits, batch.labels, o_.smoothing, -100, 1.f,
+                                            dlogits);
   }
   const int64_t step = optimizer().steps();
   if (!std::isfinite(s.loss))

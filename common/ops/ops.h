@@ -179,6 +179,11 @@ CrossEntropyStats cross_entropy_forward(const Tensor& logits, const Tensor& targ
 // dlogits [M, C] = scale · d(mean loss)/d(logits), overwritten; ignored rows get zeros.
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, float label_smoothing,
                             int ignore_index, float scale, Tensor& dlogits);
+// Both in one pass over the logits (the same results). dlogits may be logits itself: the
+// gradient then overwrites the logits, which saves a buffer and memory traffic.
+CrossEntropyStats cross_entropy_forward_backward(const Tensor& logits, const Tensor& targets,
+                                                 float label_smoothing, int ignore_index,
+                                                 float scale, Tensor& dlogits);
 
 // ---- Cross-entropy with soft targets (Mixup, CutMix) ----
 // logits [M, C] f32, targets f32 [M, C], one distribution per row (label smoothing already folded

@@ -242,7 +242,7 @@ Tensor Transformer::step(nn::Context& ctx, const Tensor& tokens, nn::Decoder::St
 
 ops::CrossEntropyStats sequence_loss(nn::Context& ctx, const Tensor& logits,
                                      const Tensor& target_out, float label_smoothing,
-                                     Tensor* dlogits, float scale) {
+                                     Tensor* dlogits, float scale, bool overwrite_logits) {
   if (logits.rank() != 3 || target_out.rank() != 2 || target_out.dim(0) != logits.dim(0) ||
       target_out.dim(1) != logits.dim(1))
     throw Error("seq2seq: target_out " + shape_str(target_out.shape()) +
@@ -251,12 +251,11 @@ ops::CrossEntropyStats sequence_loss(nn::Context& ctx, const Tensor& logits,
   if (!(label_smoothing >= 0.f && label_smoothing < 1.f))
     throw Error("seq2seq: label smoothing must be in [0, 1), not " +
                 std::to_string(label_smoothing));
-  ops::CrossEntropyStats s =
-      ops::cross_entropy_forward(logits, target_out, label_smoothing, kPadId);
-  if (dlogits) {
-    *dlogits = ctx.alloc(logits.shape());
-    ops::cross_entropy_backward(logits, target_out, label_smoothing, kPadId, scale, *dlogits);
-  }
+  if (!dlogits) return ops::cross_entropy_forward(logits, target_out, label_smoothing, kPadId);
+  // Every row of the gradient is written (zeros on pad rows).
+  *dlogits = overwrite_logits ? logits : ctx.alloc_uninit(logits.shape());
+  const ops::CrossEntropyStats s = ops::cross_entropy_forward_backward(
+      logits, target_out, label_smoothing, kPadId, scale, *dlogits);
   return s;
 }
 

@@ -61,9 +61,12 @@ class Transformer {
 // Label-smoothed cross-entropy of logits [B, Tt, V] against target_out i32 [B, Tt] (the tokens
 // and EOS, padded with kPadId), averaged over the non-pad tokens, as
 // torch.nn.functional.cross_entropy(ignore_index=pad, label_smoothing=ε). With dlogits set, also
-// writes scale · d(loss)/d(logits) there (a fresh tensor from ctx.arena; zero on pad rows).
+// writes scale · d(loss)/d(logits) there (a fresh tensor from ctx.arena; zero on pad rows), in
+// the same pass over the logits. With overwrite_logits, dlogits is the logits' own memory instead
+// (the logits are gone afterwards): training needs no second [B, Tt, V] buffer.
 ops::CrossEntropyStats sequence_loss(nn::Context& ctx, const Tensor& logits,
                                      const Tensor& target_out, float label_smoothing,
-                                     Tensor* dlogits = nullptr, float scale = 1.f);
+                                     Tensor* dlogits = nullptr, float scale = 1.f,
+                                     bool overwrite_logits = false);
 
 }  // namespace vitk::seq2seq

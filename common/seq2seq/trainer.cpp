@@ -403,7 +403,8 @@ void Run::train_step(const datasets::TokenBatch& b) {
       model_->forward(ctx, b.source, b.source_lengths, target_in, b.target_lengths);
   Tensor dlogits;
   const ops::CrossEntropyStats s =
-      seq2seq::sequence_loss(ctx, logits, b.target_out, o_.label_smoothing, &dlogits);
+      seq2seq::sequence_loss(ctx, logits, b.target_out, o_.label_smoothing, &dlogits, 1.f,
+                             /*overwrite_logits=*/true);
   const int64_t step = steps();
   if (!std::isfinite(s.loss))
     throw Error("the training loss is " + format_general(s.loss) + " at step " +

@@ -55,8 +55,7 @@ def causal_mask(length):
 
 # ---- PyTorch -> vitk parameter names ----
 # A mapping is {vitk name: (PyTorch parameter name, row slice or None)}.
-def attention_names(vitk, torch_prefix, cross):
-    d = D_MODEL
+def attention_names(vitk, torch_prefix, cross, d=D_MODEL):
     m = {}
     if cross:
         m[f"{vitk}.q.weight"] = (f"{torch_prefix}in_proj_weight", slice(0, d))
@@ -87,9 +86,10 @@ def encoder_layer_names(vitk, torch_prefix):
             **same_names(f"{vitk}.norm2", f"{torch_prefix}norm2")}
 
 
-def decoder_layer_names(vitk, torch_prefix):
+def decoder_layer_names(vitk, torch_prefix, d=D_MODEL):
     return {**attention_names(f"{vitk}.self_attn", f"{torch_prefix}self_attn.", cross=False),
-            **attention_names(f"{vitk}.cross_attn", f"{torch_prefix}multihead_attn.", cross=True),
+            **attention_names(f"{vitk}.cross_attn", f"{torch_prefix}multihead_attn.", cross=True,
+                              d=d),
             **feed_forward_names(f"{vitk}.mlp", torch_prefix),
             **same_names(f"{vitk}.norm1", f"{torch_prefix}norm1"),
             **same_names(f"{vitk}.norm2", f"{torch_prefix}norm2"),

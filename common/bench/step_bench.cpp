@@ -1,0 +1,80 @@
+#include "common/bench/step_bench.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ostream>
+
+#include "common/ops/ops.h"
+#include "common/ops/profile.h"
+#include "common/timer.h"
+
+namespace vitk::bench {
+namespace {
+
+// CPU seconds of the whole process: on a shared machine a step's CPU time (with
+// OMP_WAIT_POLICY=passive, so that waiting threads sleep) moves much less with the load than
+// its wall time.
+double cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+}  // namespace
+
+StepResult time_steps(const std::function<void()>& step, const StepTiming& o, std::ostream* log) {
+  StepResult r;
+  step();  // primitives, arena growth
+  for (int round = 0; round < o.rounds; ++round) {
+    Timer t;
+    const double cpu0 = cpu_seconds();
+    for (int i = 0; i < o.steps; ++i) step();
+    r.round_ms.push_back(t.seconds() * 1e3 / o.steps);
+    r.round_cpu_ms.push_back((cpu_seconds() - cpu0) * 1e3 / o.steps);
+    if (log) {
+      char line[128];
+      std::snprintf(line, sizeof line, "round %d: %.1f ms/step, %.1f CPU ms/step\n", round + 1,
+                    r.round_ms.back(), r.round_cpu_ms.back());
+      *log << line << std::flush;
+    }
+  }
+  r.best_ms = *std::min_element(r.round_ms.begin(), r.round_ms.end());
+  r.best_cpu_ms = *std::min_element(r.round_cpu_ms.begin(), r.round_cpu_ms.end());
+  r.median_ms = median(r.round_ms);
+  if (o.breakdown) {
+    ops::profile::clear();
+    ops::profile::enable(true);
+    for (int i = 0; i < o.steps; ++i) step();
+    ops::profile::enable(false);
+    for (const auto& e : ops::profile::entries()) {
+      r.parts.emplace_back(e.name, e.seconds * 1e3 / o.steps);
+      r.part_calls.push_back(e.calls / o.steps);
+    }
+  }
+  return r;
+}
+
+void print_step_result(std::ostream& out, const std::string& name, const std::string& what,
+                       double units_per_step, const std::string& unit, const StepResult& r) {
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "%s: %s, %d threads: best %.1f ms/step (%.1f %s/s), median %.1f ms/step; best "
+                "%.1f CPU ms/step\n",
+                name.c_str(), what.c_str(), ops::num_threads(), r.best_ms,
+                1e3 * units_per_step / r.best_ms, unit.c_str(), r.median_ms, r.best_cpu_ms);
+  out << line;
+  if (r.parts.empty()) return;
+  double total = 0;
+  for (const auto& p : r.parts) total += p.second;
+  out << "breakdown (one profiled round, exclusive ms per step; total " << total << " ms):\n";
+  for (size_t i = 0; i < r.parts.size(); ++i) {
+    std::snprintf(line, sizeof line, "  %8.2f ms %5.1f%%  x%-4lld %s\n", r.parts[i].second,
+                  100.0 * r.parts[i].second / total, static_cast<long long>(r.part_calls[i]),
+                  r.parts[i].first.c_str());
+    out << line;
+  }
+}
+
+}  // namespace vitk::bench

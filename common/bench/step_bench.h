@@ -1,0 +1,37 @@
+#pragma once
+// Timing of a training step for `vitk bench vit-step` and `vitk bench mt-step`: one untimed
+// warm-up step, then `rounds` rounds of `steps` steps (wall clock and the process's CPU time),
+// then an optional profiled round that splits the step into the ops' profile scopes.
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace vitk::bench {
+
+struct StepTiming {
+  int steps = 10;         // timed steps per round
+  int rounds = 5;         // the report gives the best and the median round
+  bool breakdown = true;  // a profiled round after the timed ones
+};
+
+struct StepResult {
+  std::vector<double> round_ms;      // ms per step of each round (wall clock)
+  std::vector<double> round_cpu_ms;  // CPU ms of the process per step, all threads
+  double best_ms = 0, median_ms = 0, best_cpu_ms = 0;
+  std::vector<std::pair<std::string, double>> parts;  // name, ms per step (exclusive)
+  std::vector<int64_t> part_calls;                    // calls per step
+};
+
+// Runs `step` as above; logs one line per round to `log` when given.
+StepResult time_steps(const std::function<void()>& step, const StepTiming& timing,
+                      std::ostream* log = nullptr);
+
+// "<name>: <what>, N threads: best X ms/step (Y <unit>/s), median ...", then the breakdown table.
+// units_per_step: images or target tokens per step.
+void print_step_result(std::ostream& out, const std::string& name, const std::string& what,
+                       double units_per_step, const std::string& unit, const StepResult& r);
+
+}  // namespace vitk::bench
