@@ -23,6 +23,7 @@ try:
     from torch import nn
 except ImportError:
     sys.exit("core_vs_pytorch.py: needs PyTorch: apt-get install python3-torch")
+from bench_common import check_blas  # noqa: E402
 
 
 def seconds_per_call(fn, min_seconds, repeats):
@@ -99,16 +100,8 @@ def vitk_suite(vitk, threads, min_seconds, repeats):
     return rows, shapes
 
 
-def check_blas():
-    blas = os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
-    if "openblas" not in blas:
-        sys.exit(f"core_vs_pytorch.py: PyTorch would use the reference BLAS ({blas}); "
-                 "install OpenBLAS first: apt-get install libopenblas0-openmp")
-    return blas
-
-
 def main():
-    blas = check_blas()
+    blas = check_blas(__file__)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vitk", default="build/vitk")
     ap.add_argument("--threads", type=int, default=2)

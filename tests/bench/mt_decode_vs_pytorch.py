@@ -27,6 +27,7 @@ try:
 except ImportError as e:
     sys.exit(f"mt_decode_vs_pytorch.py: {e}: apt-get install python3-torch python3-h5py "
              "python3-sentencepiece")
+from bench_common import ROOT, VITK, check_blas  # noqa: E402
 from torch_transformer import EOS, PAD, load_vitk_checkpoint  # noqa: E402
 
 
@@ -71,9 +72,7 @@ def vitk_translate(vitk, model, sentences, threads, extra):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    here = os.path.dirname(os.path.abspath(__file__))
-    root = os.path.dirname(os.path.dirname(here))
-    ap.add_argument("--vitk", default=os.path.join(root, "build", "vitk"))
+    ap.add_argument("--vitk", default=VITK)
     ap.add_argument("--model", required=True, help="a vitk mt-train checkpoint")
     ap.add_argument("--input", action="append",
                     help="source sentences (default: data/bible/test.es and valid.es)")
@@ -81,7 +80,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    inputs = args.input or [os.path.join(root, "data", "bible", n)
+    check_blas(__file__)
+    inputs = args.input or [os.path.join(ROOT, "data", "bible", n)
                             for n in ("test.es", "valid.es")]
     sentences = read_sentences(inputs, args.sentences)
     torch.set_num_threads(args.threads)

@@ -16,7 +16,6 @@ ids: forward, loss, backward, Adam), its median round. Suites alternate so that 
 machine load. Prints target tokens/s and the ratio.
 """
 import argparse
-import os
 import re
 import statistics
 import subprocess
@@ -28,6 +27,7 @@ try:
     from torch import nn
 except ImportError:
     sys.exit("mt_train_vs_pytorch.py: needs PyTorch: apt-get install python3-torch")
+from bench_common import VITK, check_blas, torch_in_child  # noqa: E402
 from torch_transformer import TorchTransformer  # noqa: E402
 
 SIZE = dict(d_model=256, heads=4, d_ff=1024, layers=3, decoder_layers=3, dropout=0.1)
@@ -67,19 +67,9 @@ def vitk_seconds_per_step(vitk, threads, batch, length, steps):
     return float(match.group(1)) / 1e3
 
 
-def torch_in_child(args):
-    """PyTorch's suite in a child process: once it exits, no idle PyTorch threads spin beside
-    vitk (an idle OpenMP team of a live PyTorch takes CPU from the next program for a while)."""
-    out = subprocess.run([sys.executable, os.path.abspath(__file__)] + sys.argv[1:] +
-                         ["--torch-child"], check=True, capture_output=True, text=True).stdout
-    return float(out.split()[-1])
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    here = os.path.dirname(os.path.abspath(__file__))
-    root = os.path.dirname(os.path.dirname(here))
-    ap.add_argument("--vitk", default=os.path.join(root, "build", "vitk"))
+    ap.add_argument("--vitk", default=VITK)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--length", type=int, default=32)
@@ -88,6 +78,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--torch-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    check_blas(__file__)
     torch.set_num_threads(args.threads)
     tokens = args.batch * args.length
     if args.torch_child:
@@ -99,7 +90,7 @@ def main():
           f"{args.length}, {args.rounds} rounds", flush=True)
     torch_times, vitk_times = [], []
     for r in range(args.rounds):
-        torch_times.append(torch_in_child(args))
+        torch_times.append(torch_in_child(__file__))
         vitk_times.append(vitk_seconds_per_step(args.vitk, args.threads, args.batch,
                                                 args.length, args.steps))
         print(f"round {r + 1}: PyTorch {tokens / torch_times[-1]:7.0f} target tokens/s, "

@@ -9,6 +9,7 @@ map of tests/parity/make_core_fixtures.py), so both programs translate with the 
 import math
 import pathlib
 import sys
+import warnings
 
 import torch
 from torch import nn
@@ -17,6 +18,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "parity"
 import make_core_fixtures as core  # noqa: E402  (vitk <-> PyTorch parameter names)
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3  # vitk's fixed SentencePiece ids
+
+# In evaluation mode nn.TransformerEncoder takes its nested-tensor fast path for padded batches
+# (good for its speed) and warns that the API is a prototype, once per run.
+warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors")
 
 
 class TorchTransformer(nn.Module):
@@ -46,13 +51,14 @@ class TorchTransformer(nn.Module):
     def encode(self, src):
         return self.transformer.encoder(self.embed_tokens(src), src_key_padding_mask=src == PAD)
 
-    def decode(self, tgt, memory, src_pad):
-        """Logits [B, Tt, V] of every target position (no cache: the whole prefix again)."""
+    def decode(self, tgt, memory, src_pad, last_only=False):
+        """Logits [B, Tt, V] of every target position (no cache: the whole prefix again), or
+        with last_only those of the last position, [B, V]."""
         causal = self.transformer.generate_square_subsequent_mask(tgt.shape[1])
         h = self.transformer.decoder(self.embed_tokens(tgt), memory, tgt_mask=causal,
                                      tgt_key_padding_mask=tgt == PAD,
                                      memory_key_padding_mask=src_pad)
-        return nn.functional.linear(h, self.embed.weight)
+        return nn.functional.linear(h[:, -1] if last_only else h, self.embed.weight)
 
     def forward(self, src, tgt):
         return self.decode(tgt, self.encode(src), src == PAD)
@@ -69,7 +75,7 @@ class TorchTransformer(nn.Module):
         out = torch.full((b, 1), BOS, dtype=torch.long)
         done = torch.zeros(b, dtype=torch.bool)
         for _ in range(max_new):
-            nxt = self.decode(out, memory, src_pad)[:, -1].argmax(-1)
+            nxt = self.decode(out, memory, src_pad, last_only=True).argmax(-1)
             nxt = torch.where(done, torch.full_like(nxt, PAD), nxt)
             out = torch.cat([out, nxt[:, None]], 1)
             done |= nxt == EOS

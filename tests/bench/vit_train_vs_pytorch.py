@@ -32,6 +32,8 @@ try:
 except ImportError:
     sys.exit("vit_train_vs_pytorch.py: needs PyTorch: apt-get install python3-torch")
 
+from bench_common import ROOT, VITK, check_blas, torch_in_child  # noqa: E402
+
 DATA = "/usr/share/datasets/fashion-mnist"
 RECIPE = dict(d_model=192, layers=6, heads=3, d_ff=768, patch_size=4)
 
@@ -125,27 +127,10 @@ def vitk_seconds_per_step(vitk, config, threads, batch, steps, warmup):
     return (long - short) / steps
 
 
-def check_blas():
-    blas = os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
-    if "openblas" not in blas:
-        sys.exit(f"vit_train_vs_pytorch.py: PyTorch would use the reference BLAS ({blas}); "
-                 "install OpenBLAS first: apt-get install libopenblas0-openmp")
-
-
-def torch_in_child(args):
-    """PyTorch's suite in a child process: once it exits, no idle PyTorch threads spin beside
-    vitk (an idle OpenMP team of a live PyTorch takes CPU from the next program for a while)."""
-    out = subprocess.run([sys.executable, os.path.abspath(__file__)] + sys.argv[1:] +
-                         ["--torch-child"], check=True, capture_output=True, text=True).stdout
-    return float(out.split()[-1])
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    here = os.path.dirname(os.path.abspath(__file__))
-    root = os.path.dirname(os.path.dirname(here))
-    ap.add_argument("--vitk", default=os.path.join(root, "build", "vitk"))
-    ap.add_argument("--config", default=os.path.join(root, "configs", "vit-fmnist.ini"))
+    ap.add_argument("--vitk", default=VITK)
+    ap.add_argument("--config", default=os.path.join(ROOT, "configs", "vit-fmnist.ini"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--steps", type=int, default=60, help="timed steps per suite and round")
@@ -153,7 +138,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--torch-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    check_blas()
+    check_blas(__file__)
     torch.set_num_threads(args.threads)
     images = load_idx("train-images-idx3-ubyte.gz", 16)
     labels = load_idx("train-labels-idx1-ubyte.gz", 8)
@@ -166,7 +151,7 @@ def main():
           f"patch={RECIPE['patch_size']}, batch {args.batch}, {args.rounds} rounds", flush=True)
     torch_times, vitk_times = [], []
     for r in range(args.rounds):
-        torch_times.append(torch_in_child(args))
+        torch_times.append(torch_in_child(__file__))
         vitk_times.append(vitk_seconds_per_step(args.vitk, args.config, args.threads, args.batch,
                                                 args.steps, args.warmup))
         print(f"round {r + 1}: PyTorch {args.batch / torch_times[-1]:7.1f} images/s, "
