@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -726,3 +727,28 @@ TEST_F(Checkpoint, TruncatedFilesThrowAndNeverCrash) {
 }
 
 }  // namespace
+
+TEST_F(Checkpoint, ADeviceOrPipeIsRefusedNotReplaced) {
+  // The write goes to a temporary file renamed over the target; renaming over /dev/null would
+  // turn the device into a plain file. It must be refused by name, before anything is written.
+  struct stat before {};
+  ASSERT_EQ(::stat("/dev/null", &before), 0);
+  ASSERT_TRUE(S_ISCHR(before.st_mode));
+  try {
+    io::save_checkpoint("/dev/null", model_, sample_meta());
+    FAIL() << "saving to /dev/null was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/dev/null"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
+  }
+  struct stat after {};
+  ASSERT_EQ(::stat("/dev/null", &after), 0);
+  EXPECT_TRUE(S_ISCHR(after.st_mode));
+  EXPECT_EQ(after.st_rdev, before.st_rdev);
+
+  const std::string fifo = file("pipe");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_THROW(io::save_checkpoint(fifo, model_, sample_meta()), Error);
+  ASSERT_EQ(::stat(fifo.c_str(), &after), 0);
+  EXPECT_TRUE(S_ISFIFO(after.st_mode));
+}

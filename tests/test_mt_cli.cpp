@@ -3,6 +3,7 @@
 // few hundred steps, then translation, averaging, resuming and bad inputs.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <cmath>
@@ -282,6 +283,15 @@ TEST_F(MtCli, TranslatesGreedyBeamAndNbestKeepingEmptyLines) {
   for (size_t i = 0; i < n; ++i) right += beam[i] == expected(i);
   EXPECT_GE(right, 5);
   EXPECT_EQ(beam[3], "");
+
+  // An output that is a device is written in place: the atomic rename must not replace it.
+  VitkResult dn = run(
+      {"translate", "--model", model(), "--input", "in.txt", "--output", "/dev/null"}, "devnull");
+  EXPECT_EQ(dn.status, 0) << dn.err;
+  EXPECT_EQ(dn.out, "");
+  struct stat null_stat {};
+  ASSERT_EQ(::stat("/dev/null", &null_stat), 0);
+  EXPECT_TRUE(S_ISCHR(null_stat.st_mode)) << "translate --output /dev/null replaced the device";
 
   VitkResult nb = run({"translate", "--model", model(), "--input", "in.txt", "--nbest", "3"}, "nb");
   ASSERT_EQ(nb.status, 0) << nb.err;

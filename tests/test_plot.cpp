@@ -1,6 +1,7 @@
 // The drawing module (common/plot) and the metrics.csv reader: colours, text fallback, cells,
 // ticks, charts of both trainers' files, and PNG files that are written whole or not at all.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <opencv2/imgproc.hpp>
 
 #include "common/error.h"
+#include "common/io/output_path.h"
 #include "common/metrics_csv.h"
 #include "common/plot/metrics_chart.h"
 #include "common/plot/plot.h"
@@ -217,6 +219,25 @@ TEST(PlotPng, WrittenWholeOrNotAtAll) {
             std::string::npos);
   EXPECT_THROW(plot::write_png((dir / "e.png").string(), cv::Mat()), Error);
   EXPECT_FALSE(fs::exists(dir / "e.png"));
+}
+
+TEST(PlotPng, ADeviceIsWrittenInPlaceNotReplaced) {
+  // --out /dev/null must discard the picture, not rename a regular file over the device.
+  cv::Mat image(5, 7, CV_8UC3, cv::Scalar(1, 2, 3));
+  struct stat before {};
+  ASSERT_EQ(::stat("/dev/null", &before), 0);
+  ASSERT_TRUE(S_ISCHR(before.st_mode));
+  plot::write_png("/dev/null", image);
+  struct stat after {};
+  ASSERT_EQ(::stat("/dev/null", &after), 0);
+  EXPECT_TRUE(S_ISCHR(after.st_mode));
+  EXPECT_EQ(after.st_rdev, before.st_rdev);
+  EXPECT_TRUE(io::is_special_output("/dev/null"));
+  test::TempDir dir("vitk_plot_special");
+  EXPECT_FALSE(io::is_special_output((dir / "new.png").string()));
+  plot::write_png((dir / "new.png").string(), image);
+  EXPECT_FALSE(io::is_special_output((dir / "new.png").string()));
+  EXPECT_TRUE(io::is_special_output(dir.path().string()));
 }
 
 // ---- metrics.csv ----

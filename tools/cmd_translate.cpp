@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/io/output_path.h"
 #include "common/plot/plot.h"
 #include "common/progress.h"
 #include "common/seq2seq/alignment.h"
@@ -51,6 +52,15 @@ void write_output(const std::string& path, const std::string& text) {
   if (path == "-") {
     std::cout << text << std::flush;
     if (!std::cout) throw Error("cannot write to standard output");
+    return;
+  }
+  if (io::is_special_output(path)) {
+    // /dev/null, a named pipe, ...: written in place, never replaced by a renamed file.
+    std::ofstream out(path, std::ios::binary);
+    if (!out) throw Error(path + ": cannot open for writing: " + std::strerror(errno));
+    out << text;
+    out.flush();
+    if (!out) throw Error(path + ": cannot write");
     return;
   }
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/io/output_path.h"
 #include "common/optim/optim.h"
 
 namespace vitk::io {
@@ -827,6 +828,10 @@ void save_checkpoint(const std::string& path, const ParamStore& params, const Ch
     }
     for (const auto& name : meta.class_names) check_text(name, "class name", path);
 
+    if (io::is_special_output(path))
+      fail(path,
+           "not a regular file: a checkpoint is written beside its target and renamed over "
+           "it, which would replace it");
     const std::string tmp = temp_path_for(path);
     Image image;
     build_image(image, tmp, path, params, meta, optimizer);

@@ -7,11 +7,13 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <vector>
 
 #include <opencv2/imgcodecs.hpp>
 
 #include "common/error.h"
+#include "common/io/output_path.h"
 #include "common/plot/plot.h"
 
 namespace vitk::plot {
@@ -27,6 +29,16 @@ void write_png(const std::string& path, const cv::Mat& image) {
   }
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) throw Error(path + ": is a directory");
+  if (io::is_special_output(path)) {
+    // /dev/null, a named pipe, ...: written in place, never replaced by a renamed file.
+    std::ofstream out(path, std::ios::binary);
+    if (!out) throw Error(path + ": cannot open for writing: " + std::strerror(errno));
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    if (!out) throw Error(path + ": cannot write");
+    return;
+  }
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw Error(path + ": cannot create " + tmp + ": " + std::strerror(errno));
