@@ -832,6 +832,23 @@ TEST_F(Classify, BenchmarkReportsImagesPerSecond) {
   EXPECT_TRUE(has(r.err, "heads")) << r.err;
 }
 
+TEST_F(Classify, BenchmarkProfilePrintsWhereABatchSpendsItsTime) {
+  std::ofstream(*dir_ / "tiny.ini") << "[model]\nimage_size = 32\npatch_size = 8\nd_model = 24\n"
+                                       "heads = 2\nd_ff = 48\nlayers = 1\nnum_classes = 5\n";
+  Result r = run({"classify", "--benchmark", "--random-weights", "--config", "tiny.ini",
+                  "--benchmark-seconds", "0.05", "--batch-size", "2", "--profile"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "images/s")) << r.out;
+  EXPECT_TRUE(has(r.out, " timed batches of 2 (profiled while timed), exclusive ms per batch"))
+      << r.out;
+  for (const char* part : {"linear_forward ", "layernorm_forward ", "batch (rest)"})
+    EXPECT_TRUE(has(r.out, part)) << part << "\n" << r.out;
+  EXPECT_FALSE(has(r.out, "linear_backward")) << "inference only\n" << r.out;
+  r = run({"classify", "--model", "rgb.h5", "--profile", "rgb.png"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(has(r.err, "--profile is for --benchmark")) << r.err;
+}
+
 // ---- The pipeline in-process -------------------------------------------------------------------
 
 TEST_F(Classify, PipelineKeepsOrderAndStopsCleanlyOnACallbackError) {

@@ -10,9 +10,11 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "common/error.h"
+#include "common/ops/profile.h"
 #include "common/progress.h"
 #include "common/seq2seq/checkpoint.h"
 #include "common/seq2seq/translator.h"
@@ -135,8 +137,12 @@ int run_translate(const po::variables_map& vm) {
     progress =
         std::make_unique<Progress>(std::cerr, "translate", static_cast<int64_t>(lines.size()), bar);
   }
+  std::optional<ops::profile::StepProfile> profile;  // the whole run is one step
+  if (get<bool>(vm, "profile")) profile.emplace("run", 0, 0);
   Timer timer;
+  if (profile) profile->begin();
   const std::vector<seq2seq::Translation> results = translator.translate(lines, progress.get());
+  if (profile) profile->end();
   const double seconds = timer.seconds();
   if (progress) progress->finish();
 
@@ -174,6 +180,9 @@ int run_translate(const po::variables_map& vm) {
                search.method == seq2seq::SearchMethod::beam
                    ? (" " + std::to_string(search.beam_size)).c_str()
                    : "");
+  if (profile)
+    profile->print(std::cerr, "--profile, " + std::to_string(lines.size()) +
+                                  " sentences, the first batch's primitive creation included");
   return kExitOk;
 }
 
@@ -222,7 +231,10 @@ void register_translate_commands(Registry& registry) {
         ("max-length-offset", po::value<int64_t>()->default_value(50)->value_name("N"),
          "at most source length + N target tokens (and never more than the model's limit)")  //
         ("batch-size", po::value<int64_t>()->default_value(32)->value_name("N"),
-         "sentences per search (sorted by length inside, output in input order)");
+         "sentences per search (sorted by length inside, output in input order)")  //
+        ("profile", po::bool_switch(),
+         "at the end, print to stderr where the translation spent its time: exclusive wall time "
+         "per op and shape over the whole run");
   };
   t.run = run_translate;
   registry.add(std::move(t));
