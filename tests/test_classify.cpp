@@ -24,6 +24,7 @@
 
 #include "common/io/checkpoint.h"
 #include "datasets/image_io.h"
+#include "tests/profile_table.h"
 #include "tools/classify_output.h"
 #include "vit/checkpoint.h"
 #include "vit/classify.h"
@@ -844,6 +845,7 @@ TEST_F(Classify, BenchmarkProfilePrintsWhereABatchSpendsItsTime) {
   for (const char* part : {"linear_forward ", "layernorm_forward ", "batch (rest)"})
     EXPECT_TRUE(has(r.out, part)) << part << "\n" << r.out;
   EXPECT_FALSE(has(r.out, "linear_backward")) << "inference only\n" << r.out;
+  EXPECT_TRUE(vitk::test::breakdown_adds_up(r.out, "breakdown (--profile, the ")) << r.out;
   r = run({"classify", "--model", "rgb.h5", "--profile", "rgb.png"});
   EXPECT_EQ(r.status, 2);
   EXPECT_TRUE(has(r.err, "--profile is for --benchmark")) << r.err;

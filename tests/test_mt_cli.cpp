@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "common/optim/optim.h"
 #include "common/seq2seq/checkpoint.h"
+#include "tests/profile_table.h"
 #include "tests/vitk_process.h"
 
 namespace {
@@ -548,6 +549,8 @@ TEST_F(MtCli, ProfilePrintsWhereTrainingAndTranslationSpendTheirTime) {
       << r.out;
   EXPECT_TRUE(contains(r.out, "breakdown (--profile, steps 4-5, exclusive ms per step; total "))
       << r.out;
+  EXPECT_TRUE(vitk::test::breakdown_adds_up(r.out, "breakdown (--profile, steps 2-3, ")) << r.out;
+  EXPECT_TRUE(vitk::test::breakdown_adds_up(r.out, "breakdown (--profile, steps 4-5, ")) << r.out;
   for (const char* part : {"linear_forward ", "linear_backward_data ", "linear_backward_weights ",
                            "cross-entropy", "optimizer", "step (rest)"})
     EXPECT_TRUE(contains(r.out, part)) << part << "\n" << r.out;
@@ -559,6 +562,8 @@ TEST_F(MtCli, ProfilePrintsWhereTrainingAndTranslationSpendTheirTime) {
   ASSERT_EQ(prof.status, 0) << prof.err;
   EXPECT_EQ(prof.out, plain.out);
   EXPECT_TRUE(contains(prof.err, "breakdown (--profile, 2 sentences")) << prof.err;
+  EXPECT_TRUE(vitk::test::breakdown_adds_up(prof.err, "breakdown (--profile, 2 sentences"))
+      << prof.err;
   EXPECT_TRUE(contains(prof.err, "linear_forward ")) << prof.err;
   EXPECT_TRUE(contains(prof.err, "run (rest)")) << prof.err;
 }

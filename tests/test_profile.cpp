@@ -2,11 +2,14 @@
 // printed, and the table's form. No timing is checked, only names, counts and structure.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/ops/profile.h"
+#include "tests/profile_table.h"
 
 namespace profile = vitk::ops::profile;
 
@@ -29,6 +32,23 @@ void fake_step() {
   { profile::Scope inner("linear_forward", 7, 8, 9); }
 }
 
+// A step that takes some time in each scope (sleeps: the test checks sums, never a speed).
+void slow_step() {
+  const auto nap = [] { std::this_thread::sleep_for(std::chrono::microseconds(300)); };
+  nap();
+  profile::Scope outer("layer", 4, 5, 6);
+  nap();
+  {
+    profile::Scope inner("linear_forward", 7, 8, 9);
+    nap();
+    {
+      profile::Scope innermost("gelu_forward", 7, 8, 0);
+      nap();
+    }
+  }
+  nap();
+}
+
 }  // namespace
 
 TEST(Profile, PrintBreakdownShowsMillisecondsPerUnitSharesAndCalls) {
@@ -45,6 +65,10 @@ TEST(Profile, PrintBreakdownShowsMillisecondsPerUnitSharesAndCalls) {
             "breakdown (a test, exclusive ms per step; total 3.0 ms):\n"
             "      2.00 ms  66.7%  x2    linear_forward 7x8x9\n"
             "      1.00 ms  33.3%  x1    step (rest)\n");
+  std::ostringstream measured;
+  profile::print_breakdown(measured, entries, 3, "a test", "batch", 0.0093);
+  EXPECT_EQ(measured.str().substr(0, measured.str().find('\n')),
+            "breakdown (a test, exclusive ms per batch; total 3.0 ms, measured 3.1 ms):");
   std::ostringstream none;
   profile::print_breakdown(none, {}, 3, "nothing");
   profile::print_breakdown(none, entries, 0, "no steps");
@@ -98,4 +122,63 @@ TEST(Profile, StepProfileIsDueEveryNStepsAndPrintsEachWindow) {
   EXPECT_TRUE(contains(text, "breakdown (the rest, exclusive ms per batch;")) << text;
   EXPECT_EQ(count_of(text, "batch (rest)"), 3) << text;
   EXPECT_EQ(count_of(text, "x2    linear_forward 7x8x9"), 3) << "calls per batch, each window";
+}
+
+TEST(Profile, TheExclusiveTimesAddUpToTheStepsWallTime) {
+  profile::StepProfile steps("step", 0, 1);
+  for (int i = 0; i < 4; ++i) {
+    steps.begin();
+    slow_step();
+    steps.end();
+  }
+  ASSERT_EQ(steps.counted(), 3);
+  const double wall = steps.wall_seconds();
+  double sum = 0;
+  for (const profile::Entry& e : profile::entries()) {
+    EXPECT_GE(e.seconds, 0) << e.name;
+    sum += e.seconds;
+  }
+  // Exclusive times cover each step's wall time once: nothing lost, nothing counted twice. The
+  // table's clock is read just outside StepProfile's own, so the sum may exceed it by a hair.
+  ASSERT_GT(wall, 0);
+  EXPECT_GE(sum, wall * (1 - 1e-9));
+  EXPECT_LE(sum, wall * 1.02 + 1e-3) << "sum " << sum << " s, wall " << wall << " s";
+  // Every scope got its own share: the sleeps put time in each.
+  for (const char* name :
+       {"step (rest)", "layer 4x5x6", "linear_forward 7x8x9", "gelu_forward 7x8x0"}) {
+    bool found = false;
+    for (const profile::Entry& e : profile::entries())
+      if (e.name == name) {
+        found = true;
+        EXPECT_EQ(e.calls, 3) << name;
+        EXPECT_GT(e.seconds, 0) << name;
+      }
+    EXPECT_TRUE(found) << name;
+  }
+  // The printed total and the measured wall time are the same two sums, per step.
+  std::ostringstream out;
+  steps.print(out, "sum");
+  const std::string text = out.str();
+  const size_t total = text.find("total "), measured = text.find(", measured ");
+  ASSERT_NE(total, std::string::npos) << text;
+  ASSERT_NE(measured, std::string::npos) << text;
+  const double total_ms = std::stod(text.substr(total + 6));
+  const double measured_ms = std::stod(text.substr(measured + 11));
+  EXPECT_NEAR(total_ms, sum * 1e3 / 3, 0.051) << text;
+  EXPECT_NEAR(measured_ms, wall * 1e3 / 3, 0.051) << text;
+  EXPECT_EQ(steps.wall_seconds(), 0) << "print() starts measuring afresh";
+}
+
+TEST(Profile, TheCliTablesCheckFindsTablesThatDoNotAddUp) {
+  const std::string head = "breakdown (x, exclusive ms per step; total 3.0 ms, measured ";
+  const std::string rows =
+      "      2.00 ms  66.7%  x2    linear_forward 7x8x9\n"
+      "      1.00 ms  33.3%  x1    step (rest)\n";
+  EXPECT_TRUE(vitk::test::breakdown_adds_up(head + "3.0 ms):\n" + rows, "breakdown (x"));
+  EXPECT_FALSE(vitk::test::breakdown_adds_up(head + "3.5 ms):\n" + rows, "breakdown (x"))
+      << "the total is not the measured step";
+  EXPECT_FALSE(vitk::test::breakdown_adds_up(
+      head + "3.0 ms):\n      2.50 ms  66.7%  x2    linear_forward 7x8x9\n", "breakdown (x"))
+      << "the rows do not add up to the total";
+  EXPECT_FALSE(vitk::test::breakdown_adds_up(head + "3.0 ms):\n" + rows, "breakdown (y"));
 }

@@ -29,6 +29,7 @@
 #include "common/optim/optim.h"
 #include "common/params.h"
 #include "op_test_util.h"
+#include "tests/profile_table.h"
 #include "tools/vit_options.h"
 #include "vit/checkpoint.h"
 
@@ -763,6 +764,8 @@ TEST_F(TrainCli, ProfilePrintsWhereTheStepsSpendTheirTime) {
   EXPECT_TRUE(contains(r.out, "breakdown (--profile, steps 4-5, exclusive ms per step; total "))
       << r.out;
   EXPECT_FALSE(contains(r.out, "steps 6-")) << r.out;
+  EXPECT_TRUE(vitk::test::breakdown_adds_up(r.out, "breakdown (--profile, steps 2-3, ")) << r.out;
+  EXPECT_TRUE(vitk::test::breakdown_adds_up(r.out, "breakdown (--profile, steps 4-5, ")) << r.out;
   for (const char* part : {"linear_forward ", "linear_backward_data ", "linear_backward_weights ",
                            "layernorm_forward ", "model forward (rest)", "model backward (rest)",
                            "cross-entropy", "optimizer", "step (rest)"})

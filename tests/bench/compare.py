@@ -398,7 +398,8 @@ def training_jobs():
                 argv = f.read().split(b"\0")
         except OSError:
             continue
-        if (len(argv) > 1 and os.path.basename(argv[0]) == b"vitk"
+        # A copy of the binary under another name counts too (`/tmp/vitk-mt mt-train ...`).
+        if (len(argv) > 1 and os.path.basename(argv[0]).startswith(b"vitk")
                 and argv[1] in (b"train", b"mt-train", b"finetune")):
             jobs.append(f"{pid} " + b" ".join(argv).decode("utf-8", "replace").strip())
     return jobs
@@ -564,7 +565,7 @@ def prepare_translation(args, s, rows, log):
     return s._replace(mt_model=model, mt_sentences=sentences), note
 
 
-def failure_note(side, row, err):
+def failure_note(side, err):
     if isinstance(err, subprocess.CalledProcessError):
         tail = (err.stderr or "").strip().splitlines()
         return f"{side} failed: {' '.join(map(str, err.cmd[:4]))}...: " + (
@@ -572,72 +573,75 @@ def failure_note(side, row, err):
     return f"{side} failed: {err}"
 
 
-def measure(rows, s, rounds, log):
-    """Runs every round and returns one Result per row (in row order)."""
-    vitk_vals = {r.key: [] for r in rows}
-    vitk_rss = {r.key: [] for r in rows}
-    torch_vals, torch_rss = collections.defaultdict(list), collections.defaultdict(list)
-    notes = {r.key: [] for r in rows}
-    hyps = {}
-    groups = []  # rows sharing one PyTorch measurement, in table order
+def measure(rows, s, rounds, log, vitk_runner=None, torch_runner=None):
+    """Runs every round and returns one Result per row (in row order). Rows that share a PyTorch
+    baseline (torch_key) share one PyTorch measurement per round; in each round, PyTorch runs
+    before its vitk rows in odd rounds and after them in even ones. A failure is a note on the
+    row(s), not the end; a vitk row that failed once is not run again. The runners default to
+    run_vitk(row, s) and run_torch(spec); each returns (units/s, Measured, extra)."""
+    vitk_runner = vitk_runner or run_vitk
+    torch_runner = torch_runner or run_torch
+    results = {r.key: Result(r, [], [], [], [], []) for r in rows}
+    groups = collections.defaultdict(list)  # torch_key: its rows, in table order
     for r in rows:
-        for g in groups:
-            if g[0].torch_key == r.torch_key:
-                g.append(r)
-                break
-        else:
-            groups.append([r])
+        groups[r.torch_key].append(r)
+    torch_values = {key: ([], []) for key in groups}  # units/s and peak MiB of each round
+    all_rows = {r.key: r for r in make_rows(s.quick)}
+    torch_hyp = os.path.join(s.workdir, "torch.hyp")
+    hyps = {}
+
+    def attempt(tag, side, targets, run, values, rss):
+        """run() -> (value, Measured, extra): records value and peak memory, or a note."""
+        try:
+            value, m, extra = run()
+        except Exception as e:  # noqa: BLE001  (a failed side is a note, not the end)
+            note = failure_note(side, e)
+            for r in targets:
+                if note not in results[r.key].notes:
+                    results[r.key].notes.append(note)
+            log(f"{tag}: {note}")
+            return None
+        values.append(value)
+        rss.append(m.peak_rss_mib)
+        log(f"{tag}: {side} {fmt_value(value)} {targets[0].unit}, peak {m.peak_rss_mib:.0f} MiB")
+        return extra
+
     for rnd in range(rounds):
-        for group in groups:
-            key = group[0].torch_key
-            base = next(r for r in make_rows(s.quick) if r.key == key)
-            hyp_out = os.path.join(s.workdir, "torch.hyp") if base.kind == "mt-decode" else None
+        for key, group in groups.items():
+            base = all_rows[key]
+            spec = torch_spec(base, s, torch_hyp if base.kind == "mt-decode" else None)
+            tag = f"round {rnd + 1}/{rounds} {key}"
 
             def torch_side():
-                try:
-                    value, m, _ = run_torch(torch_spec(base, s, hyp_out))
-                    torch_vals[key].append(value)
-                    torch_rss[key].append(m.peak_rss_mib)
-                    log(f"round {rnd + 1}/{rounds} {key}: PyTorch {fmt_value(value)} {base.unit}, "
-                        f"peak {m.peak_rss_mib:.0f} MiB")
-                except Exception as e:  # noqa: BLE001  (a failed side is a note, not the end)
-                    for r in group:
-                        if failure_note("PyTorch", r, e) not in notes[r.key]:
-                            notes[r.key].append(failure_note("PyTorch", r, e))
-                    log(f"round {rnd + 1}/{rounds} {key}: {failure_note('PyTorch', base, e)}")
+                attempt(tag, "PyTorch", group, lambda: torch_runner(spec), *torch_values[key])
 
-            def vitk_side_run():
+            def vitk_side_():
                 for r in group:
-                    if any(n.startswith("vitk failed") for n in notes[r.key]):
-                        continue  # failed once (e.g. no bf16 for this subcommand): not again
-                    try:
-                        value, m, h = run_vitk(r, s)
-                        vitk_vals[r.key].append(value)
-                        vitk_rss[r.key].append(m.peak_rss_mib)
-                        if h is not None:
-                            hyps[r.key] = h
-                        log(f"round {rnd + 1}/{rounds} {r.key}: vitk {fmt_value(value)} {r.unit}, "
-                            f"peak {m.peak_rss_mib:.0f} MiB")
-                    except Exception as e:  # noqa: BLE001
-                        notes[r.key].append(failure_note("vitk", r, e))
-                        log(f"round {rnd + 1}/{rounds} {r.key}: {notes[r.key][-1]}")
+                    res = results[r.key]
+                    if any(n.startswith("vitk failed") for n in res.notes):
+                        continue  # failed once (a missing option, a bad model): not again
+                    h = attempt(f"round {rnd + 1}/{rounds} {r.key}", "vitk", [r],
+                                lambda: vitk_runner(r, s), res.vitk, res.vitk_rss)
+                    if h is not None:
+                        hyps[r.key] = h
 
-            sides = (torch_side, vitk_side_run) if rnd % 2 == 0 else (vitk_side_run, torch_side)
-            for side in sides:
+            for side in ((torch_side, vitk_side_) if rnd % 2 == 0 else (vitk_side_, torch_side)):
                 side()
     # Do both sides translate alike? (greedy: the same model and the same search)
-    torch_hyp = os.path.join(s.workdir, "torch.hyp")
     if "mt-greedy" in hyps and os.path.exists(torch_hyp):
         with open(torch_hyp, encoding="utf-8") as f:
             theirs = [line.rstrip("\n") for line in f]
         same = sum(a == b for a, b in zip(hyps["mt-greedy"], theirs))
-        notes["mt-greedy"].append(f"identical greedy translations, vitk and PyTorch: "
-                                  f"{same}/{len(hyps['mt-greedy'])}")
-    return [Result(r, vitk_vals[r.key], torch_vals.get(r.torch_key, []), vitk_rss[r.key],
-                   torch_rss.get(r.torch_key, []),
-                   notes[r.key] + (["PyTorch column: the f32 row's PyTorch"]
-                                   if r.precision != "f32" else []))
-            for r in rows]
+        results["mt-greedy"].notes.append(f"identical greedy translations, vitk and PyTorch: "
+                                          f"{same}/{len(hyps['mt-greedy'])}")
+    out = []
+    for r in rows:
+        values, rss = torch_values[r.torch_key]
+        res = results[r.key]._replace(torch=values, torch_rss=rss)
+        if r.precision != "f32":
+            res.notes.append("PyTorch column: the f32 row's PyTorch")
+        out.append(res)
+    return out
 
 
 def main(argv=None):

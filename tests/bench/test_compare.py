@@ -209,6 +209,70 @@ class Corpus(unittest.TestCase):
                     self.assertEqual(len(src.split()), len(tgt.split()))
 
 
+class Measure(unittest.TestCase):
+    """measure() with stand-ins for both sides: the rounds, their order, medians, notes."""
+
+    def settings(self, workdir):
+        return compare.Settings("vitk", 2, 0.1, True, "model.h5", ["a", "b"], workdir)
+
+    def test_rounds_alternate_and_share_pytorch_s_measurement(self):
+        rows = compare.select_rows(compare.make_rows(True), "vit-b16-224-b1,mt")
+        calls, values = [], iter(range(1, 1000))
+
+        def measured():
+            return run_measured([sys.executable, "-c", "pass"])
+
+        def vitk(row, s):
+            calls.append(("vitk", row.key))
+            if row.key == "mt-train-bf16":
+                raise subprocess.CalledProcessError(2, ["vitk", "bench", "mt-step"], "",
+                                                    "unknown option --precision")
+            return float(next(values)), measured(), (["x", "y"] if row.key == "mt-greedy"
+                                                     else None)
+
+        def torch(spec):
+            calls.append(("torch", spec["kind"]))
+            if spec["kind"] == "mt-train":
+                raise RuntimeError("no torch here")
+            if spec.get("hyp_out"):
+                with open(spec["hyp_out"], "w") as f:
+                    f.write("x\nz\n")
+            return 10.0, measured(), "1.13"
+
+        with tempfile.TemporaryDirectory() as tmp:
+            log = []
+            results = compare.measure(rows, self.settings(tmp), 3, log.append, vitk, torch)
+        self.assertEqual([r.row.key for r in results], [r.key for r in rows])
+        by_key = {r.row.key: r for r in results}
+        # Round 1: PyTorch first, then the vitk rows compared with it; round 2: the other way.
+        self.assertEqual(calls[:3], [("torch", "vit-infer"), ("vitk", "vit-b16-224-b1"),
+                                     ("vitk", "vit-b16-224-b1-bf16")])
+        self.assertEqual(len(calls), 9 + 8 + 8)  # mt-train-bf16 only in round 1
+        self.assertEqual(calls[9:12], [("vitk", "vit-b16-224-b1"), ("vitk", "vit-b16-224-b1-bf16"),
+                                      ("torch", "vit-infer")])
+        self.assertEqual(calls.count(("torch", "vit-infer")), 3)  # once per round, shared
+        self.assertEqual(calls.count(("torch", "mt-decode")), 3)  # greedy and beam share it
+        self.assertEqual(calls.count(("vitk", "mt-train-bf16")), 1)  # failed: not again
+        self.assertEqual(len(by_key["vit-b16-224-b1"].vitk), 3)
+        self.assertEqual(by_key["vit-b16-224-b1"].torch, [10.0] * 3)
+        self.assertEqual(len(by_key["vit-b16-224-b1"].vitk_rss), 3)
+        self.assertEqual(by_key["mt-beam4"].torch, [10.0] * 3)
+        self.assertEqual(by_key["mt-train"].torch, [])
+        self.assertIn("PyTorch failed: no torch here", by_key["mt-train"].notes)
+        self.assertIn("PyTorch failed: no torch here", by_key["mt-train-bf16"].notes)
+        self.assertEqual(by_key["mt-train-bf16"].vitk, [])
+        self.assertTrue(any(n.startswith("vitk failed: vitk bench mt-step...: unknown option")
+                            for n in by_key["mt-train-bf16"].notes), by_key["mt-train-bf16"].notes)
+        self.assertIn("identical greedy translations, vitk and PyTorch: 1/2",
+                      by_key["mt-greedy"].notes)
+        self.assertIn("PyTorch column: the f32 row's PyTorch", by_key["vit-b16-224-b1-bf16"].notes)
+        self.assertTrue(any("round 3/3 mt-train: PyTorch failed" in line for line in log))
+        # The table takes the results as they are.
+        lines = compare.table_lines(results)
+        self.assertEqual(len([line for line in lines if line.startswith("[")]),
+                         len({n for r in results for n in r.notes}))
+
+
 class DryRun(unittest.TestCase):
     def dry_run(self, *args):
         return subprocess.run([sys.executable, COMPARE, "--dry-run", *args],
