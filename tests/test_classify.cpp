@@ -24,6 +24,7 @@
 
 #include "common/io/checkpoint.h"
 #include "datasets/image_io.h"
+#include "tests/profile_table.h"
 #include "tools/classify_output.h"
 #include "vit/checkpoint.h"
 #include "vit/classify.h"
@@ -830,6 +831,24 @@ TEST_F(Classify, BenchmarkReportsImagesPerSecond) {
   r = run({"classify", "--benchmark", "--random-weights", "--model.heads", "5"});
   EXPECT_EQ(r.status, 2);  // 768 is not a multiple of 5
   EXPECT_TRUE(has(r.err, "heads")) << r.err;
+}
+
+TEST_F(Classify, BenchmarkProfilePrintsWhereABatchSpendsItsTime) {
+  std::ofstream(*dir_ / "tiny.ini") << "[model]\nimage_size = 32\npatch_size = 8\nd_model = 24\n"
+                                       "heads = 2\nd_ff = 48\nlayers = 1\nnum_classes = 5\n";
+  Result r = run({"classify", "--benchmark", "--random-weights", "--config", "tiny.ini",
+                  "--benchmark-seconds", "0.05", "--batch-size", "2", "--profile"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "images/s")) << r.out;
+  EXPECT_TRUE(has(r.out, " timed batches of 2 (profiled while timed), exclusive ms per batch"))
+      << r.out;
+  for (const char* part : {"linear_forward ", "layernorm_forward ", "batch (rest)"})
+    EXPECT_TRUE(has(r.out, part)) << part << "\n" << r.out;
+  EXPECT_FALSE(has(r.out, "linear_backward")) << "inference only\n" << r.out;
+  EXPECT_TRUE(vitk::test::breakdown_adds_up(r.out, "breakdown (--profile, the ")) << r.out;
+  r = run({"classify", "--model", "rgb.h5", "--profile", "rgb.png"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(has(r.err, "--profile is for --benchmark")) << r.err;
 }
 
 // ---- The pipeline in-process -------------------------------------------------------------------

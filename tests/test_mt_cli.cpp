@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "common/optim/optim.h"
 #include "common/seq2seq/checkpoint.h"
+#include "tests/profile_table.h"
 #include "tests/vitk_process.h"
 
 namespace {
@@ -546,4 +547,33 @@ TEST_F(MtCli, BadInputsFailNamingTheFileOrOption) {
       {"mt-train", "--train", "train.tsv", "--valid", "valid.tsv", "--output", "taken"}, kTiny));
   EXPECT_EQ(r.status, 2);
   EXPECT_TRUE(contains(r.err, "already holds a run")) << r.err;
+}
+
+TEST_F(MtCli, ProfilePrintsWhereTrainingAndTranslationSpendTheirTime) {
+  VitkResult r = run(with({"mt-train", "--train", "train.tsv", "--valid", "valid.tsv", "--output",
+                           "prof", "--max-steps", "5", "--valid-freq", "3", "--profile-every", "2"},
+                          kTiny));
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  // Steps 2-3 and 4-5 (validation at step 3 in between is not profiled); the first is left out.
+  EXPECT_TRUE(contains(r.out, "breakdown (--profile, steps 2-3, exclusive ms per step; total "))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, "breakdown (--profile, steps 4-5, exclusive ms per step; total "))
+      << r.out;
+  EXPECT_TRUE(vitk::test::breakdown_adds_up(r.out, "breakdown (--profile, steps 2-3, ")) << r.out;
+  EXPECT_TRUE(vitk::test::breakdown_adds_up(r.out, "breakdown (--profile, steps 4-5, ")) << r.out;
+  for (const char* part : {"linear_forward ", "linear_backward_data ", "linear_backward_weights ",
+                           "cross-entropy", "optimizer", "step (rest)"})
+    EXPECT_TRUE(contains(r.out, part)) << part << "\n" << r.out;
+
+  // translate --profile: the breakdown on stderr, the translations on stdout unchanged.
+  std::ofstream(dir_ / "in.txt") << "kalo mine suta\nripo dena\n";
+  VitkResult plain = run({"translate", "--model", model(), "--input", "in.txt"}, "plain");
+  VitkResult prof = run({"translate", "--model", model(), "--input", "in.txt", "--profile"}, "p");
+  ASSERT_EQ(prof.status, 0) << prof.err;
+  EXPECT_EQ(prof.out, plain.out);
+  EXPECT_TRUE(contains(prof.err, "breakdown (--profile, 2 sentences")) << prof.err;
+  EXPECT_TRUE(vitk::test::breakdown_adds_up(prof.err, "breakdown (--profile, 2 sentences"))
+      << prof.err;
+  EXPECT_TRUE(contains(prof.err, "linear_forward ")) << prof.err;
+  EXPECT_TRUE(contains(prof.err, "run (rest)")) << prof.err;
 }

@@ -29,6 +29,7 @@
 #include "common/optim/optim.h"
 #include "common/params.h"
 #include "op_test_util.h"
+#include "tests/profile_table.h"
 #include "tools/vit_options.h"
 #include "vit/checkpoint.h"
 
@@ -751,4 +752,34 @@ TEST_F(TrainCli, PresetRunsOnIdxFilesAndEvalTakesTheSameConfig) {
   Result i = run({"info", "--config", preset}, "info");
   EXPECT_EQ(i.status, 0) << i.err;
   EXPECT_TRUE(contains(i.out, "total parameters: ")) << i.out;
+}
+
+TEST_F(TrainCli, ProfilePrintsWhereTheStepsSpendTheirTime) {
+  // Every 2 steps while training, the first step (primitive creation) left out: steps 2-3 and
+  // 4-5, then nothing is left for the end of the run. Names only; timings are never checked.
+  Result r = train("prof", {"--max-steps", "5", "--profile-every", "2"});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "breakdown (--profile, steps 2-3, exclusive ms per step; total "))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, "breakdown (--profile, steps 4-5, exclusive ms per step; total "))
+      << r.out;
+  EXPECT_FALSE(contains(r.out, "steps 6-")) << r.out;
+  EXPECT_TRUE(vitk::test::breakdown_adds_up(r.out, "breakdown (--profile, steps 2-3, ")) << r.out;
+  EXPECT_TRUE(vitk::test::breakdown_adds_up(r.out, "breakdown (--profile, steps 4-5, ")) << r.out;
+  for (const char* part : {"linear_forward ", "linear_backward_data ", "linear_backward_weights ",
+                           "layernorm_forward ", "model forward (rest)", "model backward (rest)",
+                           "cross-entropy", "optimizer", "step (rest)"})
+    EXPECT_TRUE(contains(r.out, part)) << part << "\n" << r.out;
+
+  // --profile alone: one breakdown at the end, before the closing line.
+  r = train("prof1", {"--max-steps", "3", "--profile"}, "train1");
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  const size_t table = r.out.find("breakdown (--profile, steps 2-3, exclusive ms per step");
+  ASSERT_NE(table, std::string::npos) << r.out;
+  EXPECT_LT(table, r.out.find("stopped at step 3")) << r.out;
+  EXPECT_TRUE(contains(r.out.substr(table), "linear_forward ")) << r.out;
+
+  r = train("prof2", {"--profile-every", "-1"}, "bad");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(contains(r.err, "--profile-every")) << r.err;
 }

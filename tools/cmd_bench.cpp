@@ -1,5 +1,13 @@
-// `vitk bench ...`: benchmarks. Wiring only; the measurements live in common/bench.
+// `vitk bench ...`: benchmarks. Wiring only; the measurements live in common/bench, and
+// `vitk bench compare` runs tests/bench/compare.py.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "common/bench/layer_bench.h"
 #include "common/bench/mt_step_bench.h"
@@ -12,10 +20,44 @@
 namespace vitk::tools {
 namespace {
 
+// `vitk bench compare [-- OPTIONS]`: replaces this process by /usr/bin/python3 running
+// tests/bench/compare.py of the source tree vitk was built from, with this binary as --vitk, the
+// given --threads, then the words after `--`.
+int run_compare(const po::variables_map& vm) {
+#ifdef VITK_SOURCE_DIR
+  const std::string script = std::string(VITK_SOURCE_DIR) + "/tests/bench/compare.py";
+#else
+  const std::string script = "tests/bench/compare.py";
+#endif
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(script, ec))
+    throw Error(script +
+                ": not found (vitk bench compare runs the script of the source tree "
+                "this vitk was built from)");
+  std::vector<std::string> args{"/usr/bin/python3", script};
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) args.insert(args.end(), {"--vitk", exe.string()});
+  if (vm.count("threads"))
+    args.insert(args.end(), {"--threads", std::to_string(vm["threads"].as<int>())});
+  if (vm.count("compare-args"))
+    for (const std::string& a : vm["compare-args"].as<std::vector<std::string>>())
+      args.push_back(a);
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::cout.flush();
+  execv(argv[0], argv.data());
+  throw Error(std::string("cannot run /usr/bin/python3: ") + std::strerror(errno));
+}
+
 int run_bench(const po::variables_map& vm) {
   const std::string what = vm["what"].as<std::string>();
+  if (what == "compare") return run_compare(vm);
+  if (vm.count("compare-args"))
+    throw UsageError("'vitk bench " + what + "' takes no words after the benchmark's name");
   if (what != "ops" && what != "layers" && what != "vit-step" && what != "mt-step")
-    throw UsageError("unknown benchmark '" + what + "' (available: ops, layers, vit-step, mt-step)");
+    throw UsageError("unknown benchmark '" + what +
+                     "' (available: ops, layers, vit-step, mt-step, compare)");
   bench::OpsBenchOptions options;
   options.repeats = vm["repeats"].as<int>();
   options.min_seconds = vm["min-time"].as<double>();
@@ -78,24 +120,26 @@ int run_bench(const po::variables_map& vm) {
 void register_bench_commands(Registry& registry) {
   Subcommand c;
   c.name = "bench";
-  c.summary = "time vitk's ops against bare oneDNN on this CPU";
+  c.summary =
+      "time vitk's ops, layers and training steps on this CPU; compare: vitk against PyTorch";
   c.example =
       "vitk bench ops\n"
       "vitk bench ops --threads 2 --repeats 11 --precision bf16\n"
       "vitk bench layers   # seconds per call; see tests/bench/core_vs_pytorch.py\n"
       "vitk bench vit-step --threads 2 --repeats 5 --steps 10   # the Fashion-MNIST ViT\n"
       "vitk bench mt-step --repeats 3 --steps 5   # transformer-small, 128 x 32 tokens; see "
-      "tests/bench/mt_train_vs_pytorch.py";
-  c.usage = "ops|layers|vit-step|mt-step [options]";
+      "tests/bench/mt_train_vs_pytorch.py\n"
+      "vitk bench compare -- --quick   # vitk against PyTorch: runs tests/bench/compare.py";
+  c.usage = "ops|layers|vit-step|mt-step [options] | compare [-- compare.py's options]";
   c.add_options = [](po::options_description& o) {
     o.add_options()(
         "what", po::value<std::string>()->required()->value_name("NAME"),
         "what to time: ops (linear products), layers (one encoder and one decoder layer) or "
         "vit-step (a training step of the Fashion-MNIST ViT, with a breakdown) or mt-step (a "
         "training step of the small translation Transformer: d 256, 3+3 layers, 4 heads, FFN "
-        "1024, 8k tied vocabulary)")(
-        "repeats", po::value<int>()->default_value(7)->value_name("N"),
-        "timed rounds per measurement; the table shows medians")(
+        "1024, 8k tied vocabulary), or compare (vitk against PyTorch, side by side: runs "
+        "tests/bench/compare.py)")("repeats", po::value<int>()->default_value(7)->value_name("N"),
+                                   "timed rounds per measurement; the table shows medians")(
         "min-time", po::value<double>()->default_value(0.05, "0.05")->value_name("SECONDS"),
         "each round repeats the call for at least this long")(
         "precision", po::value<std::string>()->default_value("f32")->value_name("f32|bf16"),
@@ -103,14 +147,18 @@ void register_bench_commands(Registry& registry) {
         "steps", po::value<int>()->default_value(10)->value_name("N"),
         "vit-step, mt-step: training steps per timed round")(
         "batch-size", po::value<int>()->default_value(128)->value_name("N"),
-        "vit-step, mt-step: batch size (images or sentences)")("drop-path",
-                                po::value<float>()->default_value(0.f, "0")->value_name("P"),
-                                "vit-step: stochastic depth of the last block")(
+        "vit-step, mt-step: batch size (images or sentences)")(
+        "drop-path", po::value<float>()->default_value(0.f, "0")->value_name("P"),
+        "vit-step: stochastic depth of the last block")(
         "length", po::value<int>()->default_value(32)->value_name("N"),
         "mt-step: tokens of every source and target sentence")(
-        "no-breakdown", po::bool_switch(), "vit-step, mt-step: skip the profiled round");
+        "no-breakdown", po::bool_switch(), "vit-step, mt-step: skip the profiled round")(
+        "compare-args", po::value<std::vector<std::string>>()->value_name("WORDS"),
+        "compare: the words after `--`, for tests/bench/compare.py (see its --help)");
   };
-  c.add_positional = [](po::positional_options_description& p) { p.add("what", 1); };
+  c.add_positional = [](po::positional_options_description& p) {
+    p.add("what", 1).add("compare-args", -1);
+  };
   c.run = run_bench;
   registry.add(std::move(c));
 }

@@ -8,11 +8,13 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 
 #include "common/error.h"
 #include "common/ops/ops.h"
+#include "common/ops/profile.h"
 #include "common/plot/plot.h"
 #include "common/progress.h"
 #include "tools/classify_output.h"
@@ -261,9 +263,14 @@ int run_classify(const po::variables_map& vm) {
   if (labels.empty())
     for (int64_t i = 0; i < config.num_classes; ++i) labels.push_back(std::to_string(i));
 
+  const bool profile = vm["profile"].as<bool>();
+  if (profile && !(benchmark && paths.empty()))
+    throw UsageError("--profile is for --benchmark without images (the model alone)");
   if (benchmark && paths.empty()) {
-    const vit::Throughput t =
-        vit::measure_throughput(*loaded.model, options.batch_size, benchmark_seconds);
+    std::optional<ops::profile::StepProfile> batches;
+    if (profile) batches.emplace("batch");
+    const vit::Throughput t = vit::measure_throughput(
+        *loaded.model, options.batch_size, benchmark_seconds, batches ? &*batches : nullptr);
     std::printf("%s: %s, %lld parameters\n", model_path.c_str(), describe(config).c_str(),
                 static_cast<long long>(loaded.params->numel()));
     std::printf(
@@ -272,6 +279,10 @@ int run_classify(const po::variables_map& vm) {
         static_cast<long long>(t.batch_size), ops::num_threads(), ops::cpu_isa().c_str(),
         t.images_per_second(), static_cast<long long>(t.batches), t.seconds, t.cpu_seconds,
         t.cpu_seconds > 0 ? static_cast<double>(t.batch_size * t.batches) / t.cpu_seconds : 0.0);
+    if (batches)
+      batches->print(std::cout, "--profile, the " + std::to_string(t.batches) +
+                                    " timed batches of " + std::to_string(t.batch_size) +
+                                    " (profiled while timed)");
     return kExitOk;
   }
 
@@ -415,7 +426,10 @@ void register_classify_commands(Registry& registry) {
                    "how long --benchmark times the model alone")(
         "random-weights", po::bool_switch(),
         "with --benchmark, instead of --model: a randomly initialised model described by the "
-        "--model.* options or the [model] section of --config (default ViT-B/16 at 224)");
+        "--model.* options or the [model] section of --config (default ViT-B/16 at 224)")(
+        "profile", po::bool_switch(),
+        "with --benchmark (no images): also print where a batch spends its time, exclusive "
+        "wall time per op and shape");
     po::options_description model(
         "Model of --random-weights (the [model] section of a config file)");
     add_vit_options(model);

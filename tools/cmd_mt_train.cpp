@@ -106,6 +106,7 @@ void add_options(po::options_description& o) {
        "seed of initialisation, data order, dropout and scheduled sampling")  //
       ("log-interval", po::value<int64_t>()->default_value(50),
        "steps between progress lines when the output is not a terminal");
+  add_profile_options(opt);
   po::options_description val("Validation");
   val.add_options()  //
       ("valid-freq", po::value<int64_t>()->default_value(1000),
@@ -157,6 +158,7 @@ seq2seq::TrainOptions train_options(const po::variables_map& vm) {
   t.max_steps = vm["max-steps"].as<int64_t>();
   t.seed = vm["seed"].as<uint64_t>();
   t.log_interval = vm["log-interval"].as<int64_t>();
+  t.profile_every = profile_every(vm, &t.profile);
   t.valid_freq = vm["valid-freq"].as<int64_t>();
   t.beam_size = vm["beam-size"].as<int>();
   t.length_penalty = vm["length-penalty"].as<float>();

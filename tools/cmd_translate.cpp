@@ -13,10 +13,12 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "common/error.h"
 #include "common/io/output_path.h"
+#include "common/ops/profile.h"
 #include "common/plot/plot.h"
 #include "common/progress.h"
 #include "common/seq2seq/alignment.h"
@@ -228,8 +230,12 @@ int run_translate(const po::variables_map& vm) {
     progress =
         std::make_unique<Progress>(std::cerr, "translate", static_cast<int64_t>(lines.size()), bar);
   }
+  std::optional<ops::profile::StepProfile> profile;  // the whole run is one step
+  if (get<bool>(vm, "profile")) profile.emplace("run", 0, 0);
   Timer timer;
+  if (profile) profile->begin();
   const std::vector<seq2seq::Translation> results = translator.translate(lines, progress.get());
+  if (profile) profile->end();
   const double seconds = timer.seconds();
   if (progress) progress->finish();
 
@@ -273,6 +279,9 @@ int run_translate(const po::variables_map& vm) {
                search.method == seq2seq::SearchMethod::beam
                    ? (" " + std::to_string(search.beam_size)).c_str()
                    : "");
+  if (profile)
+    profile->print(std::cerr, "--profile, " + std::to_string(lines.size()) +
+                                  " sentences, the first batch's primitive creation included");
   return kExitOk;
 }
 
@@ -329,7 +338,10 @@ void register_translate_commands(Registry& registry) {
         ("attention-layer", po::value<std::string>()->default_value("last")->value_name("N"),
          "--attention-dir: the decoder layer, 0-based, or 'last'")  //
         ("attention-head", po::value<std::string>()->default_value("mean")->value_name("N"),
-         "--attention-dir: one head, 0-based, or 'mean' of all heads");
+         "--attention-dir: one head, 0-based, or 'mean' of all heads")  //
+        ("profile", po::bool_switch(),
+         "at the end, print to stderr where the translation spent its time: exclusive wall time "
+         "per op and shape over the whole run");
   };
   t.run = run_translate;
   registry.add(std::move(t));

@@ -156,6 +156,7 @@ void add_train_options(po::options_description& o, TrainCommand command) {
       ("log-interval", po::value<int64_t>()->default_value(50),
        "steps between progress lines when the output is not a terminal")  //
       ("prefetch", po::value<int>()->default_value(3), "batches the loader prepares ahead");
+  add_profile_options(opt);
   po::options_description aug("Augmentation (training only)");
   aug.add_options()                                                                            //
       ("scale", words("0.08", "1"), "random resized crop: range of the area fraction")         //
@@ -220,6 +221,7 @@ vit::TrainOptions train_options(const po::variables_map& vm, TrainCommand comman
   t.max_steps = vm["max-steps"].as<int64_t>();
   t.log_interval = vm["log-interval"].as<int64_t>();
   t.prefetch = vm["prefetch"].as<int>();
+  t.profile_every = profile_every(vm, &t.profile);
   auto& a = t.augment;
   a.scale = two_floats(vm, "scale");
   a.ratio = two_floats(vm, "ratio");
@@ -248,6 +250,21 @@ vit::TrainOptions train_options(const po::variables_map& vm, TrainCommand comman
     f.labels = str("labels");
   }
   return t;
+}
+
+void add_profile_options(po::options_description& o) {
+  o.add_options()  //
+      ("profile", po::bool_switch(),
+       "print where the training steps spend their time at the end: exclusive wall time per op "
+       "and shape, per step (the first step, which creates primitives, is left out)")  //
+      ("profile-every", po::value<int64_t>()->default_value(0)->value_name("N"),
+       "with --profile (which it implies): print the breakdown of every N steps as they run");
+}
+
+int64_t profile_every(const po::variables_map& vm, bool* profile) {
+  const int64_t every = vm["profile-every"].as<int64_t>();
+  *profile = vm["profile"].as<bool>() || every > 0;
+  return every;
 }
 
 const std::atomic<int>& install_stop_flag() {

@@ -25,6 +25,12 @@ vit::TrainOptions train_options(const po::variables_map& vm, TrainCommand comman
 // interrupted (the checkpoint is saved).
 int run_training(const vit::TrainOptions& options);
 
+// --profile and --profile-every N of the trainers (`vitk train`, `vitk finetune`, `vitk mt-train`),
+// and their values: returns N and sets *profile (--profile-every implies --profile). A negative N
+// is left to the trainer's validate().
+void add_profile_options(po::options_description& options);
+int64_t profile_every(const po::variables_map& vm, bool* profile);
+
 // Installs the SIGINT/SIGTERM handlers of run_training (the first signal asks the run to save a
 // checkpoint and stop; a second one kills at once) and returns the flag they set to the signal.
 // For other training subcommands (`vitk mt-train`).

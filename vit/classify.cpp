@@ -210,7 +210,8 @@ ClassifyStats classify_files(VisionTransformer& model, const std::vector<std::st
   return stats;
 }
 
-Throughput measure_throughput(VisionTransformer& model, int64_t batch_size, double min_seconds) {
+Throughput measure_throughput(VisionTransformer& model, int64_t batch_size, double min_seconds,
+                              ops::profile::StepProfile* profile) {
   if (batch_size < 1) throw UsageError("--batch-size must be at least 1");
   const VitConfig& c = model.config();
   Tensor images({batch_size, c.channels, c.image_height, c.image_width});
@@ -222,8 +223,10 @@ Throughput measure_throughput(VisionTransformer& model, int64_t batch_size, doub
   ctx.training = false;
   ctx.arena = &arena;
   auto batch = [&] {
+    if (profile) profile->begin();
     arena.reset();
     model.forward(ctx, images);
+    if (profile) profile->end();
   };
   batch();  // creates primitives, grows the arena
   Throughput t;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/ops/profile.h"
 #include "datasets/image_io.h"
 #include "vit/preprocess.h"
 #include "vit/vit.h"
@@ -69,6 +70,9 @@ struct Throughput {
     return seconds > 0 ? static_cast<double>(batch_size * batches) / seconds : 0;
   }
 };
-Throughput measure_throughput(VisionTransformer& model, int64_t batch_size, double min_seconds);
+// `profile` (may be null) is begun and ended around every batch, the warm-up batch included
+// (StepProfile leaves it out).
+Throughput measure_throughput(VisionTransformer& model, int64_t batch_size, double min_seconds,
+                              ops::profile::StepProfile* profile = nullptr);
 
 }  // namespace vitk::vit

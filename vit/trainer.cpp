@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "common/io/checkpoint.h"
 #include "common/metrics_csv.h"
+#include "common/ops/profile.h"
 #include "common/optim/ema.h"
 #include "common/optim/optim.h"
 #include "common/progress.h"
@@ -189,6 +190,7 @@ class Run {
   bool stopping() const { return stop_ && stop_->load() != 0; }
   bool train_epoch(int64_t epoch, int64_t first_batch);
   void train_step(const datasets::Batch& batch);
+  void print_profile();  // --profile: the steps since the last print
   // Validation, metrics row, best.h5, last.h5 after `epoch`; false when interrupted.
   bool finish_epoch(int64_t epoch);
   void save_last(int64_t epoch, int64_t batch);
@@ -233,6 +235,7 @@ class Run {
   Timer epoch_timer_;
   bool max_steps_reached_ = false;
   std::string last_path_;
+  std::optional<ops::profile::StepProfile> profile_;
 };
 
 void Run::open_data() {
@@ -597,6 +600,7 @@ TrainResult Run::go() {
   } else {
     log_ << "training\n" << std::flush;
   }
+  if (o_.profile) profile_.emplace("step", o_.profile_every);
   for (int64_t epoch = start_epoch_; epoch < o_.epochs && result.end == TrainEnd::finished;
        ++epoch) {
     const int64_t first = epoch == start_epoch_ ? resume_batch : 0;
@@ -614,6 +618,7 @@ TrainResult Run::go() {
     result.epochs_done = epoch + 1;
     if (max_steps_reached_) result.end = TrainEnd::max_steps;
   }
+  if (profile_) print_profile();
   result.steps = optimizer().steps();
   result.best_top1 = state_.best_top1;
   result.checkpoint = last_path_;
@@ -657,7 +662,9 @@ bool Run::train_epoch(int64_t epoch, int64_t first) {
   int64_t images = 0;
   Timer step_timer;
   while (train_loader_->next(batch)) {
+    if (profile_) profile_->begin();
     train_step(batch);
+    const bool print_profile_now = profile_ && profile_->end();
     ++steps_this_run_;
     const double dt = step_timer.seconds();
     step_timer.reset();
@@ -671,6 +678,10 @@ bool Run::train_epoch(int64_t epoch, int64_t first) {
                   state_.loss_sum / std::max<int64_t>(state_.seen, 1),
                   100.0 * state_.correct / std::max<int64_t>(state_.seen, 1), lr_);
     progress.update(state_.batch, images, metrics);
+    if (print_profile_now) {
+      progress.finish();
+      print_profile();
+    }
     const bool at_end = state_.batch >= bpe_;
     max_steps_reached_ = o_.max_steps > 0 && optimizer().steps() >= o_.max_steps;
     if ((stopping() || max_steps_reached_) && !at_end) {
@@ -693,15 +704,22 @@ void Run::train_step(const datasets::Batch& batch) {
   ctx.training = true;
   ctx.arena = &arena_;
   ctx.rng = &rng_;
-  const Tensor logits = model_->forward(ctx, batch.images);  // [B, classes]
+  Tensor logits;  // [B, classes]
+  {
+    ops::profile::Scope scope("model forward (rest)");
+    logits = model_->forward(ctx, batch.images);
+  }
   Tensor dlogits = ctx.alloc(logits.shape());
   ops::CrossEntropyStats s;
-  if (!batch.targets.empty()) {  // Mixup/CutMix: soft targets, smoothing folded in
-    s = ops::soft_cross_entropy_forward(logits, batch.targets);
-    ops::soft_cross_entropy_backward(logits, batch.targets, 1.f, dlogits);
-  } else {
-    s = ops::cross_entropy_forward_backward(logits, batch.labels, o_.smoothing, -100, 1.f,
-                                            dlogits);
+  {
+    ops::profile::Scope scope("cross-entropy");
+    if (!batch.targets.empty()) {  // Mixup/CutMix: soft targets, smoothing folded in
+      s = ops::soft_cross_entropy_forward(logits, batch.targets);
+      ops::soft_cross_entropy_backward(logits, batch.targets, 1.f, dlogits);
+    } else {
+      s = ops::cross_entropy_forward_backward(logits, batch.labels, o_.smoothing, -100, 1.f,
+                                              dlogits);
+    }
   }
   const int64_t step = optimizer().steps();
   if (!std::isfinite(s.loss))
@@ -710,14 +728,26 @@ void Run::train_step(const datasets::Batch& batch) {
                 ", batch " + std::to_string(batch.index + 1) +
                 "); lower --lr or clip gradients with --clip-grad" +
                 (fs::exists(last_path_) ? "; the last checkpoint is " + last_path_ : ""));
-  params_->zero_grad();
-  model_->backward(ctx, dlogits);
+  {
+    ops::profile::Scope scope("zero_grad");
+    params_->zero_grad();
+  }
+  {
+    ops::profile::Scope scope("model backward (rest)");
+    model_->backward(ctx, dlogits);
+  }
+  ops::profile::Scope scope("optimizer");
   if (o_.clip_grad > 0) ops::clip_grad_norm(params_->grads(), o_.clip_grad);
   lr_ = schedule_->lr(step);
   optimizer().step(lr_);
   state_.loss_sum += s.loss * static_cast<double>(s.count);
   state_.correct += s.correct;
   state_.seen += s.count;
+}
+
+void Run::print_profile() {
+  const int64_t last = optimizer().steps(), first = last - profile_->counted() + 1;
+  profile_->print(log_, "--profile, steps " + std::to_string(first) + "-" + std::to_string(last));
 }
 
 bool Run::finish_epoch(int64_t epoch) {
@@ -873,6 +903,8 @@ void TrainOptions::validate() const {
   need(max_steps >= 0, "max-steps", ">= 0 (0: no limit)", static_cast<double>(max_steps));
   need(log_interval >= 1, "log-interval", "at least 1", static_cast<double>(log_interval));
   need(prefetch >= 1, "prefetch", "at least 1", prefetch);
+  need(profile_every >= 0, "profile-every", ">= 0 (0: only at the end)",
+       static_cast<double>(profile_every));
 }
 
 TrainResult train(const TrainOptions& options, std::ostream& log, bool tty,

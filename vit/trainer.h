@@ -85,6 +85,10 @@ struct TrainOptions {
   int64_t max_steps = 0;      // stop after this many optimizer steps in all (0: no limit)
   int64_t log_interval = 50;  // steps between progress lines when not on a terminal
   int prefetch = 3;           // batches the loader prepares ahead
+  // --profile: print where the training steps spend their time (ops::profile, exclusive time
+  // per op and shape) at the end of the run, and every profile_every steps when that is > 0.
+  bool profile = false;
+  int64_t profile_every = 0;
 
   FinetuneOptions finetune;
 

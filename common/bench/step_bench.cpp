@@ -48,10 +48,8 @@ StepResult time_steps(const std::function<void()>& step, const StepTiming& o, st
     ops::profile::enable(true);
     for (int i = 0; i < o.steps; ++i) step();
     ops::profile::enable(false);
-    for (const auto& e : ops::profile::entries()) {
-      r.parts.emplace_back(e.name, e.seconds * 1e3 / o.steps);
-      r.part_calls.push_back(e.calls / o.steps);
-    }
+    r.parts = ops::profile::entries();
+    r.part_steps = o.steps;
   }
   return r;
 }
@@ -65,16 +63,7 @@ void print_step_result(std::ostream& out, const std::string& name, const std::st
                 name.c_str(), what.c_str(), ops::num_threads(), r.best_ms,
                 1e3 * units_per_step / r.best_ms, unit.c_str(), r.median_ms, r.best_cpu_ms);
   out << line;
-  if (r.parts.empty()) return;
-  double total = 0;
-  for (const auto& p : r.parts) total += p.second;
-  out << "breakdown (one profiled round, exclusive ms per step; total " << total << " ms):\n";
-  for (size_t i = 0; i < r.parts.size(); ++i) {
-    std::snprintf(line, sizeof line, "  %8.2f ms %5.1f%%  x%-4lld %s\n", r.parts[i].second,
-                  100.0 * r.parts[i].second / total, static_cast<long long>(r.part_calls[i]),
-                  r.parts[i].first.c_str());
-    out << line;
-  }
+  ops::profile::print_breakdown(out, r.parts, r.part_steps, "one profiled round");
 }
 
 }  // namespace vitk::bench

@@ -6,8 +6,9 @@
 #include <functional>
 #include <iosfwd>
 #include <string>
-#include <utility>
 #include <vector>
+
+#include "common/ops/profile.h"
 
 namespace vitk::bench {
 
@@ -21,8 +22,8 @@ struct StepResult {
   std::vector<double> round_ms;      // ms per step of each round (wall clock)
   std::vector<double> round_cpu_ms;  // CPU ms of the process per step, all threads
   double best_ms = 0, median_ms = 0, best_cpu_ms = 0;
-  std::vector<std::pair<std::string, double>> parts;  // name, ms per step (exclusive)
-  std::vector<int64_t> part_calls;                    // calls per step
+  std::vector<ops::profile::Entry> parts;  // the profiled round, summed over its steps
+  int64_t part_steps = 0;                  // steps of the profiled round (0: none)
 };
 
 // Runs `step` as above; logs one line per round to `log` when given.

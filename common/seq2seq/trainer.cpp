@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "common/metrics_csv.h"
+#include "common/ops/profile.h"
 #include "common/optim/optim.h"
 #include "common/progress.h"
 #include "common/seq2seq/bleu.h"
@@ -60,6 +61,7 @@ class Run {
   int64_t steps() const { return opt_->steps(); }
   Tensor sampled_inputs(const datasets::TokenBatch& b);
   void train_step(const datasets::TokenBatch& b);
+  void print_profile();  // --profile: the steps since the last print
   // Validation loss and BLEU, metrics row, best.h5 (and step-N.h5); true when early stopping
   // says to stop.
   bool validate();
@@ -95,6 +97,7 @@ class Run {
   double run_seconds_ = 0;
   int64_t run_tokens_ = 0;
   TrainResult result_;
+  std::optional<ops::profile::StepProfile> profile_;
 };
 
 Corpus Run::read_corpus(const std::string& path, const std::string& target,
@@ -288,6 +291,7 @@ TrainResult Run::go() {
   open_output();
   log_setup();
 
+  if (o_.profile) profile_.emplace("step", o_.profile_every);
   auto end = [&](TrainEnd e) { result_.end = e; };
   bool done = o_.max_steps > 0 && steps() >= o_.max_steps;
   if (done) end(TrainEnd::max_steps);
@@ -307,7 +311,9 @@ TrainResult Run::go() {
     int64_t tokens = 0;
     for (int64_t b = first; b < n && !done; ++b) {
       Timer t;
+      if (profile_) profile_->begin();
       train_step(batches[static_cast<size_t>(b)]);
+      const bool print_profile_now = profile_ && profile_->end();
       const double dt = t.seconds();
       const int64_t tt = batches[static_cast<size_t>(b)].target_tokens;
       train_seconds_ += dt, train_tokens_ += tt, run_seconds_ += dt, run_tokens_ += tt;
@@ -318,6 +324,10 @@ TrainResult Run::go() {
                     state_.loss_sum / static_cast<double>(std::max<int64_t>(state_.loss_tokens, 1)),
                     lr_, static_cast<long long>(steps()));
       progress.update(b + 1, tokens, metrics);
+      if (print_profile_now) {
+        progress.finish();
+        print_profile();
+      }
       const bool max_steps = o_.max_steps > 0 && steps() >= o_.max_steps;
       if (stopping()) {
         progress.finish();
@@ -339,6 +349,7 @@ TrainResult Run::go() {
     save_last();
   }
 
+  if (profile_) print_profile();
   result_.steps = steps();
   result_.best_bleu = state_.best_bleu;
   result_.checkpoint = last_path_;
@@ -399,25 +410,42 @@ void Run::train_step(const datasets::TokenBatch& b) {
   ctx.training = true;
   ctx.arena = &arena_;
   ctx.rng = &rng_;
-  const Tensor logits =
-      model_->forward(ctx, b.source, b.source_lengths, target_in, b.target_lengths);
-  Tensor dlogits;
-  const ops::CrossEntropyStats s =
-      seq2seq::sequence_loss(ctx, logits, b.target_out, o_.label_smoothing, &dlogits, 1.f,
-                             /*overwrite_logits=*/true);
+  Tensor logits, dlogits;
+  {
+    ops::profile::Scope scope("model forward (rest)");
+    logits = model_->forward(ctx, b.source, b.source_lengths, target_in, b.target_lengths);
+  }
+  ops::CrossEntropyStats s;
+  {
+    ops::profile::Scope scope("cross-entropy");
+    s = seq2seq::sequence_loss(ctx, logits, b.target_out, o_.label_smoothing, &dlogits, 1.f,
+                               /*overwrite_logits=*/true);
+  }
   const int64_t step = steps();
   if (!std::isfinite(s.loss))
     throw Error("the training loss is " + format_general(s.loss) + " at step " +
                 std::to_string(step + 1) +
                 "; lower --lr-factor or clip gradients with --clip-grad" +
                 (fs::exists(last_path_) ? "; the last checkpoint is " + last_path_ : ""));
-  params_->zero_grad();
-  model_->backward(ctx, dlogits);
+  {
+    ops::profile::Scope scope("zero_grad");
+    params_->zero_grad();
+  }
+  {
+    ops::profile::Scope scope("model backward (rest)");
+    model_->backward(ctx, dlogits);
+  }
+  ops::profile::Scope scope("optimizer");
   if (o_.clip_grad > 0) ops::clip_grad_norm(params_->grads(), o_.clip_grad);
   lr_ = schedule_->lr(step);
   opt_->step(lr_);
   state_.loss_sum += s.loss * static_cast<double>(s.count);
   state_.loss_tokens += s.count;
+}
+
+void Run::print_profile() {
+  const int64_t last = steps(), first = last - profile_->counted() + 1;
+  profile_->print(log_, "--profile, steps " + std::to_string(first) + "-" + std::to_string(last));
 }
 
 bool Run::validate() {
@@ -553,6 +581,8 @@ void TrainOptions::validate() const {
        "a probability in [0, 1]", scheduled_sampling);
   need(keep_last >= 0, "keep-last", ">= 0", keep_last);
   need(log_interval >= 1, "log-interval", "at least 1", static_cast<double>(log_interval));
+  need(profile_every >= 0, "profile-every", ">= 0 (0: only at the end)",
+       static_cast<double>(profile_every));
 }
 
 TrainResult train(const TrainOptions& options, std::ostream& log, bool tty,

@@ -55,6 +55,10 @@ struct TrainOptions {
   int keep_last = 0;               // --keep-last: step-N.h5 of the last K validations
   uint64_t seed = 42;
   int64_t log_interval = 50;  // steps between progress lines when not on a terminal
+  // --profile: print where the training steps spend their time (ops::profile, exclusive time
+  // per op and shape) at the end of the run, and every profile_every steps when that is > 0.
+  bool profile = false;
+  int64_t profile_every = 0;
 
   void validate() const;  // vitk::UsageError "--lr-factor must be ..., got ..."
 };

@@ -16,9 +16,7 @@ Needs python3-torch, python3-h5py and python3-sentencepiece.
 import argparse
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 try:
@@ -29,45 +27,25 @@ except ImportError as e:
              "python3-sentencepiece")
 from bench_common import ROOT, VITK, check_blas  # noqa: E402
 from torch_transformer import EOS, PAD, load_vitk_checkpoint  # noqa: E402
-
-
-def read_sentences(paths, n):
-    lines = []
-    for p in paths:
-        with open(p, encoding="utf-8") as f:
-            lines += [line.rstrip("\n") for line in f if line.strip()]
-    if not lines:
-        sys.exit("mt_decode_vs_pytorch.py: no sentences in " + ", ".join(paths))
-    return [lines[i % len(lines)] for i in range(n)]
+from vitk_side import read_sentences, translate  # noqa: E402
 
 
 def torch_greedy(model, sp, sentences, batch, offset):
+    """Translations of `sentences`; each at most its source length (with EOS) + `offset` tokens
+    and the model's max_length, as vitk's search limits them."""
     ids = [sp.encode(s) + [EOS] for s in sentences]
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     out = [None] * len(ids)
+    max_length = model.pe.shape[0]
     for start in range(0, len(order), batch):
         rows = order[start:start + batch]
         width = max(len(ids[i]) for i in rows)
         src = torch.full((len(rows), width), PAD, dtype=torch.long)
         for r, i in enumerate(rows):
             src[r, :len(ids[i])] = torch.tensor(ids[i])
-        for r, hyp in zip(rows, model.greedy(src, width + offset)):
-            out[r] = sp.decode(hyp)
+        for r, hyp in zip(rows, model.greedy(src, min(width + offset, max_length - 1))):
+            out[r] = sp.decode(hyp[:min(len(ids[r]) + offset, max_length)])
     return out
-
-
-def vitk_translate(vitk, model, sentences, threads, extra):
-    with tempfile.TemporaryDirectory() as tmp:
-        src, hyp = os.path.join(tmp, "src"), os.path.join(tmp, "hyp")
-        with open(src, "w", encoding="utf-8") as f:
-            f.write("\n".join(sentences) + "\n")
-        cmd = [vitk, "translate", "--model", model, "--input", src, "--output", hyp,
-               "--threads", str(threads), "--batch-size", "32"] + extra
-        start = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        seconds = time.perf_counter() - start
-        with open(hyp, encoding="utf-8") as f:
-            return seconds, [line.rstrip("\n") for line in f]
 
 
 def main():
@@ -95,11 +73,11 @@ def main():
         start = time.perf_counter()
         torch_out = torch_greedy(model, sp, sentences, 32, 50)
         t_greedy.append(time.perf_counter() - start)
-        seconds, vitk_out = vitk_translate(args.vitk, args.model, sentences, args.threads,
-                                           ["--greedy"])
+        seconds, _, vitk_out, _ = translate(args.vitk, args.model, sentences, args.threads,
+                                            ["--greedy"])
         v_greedy.append(seconds)
-        seconds, _ = vitk_translate(args.vitk, args.model, sentences, args.threads,
-                                    ["--beam-size", "4", "--length-penalty", "0.6"])
+        seconds, _, _, _ = translate(args.vitk, args.model, sentences, args.threads,
+                                     ["--beam-size", "4", "--length-penalty", "0.6"])
         v_beam.append(seconds)
         print(f"round {r + 1}: PyTorch greedy {n / t_greedy[-1]:.1f} sentences/s, vitk greedy "
               f"{n / v_greedy[-1]:.1f}, vitk beam 4 {n / v_beam[-1]:.1f}", flush=True)

@@ -16,9 +16,7 @@ ids: forward, loss, backward, Adam), its median round. Suites alternate so that 
 machine load. Prints target tokens/s and the ratio.
 """
 import argparse
-import re
 import statistics
-import subprocess
 import sys
 import time
 
@@ -29,6 +27,7 @@ except ImportError:
     sys.exit("mt_train_vs_pytorch.py: needs PyTorch: apt-get install python3-torch")
 from bench_common import VITK, check_blas, torch_in_child  # noqa: E402
 from torch_transformer import TorchTransformer  # noqa: E402
+from vitk_side import step_bench  # noqa: E402
 
 SIZE = dict(d_model=256, heads=4, d_ff=1024, layers=3, decoder_layers=3, dropout=0.1)
 VOCAB = 8000
@@ -57,16 +56,6 @@ def torch_seconds_per_step(batch, length, steps, warmup):
     return statistics.median(times)
 
 
-def vitk_seconds_per_step(vitk, threads, batch, length, steps):
-    cmd = [vitk, "bench", "mt-step", "--threads", str(threads), "--batch-size", str(batch),
-           "--length", str(length), "--steps", str(steps), "--repeats", "1", "--no-breakdown"]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    match = re.search(r"median ([0-9.]+) ms/step", out)
-    if not match:
-        sys.exit(f"mt_train_vs_pytorch.py: unexpected output of {' '.join(cmd)}:\n{out}")
-    return float(match.group(1)) / 1e3
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--vitk", default=VITK)
@@ -91,8 +80,8 @@ def main():
     torch_times, vitk_times = [], []
     for r in range(args.rounds):
         torch_times.append(torch_in_child(__file__))
-        vitk_times.append(vitk_seconds_per_step(args.vitk, args.threads, args.batch,
-                                                args.length, args.steps))
+        vitk_times.append(step_bench(args.vitk, "mt-step", args.threads, args.batch, args.steps,
+                                     length=args.length)[0])
         print(f"round {r + 1}: PyTorch {tokens / torch_times[-1]:7.0f} target tokens/s, "
               f"vitk {tokens / vitk_times[-1]:7.0f} target tokens/s", flush=True)
     t, v = statistics.median(torch_times), statistics.median(vitk_times)

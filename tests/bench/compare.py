@@ -1,0 +1,713 @@
+#!/usr/bin/python3
+"""vitk against PyTorch in one command: the speed figures of issue 8 measured side by side, in the
+same run on the same inputs, and printed as one table of medians, ratios and targets.
+
+    /usr/bin/python3 tests/bench/compare.py [--rounds 3] [--threads 2] [--only ROWS] [--markdown]
+    /usr/bin/python3 tests/bench/compare.py --quick      # tiny sizes: a smoke test of the harness
+    /usr/bin/python3 tests/bench/compare.py --dry-run    # what would run; needs neither side
+    vitk bench compare [the same options]                # runs this script
+
+Rows (`--only` takes row names or their prefixes, comma-separated: `--only vit-b16,mt-train`):
+  vit-b16-224-b1, -224-b8, -384-b1   ViT-B/16 inference with random weights, the model alone on a
+      random batch: vitk `classify --benchmark --random-weights --config configs/vit-b16.ini`,
+      PyTorch torchvision's vit_b_16(weights=None, image_size=...) in eval and inference mode;
+      each side one untimed batch, then batches for at least --seconds; images/s.
+  vit-train   a ViT training step (width 192, depth 6, 3 heads, MLP 768, patch 4, 28x28x1,
+      batch 128, AdamW, smoothing 0.1): forward, loss, backward, optimizer step on batches already
+      in memory, no augmentation; vitk `bench vit-step` (random images), PyTorch
+      vit_train_vs_pytorch.py's model and step on batches drawn from 1,024 Fashion-MNIST images
+      (random ones when the dataset is missing); images/s.
+  mt-train    a translation training step (d 256, 3+3 layers, 4 heads, FFN 1024, 8k tied
+      vocabulary, batch 128 x 32 source and 32 target tokens, Adam): vitk `bench mt-step`,
+      PyTorch nn.Transformer (torch_transformer.py); target tokens/s.
+  mt-greedy, mt-beam4   translating 500 sentences in batches of 32 with the same checkpoint:
+      vitk `translate --greedy` / `--beam-size 4 --length-penalty 0.6` (cached decoder), PyTorch
+      nn.Transformer's usual greedy loop (mt_decode_vs_pytorch.py; the beam row is compared with
+      it too, as the issue's target is). Both times cover tokenization, search and
+      detokenization, not start-up or model loading; sentences/s. Without --mt-model, a
+      placeholder model of the issue's size is trained for a few steps on a generated corpus
+      (speed only: its translations are noise, so its output lengths are not a real model's).
+  ...-bf16    the same vitk runs with --precision bf16, when this binary's help lists it
+      (`vitk classify --help`, `vitk train --help`, `vitk mt-train --help`); compared with
+      PyTorch's f32 figure and with vitk's own f32 row.
+
+Every measurement is a child process of its own (vitk, or this script with PyTorch), so that no
+idle PyTorch thread team sits beside vitk and each peak resident memory (os.wait4's ru_maxrss:
+the kernel's high-water mark of that process) is that side's alone; PyTorch's includes the
+Python interpreter and the torch library, whose size alone the header shows. Each round runs
+both sides of every row, in alternating order from one round to the next, so both see the same
+machine load; the table shows medians over --rounds.
+
+PyTorch is Debian's python3-torch (and python3-torchvision, python3-h5py,
+python3-sentencepiece) with OpenBLAS as the system BLAS (libopenblas0-openmp): when one is
+missing, this script installs it with apt-get when run as root, and otherwise says what to
+install.
+"""
+import argparse
+import collections
+import datetime
+import importlib.util
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from bench_common import ROOT, VITK, check_blas, run_measured
+import vitk_side
+
+SCRIPT = os.path.abspath(__file__)
+APT_PACKAGES = {"torch": "python3-torch", "torchvision": "python3-torchvision",
+                "numpy": "python3-numpy", "h5py": "python3-h5py",
+                "sentencepiece": "python3-sentencepiece"}
+BLAS_PACKAGE = "libopenblas0-openmp"
+
+# ---- Rows --------------------------------------------------------------------------------------
+
+# factor x the baseline: "pytorch" (PyTorch's median of the row) or "f32" (vitk's f32 row).
+Target = collections.namedtuple("Target", "factor baseline")
+# key: the name --only takes; kind: what is measured; torch_key: the row whose PyTorch
+# measurement this row is compared with (shared, measured once per round); f32_key: for a bf16
+# row, its f32 row; params: the sizes.
+Row = collections.namedtuple("Row", "key title kind unit precision torch_key f32_key target params")
+
+VIT_B16 = dict(patch_size=16, layers=12, heads=12, d_model=768, d_ff=3072, classes=1000)
+VIT_TINY = dict(patch_size=16, layers=2, heads=2, d_model=64, d_ff=128, classes=10)
+MT_SMALL = dict(d_model=256, heads=4, d_ff=1024, layers=3, decoder_layers=3, vocab=8000)
+MT_TINY = dict(d_model=64, heads=2, d_ff=128, layers=1, decoder_layers=1, vocab=300)
+
+
+def make_rows(quick):
+    """Every row in table order, at the issue's sizes or (quick) tiny ones."""
+    rows = []
+    vit = VIT_TINY if quick else VIT_B16
+    name = "tiny ViT" if quick else "ViT-B/16"
+    for size, batch in ((224, 1), (224, 8), (384, 1)):
+        image = size // 7 if quick else size  # quick: 32 and 48, patch grids 2x2 and 3x3
+        image -= image % vit["patch_size"]
+        key = f"vit-b16-{size}-b{batch}"
+        params = dict(vit, image_size=image, batch=batch)
+        target = Target(3.5, "pytorch") if (size, batch) == (224, 1) else None
+        rows.append(Row(key, f"{name} {image} batch {batch}", "vit-infer", "images/s", "f32", key,
+                        None, target, params))
+        bf16_target = Target(1.7, "f32") if (size, batch) == (224, 1) else None
+        rows.append(Row(key + "-bf16", f"{name} {image} batch {batch} bf16", "vit-infer",
+                        "images/s", "bf16", key, key, bf16_target, params))
+    train = dict(batch=8, steps=2, warmup=1) if quick else dict(batch=128, steps=10, warmup=2)
+    rows.append(Row("vit-train", "ViT training step, batch %d" % train["batch"], "vit-train",
+                    "images/s", "f32", "vit-train", None, Target(2.5, "pytorch"), train))
+    rows.append(Row("vit-train-bf16", "ViT training step, batch %d, bf16" % train["batch"],
+                    "vit-train", "images/s", "bf16", "vit-train", "vit-train",
+                    Target(2.5, "pytorch"), train))
+    mt = dict(batch=8, length=8, steps=2, warmup=1) if quick else dict(batch=128, length=32,
+                                                                          steps=5, warmup=1)
+    title = "MT training step, %dx%d tokens" % (mt["batch"], mt["length"])
+    rows.append(Row("mt-train", title, "mt-train", "target tokens/s", "f32", "mt-train", None,
+                    Target(2.5, "pytorch"), mt))
+    rows.append(Row("mt-train-bf16", title + ", bf16", "mt-train", "target tokens/s", "bf16",
+                    "mt-train", "mt-train", Target(2.5, "pytorch"), mt))
+    n = 20 if quick else 500
+    rows.append(Row("mt-greedy", f"MT decoding, greedy, {n} sentences", "mt-decode",
+                    "sentences/s", "f32", "mt-greedy", None, Target(5.0, "pytorch"),
+                    dict(sentences=n, search=["--greedy"])))
+    rows.append(Row("mt-beam4", f"MT decoding, beam 4, {n} sentences (vs PyTorch greedy)",
+                    "mt-decode", "sentences/s", "f32", "mt-greedy", None, Target(5.0, "pytorch"),
+                    dict(sentences=n, search=["--beam-size", "4", "--length-penalty", "0.6"])))
+    return rows
+
+
+def select_rows(rows, only):
+    """The rows named by --only (comma-separated names or prefixes ending at a '-'): all rows
+    when empty. Unknown names are a usage error listing the rows."""
+    if not only:
+        return rows
+    wanted = [w.strip() for w in only.split(",") if w.strip()]
+    chosen = []
+    for w in wanted:
+        hits = [r for r in rows if r.key == w or r.key.startswith(w + "-")]
+        if not hits:
+            raise ValueError(f"--only: no row '{w}'; rows: " + ", ".join(r.key for r in rows))
+        chosen += [r for r in hits if r not in chosen]
+    return [r for r in rows if r in chosen]  # table order
+
+
+# ---- The table ---------------------------------------------------------------------------------
+
+def median_or_none(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def target_check(row, vitk, torch, vitk_f32, times="x", ge=">="):
+    """(target text, achieved factor or None, met: True, False or None when not known)."""
+    if row.target is None:
+        return "", None, None
+    if row.target.baseline == "f32":
+        got, text = ratio(vitk, vitk_f32), f"{ge} {row.target.factor:g}{times} vitk f32"
+    else:
+        got, text = ratio(vitk, torch), f"{ge} {row.target.factor:g}{times} PyTorch"
+    return text, got, (None if got is None else got >= row.target.factor)
+
+
+def fmt_value(v):
+    if v is None:
+        return "-"
+    return f"{v:.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+
+
+def fmt_ratio(r, times="x"):
+    return "-" if r is None else f"{r:.2f}{times}"
+
+
+def fmt_mib(v):
+    return "-" if v is None else f"{v:.0f}"
+
+
+# One row's results over the rounds: values (units/s) and peak RSS in MiB of each side, and
+# notes (failures, what the PyTorch column is).
+Result = collections.namedtuple("Result", "row vitk torch vitk_rss torch_rss notes")
+
+
+def table_lines(results, markdown=False):
+    """The comparison table as lines of text: plain columns, or a Markdown table."""
+    by_key = {r.row.key: r for r in results}
+    times = "×" if markdown else "x"
+    head = ["row", "vitk", "PyTorch", "unit", "vitk/PyTorch", "target", "met?",
+            "vitk peak MiB", "PyTorch peak MiB"]
+    body, notes = [], []
+    for res in results:
+        row = res.row
+        v, t = median_or_none(res.vitk), median_or_none(res.torch)
+        f32 = by_key.get(row.f32_key)
+        v32 = median_or_none(f32.vitk) if f32 else None
+        text, got, met = target_check(row, v, t, v32, times, "≥" if markdown else ">=")
+        if row.target and row.target.baseline == "f32" and got is not None:
+            text += f" ({fmt_ratio(got, times)})"
+        mark = ""
+        for note in res.notes:
+            if note not in notes:
+                notes.append(note)
+            mark += f" [{notes.index(note) + 1}]"
+        body.append([row.title + mark, fmt_value(v), fmt_value(t), row.unit,
+                     fmt_ratio(ratio(v, t), times), text,
+                     {True: "yes", False: "no", None: ""}[met],
+                     fmt_mib(median_or_none(res.vitk_rss)),
+                     fmt_mib(median_or_none(res.torch_rss))])
+    text_columns = (0, 3, 5, 6)  # left-aligned; the numbers right-aligned
+    lines = []
+    if markdown:
+        lines.append("| " + " | ".join(head) + " |")
+        lines.append("|" + "|".join(" --- " if i in text_columns else " ---: "
+                                    for i in range(len(head))) + "|")
+        lines += ["| " + " | ".join(cells) + " |" for cells in body]
+        if notes:
+            lines.append("")
+    else:
+        widths = [max(len(c[i]) for c in [head] + body) for i in range(len(head))]
+        for cells in [head] + body:
+            lines.append("  ".join(c.ljust(w) if i in text_columns else c.rjust(w)
+                                   for i, (c, w) in enumerate(zip(cells, widths))).rstrip())
+    lines += [f"[{i + 1}] {n}" for i, n in enumerate(notes)]
+    return lines
+
+
+# ---- What runs: vitk's commands and PyTorch's child specifications ------------------------------
+
+Settings = collections.namedtuple(
+    "Settings", "vitk threads seconds quick mt_model mt_sentences workdir")
+
+
+def vitk_model_args(params):
+    """vitk classify's --random-weights model: configs/vit-b16.ini with the row's sizes."""
+    args = ["--config", os.path.join(ROOT, "configs", "vit-b16.ini")]
+    for key, value in (("image_size", params["image_size"]), ("patch_size", params["patch_size"]),
+                       ("layers", params["layers"]), ("heads", params["heads"]),
+                       ("d_model", params["d_model"]), ("d_ff", params["d_ff"]),
+                       ("num_classes", params["classes"])):
+        args += [f"--model.{key}", str(value)]
+    return args
+
+
+def precision_of(row):
+    return None if row.precision == "f32" else row.precision
+
+
+def run_vitk(row, s):
+    """(units/s, Measured, hypotheses or None) of the vitk side of `row`."""
+    p = row.params
+    if row.kind == "vit-infer":
+        value, m = vitk_side.classify_benchmark(s.vitk, s.threads, p["batch"], s.seconds,
+                                                vitk_model_args(p), precision_of(row))
+        return value, m, None
+    if row.kind == "vit-train":
+        sec, m = vitk_side.step_bench(s.vitk, "vit-step", s.threads, p["batch"], p["steps"],
+                                      precision=precision_of(row))
+        return p["batch"] / sec, m, None
+    if row.kind == "mt-train":
+        sec, m = vitk_side.step_bench(s.vitk, "mt-step", s.threads, p["batch"], p["steps"],
+                                      length=p["length"], precision=precision_of(row))
+        return p["batch"] * p["length"] / sec, m, None
+    if row.kind == "mt-decode":
+        wall, own, hyps, m = vitk_side.translate(s.vitk, s.mt_model, s.mt_sentences, s.threads,
+                                                 p["search"])
+        return len(s.mt_sentences) / (own if own > 0 else wall), m, hyps
+    raise ValueError(row.kind)
+
+
+def vitk_command(row, s):
+    """The command run_vitk runs, for --dry-run (the same helpers build it)."""
+    p = row.params
+    prec = ["--precision", row.precision] if precision_of(row) else []
+    if row.kind == "vit-infer":
+        return [s.vitk, "classify", "--benchmark", "--random-weights", "--batch-size",
+                str(p["batch"]), "--benchmark-seconds", str(s.seconds), "--threads",
+                str(s.threads)] + vitk_model_args(p) + prec
+    if row.kind in ("vit-train", "mt-train"):
+        what = "vit-step" if row.kind == "vit-train" else "mt-step"
+        length = ["--length", str(p["length"])] if "length" in p else []
+        return [s.vitk, "bench", what, "--threads", str(s.threads), "--batch-size",
+                str(p["batch"]), "--steps", str(p["steps"]), "--repeats", "1",
+                "--no-breakdown"] + length + prec
+    return [s.vitk, "translate", "--model", str(s.mt_model), "--input", "SENTENCES", "--output",
+            "HYPOTHESES", "--threads", str(s.threads), "--batch-size", "32"] + p["search"]
+
+
+def torch_spec(row, s, hyp_out=None):
+    """What a PyTorch child measures for `row` (a JSON-able dict)."""
+    spec = dict(kind=row.kind, threads=s.threads, params=row.params)
+    if row.kind == "vit-infer":
+        spec.update(seconds=s.seconds, vit_b_16=not s.quick)
+    if row.kind == "mt-decode":
+        spec.update(model=s.mt_model, sentences=os.path.join(s.workdir, "sentences.txt"),
+                    hyp_out=hyp_out)
+    return spec
+
+
+def run_torch(spec):
+    """(units/s, Measured, PyTorch's version) of a PyTorch child running `spec`."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(spec["threads"]))
+    m = run_measured([sys.executable, SCRIPT, "--torch-child", json.dumps(spec)], env=env)
+    answer = json.loads(m.stdout.strip().splitlines()[-1])
+    return answer["value"], m, answer.get("torch", "")
+
+
+def torch_child(spec):
+    """The PyTorch side of one measurement, in a child process: prints one JSON line."""
+    import torch  # here only: the parent process never imports PyTorch
+    torch.set_num_threads(spec["threads"])
+    p, kind, value = spec.get("params", {}), spec["kind"], 0.0
+    if kind == "idle" and spec.get("torchvision"):
+        import torchvision  # noqa: F401  (its size, for the header's baseline)
+    elif kind == "vit-infer":
+        from torchvision.models import vit_b_16
+        from torchvision.models.vision_transformer import VisionTransformer
+        from core_vs_pytorch import seconds_per_call
+        if spec["vit_b_16"]:
+            model = vit_b_16(weights=None, image_size=p["image_size"])
+        else:
+            model = VisionTransformer(image_size=p["image_size"], patch_size=p["patch_size"],
+                                      num_layers=p["layers"], num_heads=p["heads"],
+                                      hidden_dim=p["d_model"], mlp_dim=p["d_ff"],
+                                      num_classes=p["classes"])
+        model.eval()
+        x = torch.randn(p["batch"], 3, p["image_size"], p["image_size"])
+        with torch.inference_mode():
+            value = p["batch"] / seconds_per_call(lambda: model(x), spec["seconds"], 1)
+    elif kind == "vit-train":
+        import numpy as np
+        from vit_train_vs_pytorch import DATA, load_idx, torch_seconds_per_step
+        # Batches are drawn from 1,024 images in memory (vitk's step uses one random batch): the
+        # data's size stays out of the peak memory, and a step's time does not depend on it.
+        if os.path.isdir(DATA):
+            images = load_idx("train-images-idx3-ubyte.gz", 16)[:1024 * 28 * 28]
+            labels = load_idx("train-labels-idx1-ubyte.gz", 8)[:1024]
+        else:
+            rng = np.random.default_rng(0)
+            images = rng.integers(0, 256, 1024 * 28 * 28, dtype=np.uint8)
+            labels = rng.integers(0, 10, 1024, dtype=np.uint8)
+        value = p["batch"] / torch_seconds_per_step(images, labels, p["batch"], p["steps"],
+                                                    p["warmup"])
+    elif kind == "mt-train":
+        from mt_train_vs_pytorch import torch_seconds_per_step
+        value = p["batch"] * p["length"] / torch_seconds_per_step(p["batch"], p["length"],
+                                                                  p["steps"], p["warmup"])
+    elif kind == "mt-decode":
+        import time
+        import sentencepiece
+        from mt_decode_vs_pytorch import torch_greedy
+        from torch_transformer import load_vitk_checkpoint
+        model, spm = load_vitk_checkpoint(spec["model"])
+        sp = sentencepiece.SentencePieceProcessor(model_proto=spm)
+        with open(spec["sentences"], encoding="utf-8") as f:
+            sentences = [line.rstrip("\n") for line in f]
+        start = time.perf_counter()
+        hyps = torch_greedy(model, sp, sentences, 32, 50)
+        value = len(sentences) / (time.perf_counter() - start)
+        if spec.get("hyp_out"):
+            with open(spec["hyp_out"], "w", encoding="utf-8") as f:
+                f.write("\n".join(hyps) + "\n")
+    print(json.dumps({"value": value, "torch": torch.__version__}))
+
+
+# ---- Prerequisites, the machine, the translation model ------------------------------------------
+
+def missing_packages(rows):
+    """Debian packages PyTorch's side of `rows` needs that are not installed."""
+    modules = {"torch"}
+    kinds = {r.kind for r in rows}
+    if "vit-infer" in kinds:
+        modules.add("torchvision")
+    if "vit-train" in kinds:
+        modules.add("numpy")
+    if "mt-decode" in kinds:
+        modules |= {"numpy", "h5py", "sentencepiece"}
+    missing = [APT_PACKAGES[m] for m in sorted(modules) if importlib.util.find_spec(m) is None]
+    if "openblas" not in os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3"):
+        missing.append(BLAS_PACKAGE)
+    return missing
+
+
+def ensure_packages(rows):
+    missing = missing_packages(rows)
+    if not missing:
+        return
+    cmd = ["apt-get", "install", "-y"] + missing
+    if os.geteuid() != 0:
+        sys.exit("compare.py: PyTorch's side needs Debian packages that are missing: "
+                 f"{' '.join(missing)}; run this script as root to have them installed, or "
+                 f"install them: sudo {' '.join(cmd)}")
+    print(f"compare.py: installing what PyTorch's side needs: {' '.join(cmd)}", flush=True)
+    if subprocess.run(cmd).returncode != 0:  # stale package lists: update once and retry
+        subprocess.run(["apt-get", "update"], check=True)
+        subprocess.run(cmd, check=True)
+
+
+def training_jobs():
+    """Command lines of vitk training runs on this machine (other than ours): a loaded machine."""
+    jobs = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        # A copy of the binary under another name counts too (`/tmp/vitk-mt mt-train ...`).
+        if (len(argv) > 1 and os.path.basename(argv[0]).startswith(b"vitk")
+                and argv[1] in (b"train", b"mt-train", b"finetune")):
+            jobs.append(f"{pid} " + b" ".join(argv).decode("utf-8", "replace").strip())
+    return jobs
+
+
+def machine_line():
+    load = "%.2f %.2f %.2f" % os.getloadavg()
+    jobs = training_jobs()
+    state = (f"UNDER LOAD: {len(jobs)} vitk training job(s) running" if jobs
+             else "no vitk training job running")
+    return f"load average {load}; {state}"
+
+
+def generated_corpus(directory, quick, n_test):
+    """A parallel corpus of made-up languages for the placeholder model: train.tsv, valid.tsv and
+    test.src (n_test source sentences). Each target sentence is its source's words, each mapped
+    to its own target word, in reverse order. Seeded: the same files every run."""
+    rng = random.Random(8)
+    consonants, vowels = "bdfgklmnprstvz", "aeiou"
+    words = 300 if quick else 6000
+
+    def lexicon(cons, vows):
+        out = set()
+        while len(out) < words:
+            out.add("".join(rng.choice(cons) + rng.choice(vows)
+                            for _ in range(rng.randint(1, 4))))
+        return sorted(out)
+
+    src_words = lexicon(consonants, vowels)
+    tgt_words = lexicon(consonants.upper() + "hjwxy", vowels + "y")
+    rng.shuffle(tgt_words)
+    mapping = dict(zip(src_words, tgt_words))
+
+    def sentence():
+        src = [rng.choice(src_words) for _ in range(rng.randint(4, 18))]
+        return " ".join(src), " ".join(mapping[w] for w in reversed(src))
+
+    os.makedirs(directory, exist_ok=True)
+    for name, count in (("train.tsv", 400 if quick else 12000), ("valid.tsv", 10 if quick else 32)):
+        with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
+            f.writelines("\t".join(sentence()) + "\n" for _ in range(count))
+    with open(os.path.join(directory, "test.src"), "w", encoding="utf-8") as f:
+        f.writelines(sentence()[0] + "\n" for _ in range(n_test))
+    return os.path.join(directory, "test.src")
+
+
+def placeholder_command(s, directory, steps):
+    size = MT_TINY if s.quick else MT_SMALL
+    cmd = [s.vitk, "mt-train", "--config", os.path.join(ROOT, "configs", "transformer-small.ini"),
+           "--train", os.path.join(directory, "train.tsv"),
+           "--valid", os.path.join(directory, "valid.tsv"), "--output",
+           os.path.join(directory, "run"), "--max-steps", str(steps), "--valid-freq", str(steps),
+           "--warmup-steps", "50", "--threads", str(s.threads), "--vocab-size",
+           str(size["vocab"]), "--seed", "1", "--log-interval", "10"]
+    for key in ("d_model", "heads", "d_ff", "layers", "decoder_layers"):
+        cmd += [f"--model.{key}", str(size[key])]
+    return cmd
+
+
+# ---- The run ------------------------------------------------------------------------------------
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="Rows: vit-b16-224-b1, vit-b16-224-b8, vit-b16-384-b1 (and each with -bf16), "
+               "vit-train(-bf16), mt-train(-bf16), mt-greedy, mt-beam4. See the top of "
+               "tests/bench/compare.py for what each one times.")
+    ap.add_argument("--vitk", default=VITK, help="the vitk binary (default: build/vitk)")
+    ap.add_argument("--rounds", type=int, help="rounds of every row; the table shows medians "
+                    "(default 3; 1 with --quick)")
+    ap.add_argument("--threads", type=int, default=2, help="threads of both sides (default 2)")
+    ap.add_argument("--only", default="", metavar="ROWS",
+                    help="comma-separated rows or prefixes: vit-b16, vit-b16-224-b1, vit-train, "
+                         "mt-train, mt-greedy, mt-beam4, mt, ... (default: all)")
+    ap.add_argument("--quick", action="store_true",
+                    help="tiny models and few steps: a smoke test of the harness, not a figure")
+    ap.add_argument("--seconds", type=float,
+                    help="ViT inference: time batches for at least this long per side and round "
+                         "(default 10; 0.3 with --quick)")
+    ap.add_argument("--mt-model", metavar="CKPT",
+                    help="a vitk mt-train checkpoint (tied embeddings) for the decoding rows "
+                         "(default: train a placeholder on a generated corpus)")
+    ap.add_argument("--mt-input", action="append", metavar="FILE",
+                    help="source sentences for the decoding rows, repeatable (default with "
+                         "--mt-model: data/bible/test.es and valid.es)")
+    ap.add_argument("--placeholder-steps", type=int, default=30, metavar="N",
+                    help="training steps of the placeholder translation model (default 30)")
+    ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print what would run and an empty table; runs nothing but "
+                         "`vitk ... --help` (no PyTorch needed)")
+    ap.add_argument("--keep", metavar="DIR",
+                    help="work in DIR and keep it (placeholder model, sentences, translations)")
+    ap.add_argument("--torch-child", metavar="SPEC", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 3
+    if args.seconds is None:
+        args.seconds = 0.3 if args.quick else 10.0
+    if args.rounds < 1 or args.threads < 1 or not args.seconds > 0:
+        ap.error("--rounds and --threads must be at least 1, --seconds positive")
+    return args, ap
+
+
+def bf16_support(vitk, rows):
+    """{row key: reason it is left out} for the bf16 rows this binary cannot run: a row is kept
+    when `vitk <subcommand> --help` lists --precision (classify for inference, train and
+    mt-train for the training steps, which bench vit-step/mt-step then run)."""
+    sub = {"vit-infer": "classify", "vit-train": "train", "mt-train": "mt-train"}
+    known, out = {}, {}
+    for r in rows:
+        if r.precision == "f32":
+            continue
+        name = sub[r.kind]
+        if not os.access(vitk, os.X_OK):
+            out[r.key] = f"no vitk binary at {vitk} to ask whether it has a bf16 path"
+            continue
+        if name not in known:
+            known[name] = vitk_side.has_option(vitk, name, "--precision")
+        if not known[name]:
+            out[r.key] = f"`vitk {name} --help` lists no --precision: this binary has no bf16 path"
+    return out
+
+
+def prepare_translation(args, s, rows, log):
+    """Settings with the translation model and the sentences, making the placeholder model when
+    no --mt-model was given. Returns (settings, note for the decoding rows or None)."""
+    if not any(r.kind == "mt-decode" for r in rows):
+        return s, None
+    n = max(r.params["sentences"] for r in rows if r.kind == "mt-decode")
+    note = None
+    if args.mt_model:
+        model = args.mt_model
+        inputs = args.mt_input or [os.path.join(ROOT, "data", "bible", f)
+                                   for f in ("test.es", "valid.es")]
+    else:
+        directory = os.path.join(s.workdir, "placeholder")
+        steps = 3 if args.quick else args.placeholder_steps
+        cmd = placeholder_command(s, directory, steps)
+        model = os.path.join(directory, "run", "last.h5")
+        inputs = [os.path.join(directory, "test.src")]
+        size = "tiny" if args.quick else "d 256, 3+3 layers, 8k vocabulary"
+        note = (f"placeholder translation model ({size}): "
+                f"{steps} steps of `vitk mt-train` on a generated corpus; its output is noise, so "
+                "its lengths are not a real model's (give --mt-model for the issue's figure)")
+        if args.dry_run:
+            print(f"placeholder model: {' '.join(cmd)}")
+        else:
+            log(f"training the placeholder translation model ({steps} steps)...")
+            generated_corpus(directory, args.quick, n)
+            m = run_measured(cmd, check=False)
+            if m.returncode != 0:
+                sys.exit(f"compare.py: the placeholder model failed ({' '.join(cmd)}):\n"
+                         + m.stdout[-2000:] + m.stderr[-2000:])
+    if args.dry_run:
+        return s._replace(mt_model=model, mt_sentences=["..."] * n), note
+    missing = [p for p in inputs if not os.path.exists(p)]
+    if missing:
+        sys.exit(f"compare.py: --mt-input: no such file: {', '.join(missing)}")
+    sentences = vitk_side.read_sentences(inputs, n)
+    with open(os.path.join(s.workdir, "sentences.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(sentences) + "\n")
+    return s._replace(mt_model=model, mt_sentences=sentences), note
+
+
+def failure_note(side, err):
+    if isinstance(err, subprocess.CalledProcessError):
+        tail = (err.stderr or "").strip().splitlines()
+        return f"{side} failed: {' '.join(map(str, err.cmd[:4]))}...: " + (
+            tail[-1] if tail else f"exit {err.returncode}")
+    return f"{side} failed: {err}"
+
+
+def measure(rows, s, rounds, log, vitk_runner=None, torch_runner=None):
+    """Runs every round and returns one Result per row (in row order). Rows that share a PyTorch
+    baseline (torch_key) share one PyTorch measurement per round; in each round, PyTorch runs
+    before its vitk rows in odd rounds and after them in even ones. A failure is a note on the
+    row(s), not the end; a vitk row that failed once is not run again. The runners default to
+    run_vitk(row, s) and run_torch(spec); each returns (units/s, Measured, extra)."""
+    vitk_runner = vitk_runner or run_vitk
+    torch_runner = torch_runner or run_torch
+    results = {r.key: Result(r, [], [], [], [], []) for r in rows}
+    groups = collections.defaultdict(list)  # torch_key: its rows, in table order
+    for r in rows:
+        groups[r.torch_key].append(r)
+    torch_values = {key: ([], []) for key in groups}  # units/s and peak MiB of each round
+    all_rows = {r.key: r for r in make_rows(s.quick)}
+    torch_hyp = os.path.join(s.workdir, "torch.hyp")
+    hyps = {}
+
+    def attempt(tag, side, targets, run, values, rss):
+        """run() -> (value, Measured, extra): records value and peak memory, or a note."""
+        try:
+            value, m, extra = run()
+        except Exception as e:  # noqa: BLE001  (a failed side is a note, not the end)
+            note = failure_note(side, e)
+            for r in targets:
+                if note not in results[r.key].notes:
+                    results[r.key].notes.append(note)
+            log(f"{tag}: {note}")
+            return None
+        values.append(value)
+        rss.append(m.peak_rss_mib)
+        log(f"{tag}: {side} {fmt_value(value)} {targets[0].unit}, peak {m.peak_rss_mib:.0f} MiB")
+        return extra
+
+    for rnd in range(rounds):
+        for key, group in groups.items():
+            base = all_rows[key]
+            spec = torch_spec(base, s, torch_hyp if base.kind == "mt-decode" else None)
+            tag = f"round {rnd + 1}/{rounds} {key}"
+
+            def torch_side():
+                attempt(tag, "PyTorch", group, lambda: torch_runner(spec), *torch_values[key])
+
+            def vitk_side_():
+                for r in group:
+                    res = results[r.key]
+                    if any(n.startswith("vitk failed") for n in res.notes):
+                        continue  # failed once (a missing option, a bad model): not again
+                    h = attempt(f"round {rnd + 1}/{rounds} {r.key}", "vitk", [r],
+                                lambda: vitk_runner(r, s), res.vitk, res.vitk_rss)
+                    if h is not None:
+                        hyps[r.key] = h
+
+            for side in ((torch_side, vitk_side_) if rnd % 2 == 0 else (vitk_side_, torch_side)):
+                side()
+    # Do both sides translate alike? (greedy: the same model and the same search)
+    if "mt-greedy" in hyps and os.path.exists(torch_hyp):
+        with open(torch_hyp, encoding="utf-8") as f:
+            theirs = [line.rstrip("\n") for line in f]
+        same = sum(a == b for a, b in zip(hyps["mt-greedy"], theirs))
+        results["mt-greedy"].notes.append(f"identical greedy translations, vitk and PyTorch: "
+                                          f"{same}/{len(hyps['mt-greedy'])}")
+    out = []
+    for r in rows:
+        values, rss = torch_values[r.torch_key]
+        res = results[r.key]._replace(torch=values, torch_rss=rss)
+        if r.precision != "f32":
+            res.notes.append("PyTorch column: the f32 row's PyTorch")
+        out.append(res)
+    return out
+
+
+def main(argv=None):
+    args, ap = parse_args(argv)
+    if args.torch_child:
+        torch_child(json.loads(args.torch_child))
+        return 0
+    try:
+        rows = select_rows(make_rows(args.quick), args.only)
+    except ValueError as e:
+        ap.error(str(e))
+
+    def log(msg):
+        print(msg, file=sys.stderr, flush=True)
+
+    if not args.dry_run:
+        if not os.access(args.vitk, os.X_OK):
+            sys.exit(f"compare.py: {args.vitk} is not an executable: build vitk first "
+                     "(cmake --build build) or give --vitk")
+        ensure_packages(rows)
+        check_blas(__file__)
+    skipped = bf16_support(args.vitk, rows)
+    workdir = args.keep or tempfile.mkdtemp(prefix="vitk-compare-")
+    os.makedirs(workdir, exist_ok=True)
+    try:
+        s = Settings(args.vitk, args.threads, args.seconds, args.quick, None, None, workdir)
+        when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+        print(f"vitk against PyTorch, {when}: {args.threads} threads, medians of {args.rounds} "
+              f"round(s){', --quick sizes (not a figure)' if args.quick else ''}")
+        print(f"machine at the start: {machine_line()}", flush=True)
+        s, mt_note = prepare_translation(args, s, rows, log)
+        if args.dry_run:
+            for r in rows:
+                if r.key in skipped:
+                    print(f"{r.key}: left out: {skipped[r.key]}")
+                    continue
+                print(f"{r.key}: vitk: {' '.join(map(str, vitk_command(r, s)))}")
+                if r.torch_key == r.key:
+                    print(f"{r.key}: PyTorch child: {json.dumps(torch_spec(r, s))}")
+            results = [Result(r, [], [], [], [], []) for r in rows if r.key not in skipped]
+        else:
+            version = subprocess.run([args.vitk, "--version"], capture_output=True,
+                                     text=True).stdout.strip()
+            idle = run_measured([args.vitk, "--version"])
+            with_torchvision = any(r.kind == "vit-infer" for r in rows)
+            _, torch_idle, torch_version = run_torch(
+                dict(kind="idle", threads=args.threads, torchvision=with_torchvision))
+            print(f"{version}; PyTorch {torch_version} with "
+                  f"{os.path.basename(os.path.dirname(check_blas(__file__)))}")
+            print(f"peak RSS of doing nothing: vitk --version {idle.peak_rss_mib:.0f} MiB, "
+                  f"python3 + import torch{', torchvision' if with_torchvision else ''} "
+                  f"{torch_idle.peak_rss_mib:.0f} MiB", flush=True)
+            results = measure([r for r in rows if r.key not in skipped], s, args.rounds, log)
+        if mt_note:
+            results = [res._replace(notes=[mt_note] + res.notes) if res.row.kind == "mt-decode"
+                       else res for res in results]
+        print("\n".join(table_lines(results, args.markdown)))
+        for reason in sorted(set(skipped.values())):
+            keys = ", ".join(k for k, v in skipped.items() if v == reason)
+            print(f"left out: {keys}: {reason}")
+        print(f"machine at the end: {machine_line()}")
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
