@@ -195,6 +195,8 @@ int run_classify(const po::variables_map& vm) {
   const bool benchmark = vm["benchmark"].as<bool>();
   if (json && csv) throw UsageError("--json and --csv exclude each other");
   vit::ClassifyOptions options;
+  options.precision = precision_from(vm);
+  options.packed_weights = !vm["plain-weights"].as<bool>();
   options.batch_size = vm["batch-size"].as<int64_t>();
   options.top_k = vm["top-k"].as<int>();
   options.decode.max_pixels = vm["max-pixels"].as<int64_t>();
@@ -234,14 +236,19 @@ int run_classify(const po::variables_map& vm) {
 
   if (benchmark && paths.empty()) {
     const vit::Throughput t =
-        vit::measure_throughput(*loaded.model, options.batch_size, benchmark_seconds);
+        vit::measure_throughput(*loaded.model, options.batch_size, benchmark_seconds,
+                                options.precision, options.packed_weights);
     std::printf("%s: %s, %lld parameters\n", model_path.c_str(), describe(config).c_str(),
                 static_cast<long long>(loaded.params->numel()));
+    const std::string weights = options.precision == ops::Precision::bf16 ? "packed bf16 weights"
+                                : options.packed_weights                  ? "packed f32 weights"
+                                                                          : "plain f32 weights";
     std::printf(
-        "model alone, batch %lld, %d threads, %s: %.1f images/s (%lld batches in %.2f s, %.2f s "
-        "of CPU: %.1f images per CPU-second)\n",
+        "model alone, batch %lld, %d threads, %s, %s: %.1f images/s (%lld batches in %.2f s, "
+        "%.2f s of CPU: %.1f images per CPU-second)\n",
         static_cast<long long>(t.batch_size), ops::num_threads(), ops::cpu_isa().c_str(),
-        t.images_per_second(), static_cast<long long>(t.batches), t.seconds, t.cpu_seconds,
+        weights.c_str(), t.images_per_second(), static_cast<long long>(t.batches), t.seconds,
+        t.cpu_seconds,
         t.cpu_seconds > 0 ? static_cast<double>(t.batch_size * t.batches) / t.cpu_seconds : 0.0);
     return kExitOk;
   }
@@ -312,7 +319,9 @@ void register_classify_commands(Registry& registry) {
       "vitk classify --model runs/fmnist/best.h5 --dir photos --top-k 3 --json > out.json\n"
       "find photos -name '*.jpg' | vitk classify --model vit-b16.h5 - --csv\n"
       "vitk classify --model vit-b16.h5 --benchmark --batch-size 32   # images/s, model alone\n"
-      "vitk classify --benchmark --random-weights --config configs/vit-b16.ini";
+      "vitk classify --benchmark --random-weights --config configs/vit-b16.ini\n"
+      "vitk classify --benchmark --random-weights --config configs/vit-b16.ini --batch-size 1 "
+      "--precision bf16";
   c.add_options = [](po::options_description& o) {
     add_resolution_options(o,
                            "run the checkpoint at this input size, N or HxW (the position "
@@ -352,7 +361,11 @@ void register_classify_commands(Registry& registry) {
                    "how long --benchmark times the model alone")(
         "random-weights", po::bool_switch(),
         "with --benchmark, instead of --model: a randomly initialised model described by the "
-        "--model.* options or the [model] section of --config (default ViT-B/16 at 224)");
+        "--model.* options or the [model] section of --config (default ViT-B/16 at 224)")(
+        "plain-weights", po::bool_switch(),
+        "f32: read every weight in its stored layout instead of packing the ones where oneDNN's "
+        "blocked layout is faster (for speed comparisons)");
+    add_precision_option(o);
     po::options_description model(
         "Model of --random-weights (the [model] section of a config file)");
     add_vit_options(model);

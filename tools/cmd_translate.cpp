@@ -89,6 +89,7 @@ seq2seq::SearchOptions search_options(const po::variables_map& vm) {
   o.temperature = get<float>(vm, "temperature");
   o.top_k = get<int64_t>(vm, "top-k");
   o.seed = get<uint64_t>(vm, "seed");
+  o.precision = precision_from(vm);
   auto need = [](bool ok, const std::string& what) {
     if (!ok) throw UsageError(what);
   };
@@ -197,7 +198,8 @@ void register_translate_commands(Registry& registry) {
       "echo 'En el principio creó Dios los cielos y la tierra.' | vitk translate --model m.h5\n"
       "vitk translate --model m.h5 --input test.es --nbest 4 --beam-size 8   # i ||| hyp ||| "
       "score\n"
-      "vitk translate --model m.h5 --sample --temperature 0.7 --top-k 20 --seed 1 < in.txt";
+      "vitk translate --model m.h5 --sample --temperature 0.7 --top-k 20 --seed 1 < in.txt\n"
+      "vitk translate --model m.h5 --input test.es --precision bf16";
   t.add_options = [](po::options_description& o) {
     o.add_options()  //
         ("model", po::value<std::string>()->required()->value_name("CKPT"),
@@ -223,6 +225,7 @@ void register_translate_commands(Registry& registry) {
          "at most source length + N target tokens (and never more than the model's limit)")  //
         ("batch-size", po::value<int64_t>()->default_value(32)->value_name("N"),
          "sentences per search (sorted by length inside, output in input order)");
+    add_precision_option(o);
   };
   t.run = run_translate;
   registry.add(std::move(t));

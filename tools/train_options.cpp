@@ -156,6 +156,7 @@ void add_train_options(po::options_description& o, TrainCommand command) {
       ("log-interval", po::value<int64_t>()->default_value(50),
        "steps between progress lines when the output is not a terminal")  //
       ("prefetch", po::value<int>()->default_value(3), "batches the loader prepares ahead");
+  add_precision_option(opt, /*training=*/true);
   po::options_description aug("Augmentation (training only)");
   aug.add_options()                                                                            //
       ("scale", words("0.08", "1"), "random resized crop: range of the area fraction")         //
@@ -220,6 +221,7 @@ vit::TrainOptions train_options(const po::variables_map& vm, TrainCommand comman
   t.max_steps = vm["max-steps"].as<int64_t>();
   t.log_interval = vm["log-interval"].as<int64_t>();
   t.prefetch = vm["prefetch"].as<int>();
+  t.precision = precision_from(vm);
   auto& a = t.augment;
   a.scale = two_floats(vm, "scale");
   a.ratio = two_floats(vm, "ratio");

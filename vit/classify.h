@@ -19,7 +19,9 @@ struct ClassifyOptions {
   int top_k = 5;            // capped at the number of classes
   Preprocess preprocess;    // the eval transform, usually the checkpoint's
   datasets::DecodeOptions decode;
-  int prefetch = 2;  // batches prepared ahead of the model
+  int prefetch = 2;                                // batches prepared ahead of the model
+  ops::Precision precision = ops::Precision::f32;  // of the model's matrix products
+  bool packed_weights = true;  // f32: weights in oneDNN's blocked layout where faster
 };
 
 struct ImageResult {
@@ -64,6 +66,8 @@ struct Throughput {
     return seconds > 0 ? static_cast<double>(batch_size * batches) / seconds : 0;
   }
 };
-Throughput measure_throughput(VisionTransformer& model, int64_t batch_size, double min_seconds);
+Throughput measure_throughput(VisionTransformer& model, int64_t batch_size, double min_seconds,
+                              ops::Precision precision = ops::Precision::f32,
+                              bool packed_weights = true);
 
 }  // namespace vitk::vit

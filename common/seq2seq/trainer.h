@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/ops/ops.h"
 #include "common/seq2seq/config.h"
 
 namespace vitk::seq2seq {
@@ -55,6 +56,9 @@ struct TrainOptions {
   int keep_last = 0;               // --keep-last: step-N.h5 of the last K validations
   uint64_t seed = 42;
   int64_t log_interval = 50;  // steps between progress lines when not on a terminal
+  // --precision of the matrix products in training and validation; bf16 keeps f32 master
+  // weights, gradients and Adam moments, so checkpoints do not depend on it.
+  ops::Precision precision = ops::Precision::f32;
 
   void validate() const;  // vitk::UsageError "--lr-factor must be ..., got ..."
 };
