@@ -2,13 +2,26 @@
 // metrics.csv of a training run (`vitk train`, `vitk mt-train`): a header, then one row per
 // validation, each flushed as soon as it is written. A resumed run keeps the rows up to its
 // checkpoint (by the first column: epoch or step) and drops later ones, which the resume redoes;
-// the file is rewritten atomically.
+// the file is rewritten atomically. read_metrics_csv reads either trainer's file back (for
+// `vitk plot metrics`).
 #include <cstdint>
 #include <fstream>
 #include <string>
 #include <vector>
 
 namespace vitk {
+
+// A metrics.csv as columns of numbers: values[c][r] is column c of row r, NaN where the field is
+// empty or not a number.
+struct MetricsTable {
+  std::vector<std::string> columns;
+  std::vector<std::vector<double>> values;
+  int64_t rows = 0;
+  int column(const std::string& name) const;  // its index, or -1 when there is no such column
+};
+// vitk::Error naming the file (and the line) when it cannot be read, has no header, or a row has
+// more fields than the header.
+MetricsTable read_metrics_csv(const std::string& path);
 
 class MetricsCsv {
  public:

@@ -101,5 +101,7 @@ void register_bleu_commands(Registry& registry);
 void register_translate_commands(Registry& registry);
 // `vitk mt-train` (tools/cmd_mt_train.cpp).
 void register_mt_train_commands(Registry& registry);
+// `vitk plot positions|mask|metrics` (tools/cmd_plot.cpp).
+void register_plot_commands(Registry& registry);
 
 }  // namespace vitk::tools

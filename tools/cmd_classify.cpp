@@ -13,12 +13,15 @@
 
 #include "common/error.h"
 #include "common/ops/ops.h"
+#include "common/plot/plot.h"
 #include "common/progress.h"
 #include "tools/classify_output.h"
 #include "tools/cli.h"
 #include "tools/vit_options.h"
 #include "vit/checkpoint.h"
 #include "vit/classify.h"
+#include "vit/maps.h"
+#include "vit/pictures.h"
 
 namespace vitk::tools {
 namespace {
@@ -190,6 +193,29 @@ std::string describe(const vit::VitConfig& c) {
          std::to_string(c.num_classes) + " classes";
 }
 
+// The picture's file name for an image: its stem with ".png", "-2", "-3", ... when two inputs share
+// a stem.
+std::string picture_name(const std::string& image_path, std::set<std::string>& used) {
+  std::string stem = fs::path(image_path).stem().string();
+  if (stem.empty()) stem = "image";
+  std::string name = stem + ".png";
+  for (int k = 2; !used.insert(name).second; ++k) name = stem + "-" + std::to_string(k) + ".png";
+  return name;
+}
+
+// Where --attention-dir pictures go, created if missing (vitk::Error naming it otherwise).
+std::string attention_dir(const po::variables_map& vm) {
+  if (!vm.count("attention-dir")) return "";
+  const std::string dir = vm["attention-dir"].as<std::string>();
+  if (dir.empty()) throw UsageError("--attention-dir: empty path");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (!fs::is_directory(dir))
+    throw Error("--attention-dir " + dir + ": cannot create the directory" +
+                (ec ? " (" + ec.message() + ")" : std::string()));
+  return dir;
+}
+
 int run_classify(const po::variables_map& vm) {
   const bool json = vm["json"].as<bool>(), csv = vm["csv"].as<bool>();
   const bool benchmark = vm["benchmark"].as<bool>();
@@ -207,7 +233,10 @@ int run_classify(const po::variables_map& vm) {
   const double benchmark_seconds = vm["benchmark-seconds"].as<double>();
   if (!(benchmark_seconds > 0)) throw UsageError("--benchmark-seconds must be positive");
 
+  const vit::HeadFusion fusion = vit::parse_head_fusion(vm["rollout-heads"].as<std::string>());
   std::vector<std::string> paths = input_paths(vm);
+  if (vm.count("attention-dir") && paths.empty())
+    throw UsageError("--attention-dir draws the attention of images: name some");
   if (paths.empty() && !benchmark)
     throw UsageError(
         "no images given: name image files, '-' to read paths from standard input, "
@@ -253,6 +282,28 @@ int run_classify(const po::variables_map& vm) {
     return kExitOk;
   }
 
+  const std::string pictures = attention_dir(vm);
+  if (!pictures.empty()) {
+    vit::keep_attention(*loaded.model, true);
+    // Loads the font now: a notice about it must reach stderr before the decode thread may be
+    // capturing it (DecodeOptions::quiet).
+    plot::Font::standard();
+  }
+  std::set<std::string> picture_names;
+  int64_t drawn = 0;
+  auto draw_attention = [&](const vit::ImageResult& r) {
+    const vit::ImageAttention a = vit::image_attention(*loaded.model, r.row, fusion);
+    char predicted[64];
+    std::snprintf(predicted, sizeof predicted, " (p = %.2f)", r.probabilities[0]);
+    const std::vector<std::string> title = {
+        r.path + ": " + labels[static_cast<size_t>(r.classes[0])] + predicted,
+        "where the classification draws from: attention rollout (Abnar & Zuidema, 2020) and "
+        "the last block's heads"};
+    const std::string out = (fs::path(pictures) / picture_name(r.path, picture_names)).string();
+    plot::write_png(out, vit::attention_picture(a, r.input, config, fusion, title));
+    ++drawn;
+  };
+
   const int k = static_cast<int>(std::min<int64_t>(options.top_k, config.num_classes));
   std::unique_ptr<ResultWriter> writer = json  ? make_json_writer(std::cout, labels)
                                          : csv ? make_csv_writer(std::cout, labels, k)
@@ -276,6 +327,7 @@ int run_classify(const po::variables_map& vm) {
   const vit::ClassifyStats stats =
       vit::classify_files(*loaded.model, paths, options, [&](const vit::ImageResult& r) {
         writer->write(r);
+        if (r.ok() && !pictures.empty()) draw_attention(r);
         ++done;
         classified += r.ok();
         if (!r.ok()) {
@@ -304,6 +356,11 @@ int run_classify(const po::variables_map& vm) {
                  stats.seconds, static_cast<double>(stats.images) / stats.seconds,
                  stats.model_seconds, stats.prepare_seconds);
   }
+  if (!pictures.empty()) {
+    std::lock_guard<std::mutex> lock(datasets::codec_output_mutex());
+    std::fprintf(stderr, "vitk: wrote %lld attention picture%s to %s\n",
+                 static_cast<long long>(drawn), drawn == 1 ? "" : "s", pictures.c_str());
+  }
   return stats.failed ? kExitFailure : kExitOk;
 }
 
@@ -321,7 +378,8 @@ void register_classify_commands(Registry& registry) {
       "vitk classify --model vit-b16.h5 --benchmark --batch-size 32   # images/s, model alone\n"
       "vitk classify --benchmark --random-weights --config configs/vit-b16.ini\n"
       "vitk classify --benchmark --random-weights --config configs/vit-b16.ini --batch-size 1 "
-      "--precision bf16";
+      "--precision bf16\n"
+      "vitk classify datasets/samples/*.png --attention-dir pictures   # one PNG per image";
   c.add_options = [](po::options_description& o) {
     add_resolution_options(o,
                            "run the checkpoint at this input size, N or HxW (the position "
@@ -339,6 +397,11 @@ void register_classify_commands(Registry& registry) {
         "json", po::bool_switch(),
         "one JSON document keyed by image path: labels, probabilities and classes, or error")(
         "csv", po::bool_switch(), "CSV: path, label_1, probability_1, ..., error")(
+        "attention-dir", po::value<std::string>()->value_name("DIR"),
+        "also draw, per image, where the classification draws from (attention rollout over "
+        "the input and the last block's heads) as DIR/NAME.png, NAME from the image file")(
+        "rollout-heads", po::value<std::string>()->default_value("mean")->value_name("mean|max"),
+        "--attention-dir: fuse each layer's heads by their mean or their maximum")(
         "labels", po::value<std::string>()->value_name("FILE"),
         "class names, one a line, instead of the checkpoint's (as many as the model's classes)")(
         "batch-size", po::value<int64_t>()->default_value(32)->value_name("N"),

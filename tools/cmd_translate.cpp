@@ -3,17 +3,22 @@
 // common/seq2seq/translator, checkpoints and averaging common/seq2seq/checkpoint.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <sstream>
 
 #include "common/error.h"
+#include "common/plot/plot.h"
 #include "common/progress.h"
+#include "common/seq2seq/alignment.h"
 #include "common/seq2seq/checkpoint.h"
 #include "common/seq2seq/translator.h"
 #include "common/timer.h"
@@ -107,6 +112,71 @@ seq2seq::SearchOptions search_options(const po::variables_map& vm) {
   return o;
 }
 
+// --attention-layer last|N and --attention-head mean|N.
+seq2seq::AlignmentOptions alignment_options(const po::variables_map& vm) {
+  auto index = [&](const char* option, const char* word) {
+    const std::string text = get<std::string>(vm, option);
+    if (text == word) return -1;
+    char* end = nullptr;
+    const long v = std::strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || v < 0 || v > 100000)
+      throw UsageError(std::string("--") + option + ": expected '" + word +
+                       "' or a number from 0, got '" + text + "'");
+    return static_cast<int>(v);
+  };
+  seq2seq::AlignmentOptions o;
+  o.layer = index("attention-layer", "last");
+  o.head = index("attention-head", "mean");
+  return o;
+}
+
+// At most `limit` characters of UTF-8 text (whole code points), with "…" when cut.
+std::string shorten(const std::string& text, size_t limit) {
+  size_t i = 0, chars = 0;
+  while (i < text.size() && chars < limit) {
+    ++i;
+    while (i < text.size() && (static_cast<unsigned char>(text[i]) & 0xC0) == 0x80) ++i;
+    ++chars;
+  }
+  return i < text.size() ? text.substr(0, i) + "\xE2\x80\xA6" : text;
+}
+
+// One heat map per translated line: DIR/0001.png for line 1 (more digits past 9999 lines).
+int64_t write_alignments(const std::string& dir, const std::string& input_name,
+                         seq2seq::Transformer& model, const datasets::Tokenizer& tokenizer,
+                         const std::vector<std::string>& lines,
+                         const std::vector<seq2seq::Translation>& results,
+                         const seq2seq::AlignmentOptions& options) {
+  const std::string what = seq2seq::describe(model, options);
+  const int digits = std::max<int>(4, static_cast<int>(std::to_string(lines.size()).size()));
+  int64_t written = 0;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const seq2seq::Translation& r = results[i];
+    if (r.hypotheses.empty()) continue;  // an empty line: nothing was translated
+    const seq2seq::Hypothesis& best = r.hypotheses[0];
+    const std::vector<int> source =
+        seq2seq::source_ids(tokenizer, lines[i], model.config().max_length);
+    plot::Heatmap h;
+    h.values = seq2seq::cross_attention(model, source, best.tokens, best.finished, options);
+    h.x_ticks = tokenizer.pieces(std::vector<int>(source.begin(), source.end() - 1));
+    h.x_ticks.push_back("</s>");
+    h.y_ticks = tokenizer.pieces(std::vector<int>(best.tokens.begin(), best.tokens.end()));
+    if (best.finished) h.y_ticks.push_back("</s>");
+    h.title = input_name + ":" + std::to_string(i + 1) + ": cross-attention, " + what;
+    h.subtitle = {"source: " + shorten(lines[i], 110), "translation: " + shorten(r.texts[0], 110)};
+    h.x_label = "source subwords (\xE2\x96\x81 starts a word)";
+    h.y_label = "target subwords, each on the row that produced it";
+    h.bar.label = "attention weight (each row sums to 1)";
+    h.bar.vmin = 0;
+    h.bar.vmax = plot::value_range(h.values).second;
+    char name[32];
+    std::snprintf(name, sizeof name, "%0*zu.png", digits, i + 1);
+    plot::write_png((std::filesystem::path(dir) / name).string(), plot::render_heatmap(h));
+    ++written;
+  }
+  return written;
+}
+
 int run_translate(const po::variables_map& vm) {
   const std::string model_path = get<std::string>(vm, "model");
   const std::string input = get<std::string>(vm, "input"), output = get<std::string>(vm, "output");
@@ -114,6 +184,11 @@ int run_translate(const po::variables_map& vm) {
   if (batch_size < 1) throw UsageError("--batch-size must be at least 1");
   const seq2seq::SearchOptions search = search_options(vm);
   const bool nbest = !vm["nbest"].defaulted();
+  const std::string pictures =
+      vm.count("attention-dir") ? get<std::string>(vm, "attention-dir") : "";
+  const seq2seq::AlignmentOptions alignment = alignment_options(vm);
+  if (pictures.empty() && (!vm["attention-layer"].defaulted() || !vm["attention-head"].defaulted()))
+    throw UsageError("--attention-layer and --attention-head need --attention-dir");
 
   seq2seq::LoadedTranslation loaded = seq2seq::load_translation(model_path);
   const datasets::Tokenizer tokenizer = [&] {
@@ -125,6 +200,14 @@ int run_translate(const po::variables_map& vm) {
   }();
   const std::vector<std::string> lines = read_lines(input);
   const std::string input_name = input == "-" ? "standard input" : input;
+  if (!pictures.empty()) {
+    seq2seq::describe(*loaded.model, alignment);  // a layer or head the model lacks: fail now
+    std::error_code ec;
+    std::filesystem::create_directories(pictures, ec);
+    if (!std::filesystem::is_directory(pictures))
+      throw Error("--attention-dir " + pictures + ": cannot create the directory" +
+                  (ec ? " (" + ec.message() + ")" : std::string()));
+  }
 
   seq2seq::Translator translator(*loaded.model, tokenizer, search, batch_size);
   std::unique_ptr<Progress> progress;
@@ -164,6 +247,12 @@ int run_translate(const po::variables_map& vm) {
     }
   }
   write_output(output, text.str());
+  if (!pictures.empty()) {
+    const int64_t n =
+        write_alignments(pictures, input_name, *loaded.model, tokenizer, lines, results, alignment);
+    std::fprintf(stderr, "vitk: wrote %lld alignment picture%s to %s\n", static_cast<long long>(n),
+                 n == 1 ? "" : "s", pictures.c_str());
+  }
   const int64_t searched = static_cast<int64_t>(lines.size()) - empty;
   std::fprintf(stderr,
                "vitk: translated %lld sentences (%lld empty, %lld truncated) in %.2f s: "
@@ -199,7 +288,8 @@ void register_translate_commands(Registry& registry) {
       "vitk translate --model m.h5 --input test.es --nbest 4 --beam-size 8   # i ||| hyp ||| "
       "score\n"
       "vitk translate --model m.h5 --sample --temperature 0.7 --top-k 20 --seed 1 < in.txt\n"
-      "vitk translate --model m.h5 --input test.es --precision bf16";
+      "vitk translate --model m.h5 --input test.es --precision bf16\n"
+      "vitk translate --model m.h5 --input test.es --attention-dir align   # align/0001.png, ...";
   t.add_options = [](po::options_description& o) {
     o.add_options()  //
         ("model", po::value<std::string>()->required()->value_name("CKPT"),
@@ -224,7 +314,14 @@ void register_translate_commands(Registry& registry) {
         ("max-length-offset", po::value<int64_t>()->default_value(50)->value_name("N"),
          "at most source length + N target tokens (and never more than the model's limit)")  //
         ("batch-size", po::value<int64_t>()->default_value(32)->value_name("N"),
-         "sentences per search (sorted by length inside, output in input order)");
+         "sentences per search (sorted by length inside, output in input order)")  //
+        ("attention-dir", po::value<std::string>()->value_name("DIR"),
+         "also draw, per translated line, the cross-attention between its subwords and the "
+         "translation's (of the best hypothesis) as DIR/0001.png, ... (line numbers)")  //
+        ("attention-layer", po::value<std::string>()->default_value("last")->value_name("N"),
+         "--attention-dir: the decoder layer, 0-based, or 'last'")  //
+        ("attention-head", po::value<std::string>()->default_value("mean")->value_name("N"),
+         "--attention-dir: one head, 0-based, or 'mean' of all heads");
     add_precision_option(o);
   };
   t.run = run_translate;

@@ -189,17 +189,21 @@ ClassifyStats classify_files(VisionTransformer& model, const std::vector<std::st
     if (s->rows > 0) {
       arena.reset();
       const Tensor logits = model.forward(ctx, s->images.rows(0, s->rows));  // [rows, classes]
+      const int64_t image_floats = config.channels * config.image_height * config.image_width;
       int64_t row = 0;
       for (ImageResult& r : s->items) {
         if (!r.ok()) continue;
         top_k(logits.f32() + row * classes, classes, options.top_k, r.classes, r.probabilities);
+        r.row = row;
+        r.input = s->images.f32() + row * image_floats;
         ++row;
       }
     }
     stats.model_seconds += timer.seconds();
-    for (const ImageResult& r : s->items) {
+    for (ImageResult& r : s->items) {
       ++(r.ok() ? stats.images : stats.failed);
       on_result(r);
+      r.row = -1, r.input = nullptr;  // the slot's buffer is about to be reused
     }
     pipeline.release(s);
   }

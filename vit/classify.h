@@ -30,6 +30,11 @@ struct ImageResult {
   std::string error;                 // why the file could not be classified; empty if it was
   std::vector<int> classes;          // the top-k classes, most probable first
   std::vector<float> probabilities;  // their softmax probabilities
+  // During on_result only (the batch's buffers are reused afterwards), for a file that was
+  // classified: its row in the model's last forward (e.g. for kept attention weights) and its
+  // normalised input [C, H, W] as the model read it; -1 and null otherwise.
+  int64_t row = -1;
+  const float* input = nullptr;
   bool ok() const { return error.empty(); }
 };
 

@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "common/nn/attention_impl.h"
+#include "common/nn/mask.h"
 
 namespace vitk::nn {
 
@@ -56,8 +57,7 @@ Tensor build_mask(Context& ctx, int64_t B, int64_t Tq, int64_t Tk, const Attenti
   for (int64_t b = 0; b < mb; ++b)
     for (int64_t i = 0; i < mq; ++i)
       for (int64_t j = 0; j < Tk; ++j) {
-        const bool hidden = (padded && j >= len[b]) || (mask.causal && j > i + (Tk - Tq));
-        if (hidden) p[(b * mq + i) * Tk + j] = minus_inf;
+        if (!mask_visible(mask, len, b, i, j, Tq, Tk)) p[(b * mq + i) * Tk + j] = minus_inf;
       }
   return m;
 }
