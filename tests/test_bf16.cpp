@@ -1,8 +1,12 @@
 // The bf16 products and packed weights (ops::Precision::bf16, ops::WeightCache): each product
-// against a naive double loop on bf16-rounded operands. The product of two bf16 values is exact
-// in f32, so the only difference is the f32 summation order: the tolerance is the f32 one. Every
-// test also checks that it could tell: the same reference on unrounded operands is further away
-// than the tolerance. Skipped on CPUs without AVX512_BF16.
+// against naive double loops, twice.
+// 1. On bf16-rounded operands: the product of two bf16 values is exact in f32, so the only
+//    difference is the f32 summation order, and the tolerance is the f32 one. Every such check
+//    also shows that it could tell: the same reference on unrounded operands is further away.
+// 2. On the unrounded operands, with the bound that bf16's 8-bit significand (7 stored bits and
+//    the implicit one) gives: rounding to nearest changes a value by at most u = 2⁻⁸ of itself,
+//    so each term x·w moves by at most (2u + u²)·|x·w|, and the sum by (2u + u²)·Σ|x·w|.
+// Skipped on CPUs without AVX512_BF16.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -80,6 +84,34 @@ std::vector<double> naive_db(const Tensor& dy, const Tensor& db0) {
   return db;
 }
 
+// bf16's unit roundoff: 8 significant bits, round to nearest.
+constexpr double kBf16U = 1.0 / 256;
+
+// |got − exact| ≤ (2u + u²)·Σ|x·w| + the f32 summation tolerance, elementwise, where `magnitude`
+// holds Σ|x·w| of each output (the reference run on |x| and |w|).
+::testing::AssertionResult within_bf16_bound(const Tensor& got, const std::vector<double>& exact,
+                                             const std::vector<double>& magnitude, double f32_tol) {
+  if (static_cast<size_t>(got.numel()) != exact.size() || exact.size() != magnitude.size())
+    return ::testing::AssertionFailure() << "sizes differ";
+  const std::vector<double> g = to_double(got);
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double bound =
+        (2 * kBf16U + kBf16U * kBf16U) * magnitude[i] + f32_tol * (1 + std::fabs(exact[i]));
+    const double err = std::fabs(g[i] - exact[i]);
+    if (!(err <= bound))
+      return ::testing::AssertionFailure()
+             << "element " << i << ": got " << g[i] << ", exact " << exact[i] << ", |error| " << err
+             << " > bound " << bound << " (Σ|x·w| = " << magnitude[i] << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+Tensor absolute(const Tensor& t) {
+  Tensor out(t.shape());
+  for (int64_t i = 0; i < t.numel(); ++i) out.f32()[i] = std::fabs(t.f32()[i]);
+  return out;
+}
+
 double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
   double d = 0;
   for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
@@ -90,10 +122,11 @@ struct Mkn {
   int64_t m, k, n;
 };
 
-// Small odd shapes, shapes that pad oneDNN's 16×64 weight blocks, and ViT-sized ones that run the
-// blocked kernels on both threads.
-const std::vector<Mkn> kShapes = {{1, 1, 1},     {3, 5, 7},      {17, 33, 65},
-                                  {64, 96, 130}, {197, 768, 96}, {300, 200, 256}};
+// Small odd shapes, shapes that pad oneDNN's 16×64 weight blocks, ViT-sized ones that run the
+// blocked kernels on both threads, and square weights (K = N), whose forward (wᵀ) and
+// backward-data (w) forms share dims and layout but not contents.
+const std::vector<Mkn> kShapes = {{1, 1, 1},      {3, 5, 7},       {17, 33, 65}, {64, 96, 130},
+                                  {197, 768, 96}, {300, 200, 256}, {33, 64, 64}, {197, 192, 192}};
 
 class Bf16Linear : public ::testing::TestWithParam<Mkn> {};
 
@@ -132,6 +165,18 @@ TEST_P(Bf16Linear, ForwardBackwardDataAndWeightsMatchNaiveOnRoundedOperands) {
   EXPECT_TRUE(bitwise_equal(dx2, dx));
   EXPECT_TRUE(bitwise_equal(dw2, dw));
   EXPECT_TRUE(bitwise_equal(db2, db));
+
+  // Against the unrounded operands, within what the 8-bit significand allows (the bias is added
+  // in f32: it is not part of Σ|x·w|).
+  const Tensor ax = absolute(x), aw = absolute(w), ady = absolute(dy);
+  EXPECT_TRUE(
+      within_bf16_bound(y, naive_linear(x, w, b), naive_linear(ax, aw, Tensor()), product_tol(s.k)))
+      << "forward";
+  EXPECT_TRUE(within_bf16_bound(dx, naive_dx(dy, w), naive_dx(ady, aw), product_tol(s.n)))
+      << "backward-data";
+  EXPECT_TRUE(within_bf16_bound(dw, naive_dw(x, dy, dw0), naive_dw(ax, ady, Tensor({s.n, s.k})),
+                                product_tol(s.m)))
+      << "backward-weights";
 
   // The tolerance tells rounded operands from unrounded ones (big enough shapes only: a single
   // product can round to nothing).
@@ -212,6 +257,10 @@ TEST(Bf16Bmm, TensorsWithTransposesMatchNaiveOnRoundedOperands) {
           << "ta " << ta << " tb " << tb;
       EXPECT_GT(max_abs_diff(naive_bmm(a, ta, b, tb, B * H, M, K, N, 0.125), want),
                 10 * product_tol(K));
+      EXPECT_TRUE(within_bf16_bound(
+          c, naive_bmm(a, ta, b, tb, B * H, M, K, N, 0.125),
+          naive_bmm(absolute(a), ta, absolute(b), tb, B * H, M, K, N, 0.125), product_tol(K)))
+          << "ta " << ta << " tb " << tb << ": against the unrounded operands";
     }
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "common/error.h"
@@ -14,6 +15,10 @@ namespace vitk::ops {
 struct WeightCache::Impl {
   struct Form {
     dnnl::memory::desc desc;  // the layout (and type) a primitive asked for
+    // The layout of the plain weight it was made from (desc_key): w [N, K] or wᵀ as strides. A
+    // square weight's forward (wᵀ) and backward-data (w) forms have the same dims and often the
+    // same blocked layout, so the layout alone would hand one of them the other's transpose.
+    std::string source;
     std::shared_ptr<void> data;
     size_t bytes = 0;
     uint64_t version = 0;
@@ -54,9 +59,9 @@ void round_to_bf16(const Tensor& src, Tensor& dst) {
 }
 
 bool prefer_packed_f32(int64_t m, int64_t k, int64_t n) {
-  // Measured with oneDNN 2.6 on the 2-core AVX-512 machine (README, "Speed of the ops"): the
-  // blocked layout gains 8–10% for wide outputs (N ≥ 2K: qkv and fc1 of a ViT), and loses a
-  // little or nothing elsewhere.
+  // With oneDNN 2.6 on the 2-core AVX-512 machine, `vitk bench ops --packed` showed the blocked
+  // layout gaining for wide outputs (N ≥ 2K: qkv and fc1 of a ViT) and losing a little or
+  // nothing elsewhere. The figures are not in the README yet: re-measure on an idle machine.
   (void)m;
   return n >= 2 * k;
 }
@@ -140,11 +145,14 @@ const void* weight_form(const Packing& packing, const Operand& source,
     return dst;
   }
   WeightCache::Impl& cache = packing.cache->impl();
-  auto it = std::find_if(cache.forms.begin(), cache.forms.end(),
-                         [&](const WeightCache::Impl::Form& f) { return f.desc == want; });
+  const std::string source_key = desc_key(source.desc());
+  auto it = std::find_if(
+      cache.forms.begin(), cache.forms.end(),
+      [&](const WeightCache::Impl::Form& f) { return f.desc == want && f.source == source_key; });
   if (it == cache.forms.end()) {
     WeightCache::Impl::Form f;
     f.desc = want;
+    f.source = source_key;
     f.bytes = want.get_size();
     f.data = aligned_alloc_shared(f.bytes);
     cache.forms.push_back(std::move(f));
