@@ -127,6 +127,7 @@ seq2seq::AlignmentOptions alignment_options(const po::variables_map& vm) {
   seq2seq::AlignmentOptions o;
   o.layer = index("attention-layer", "last");
   o.head = index("attention-head", "mean");
+  o.precision = precision_from(vm);
   return o;
 }
 
