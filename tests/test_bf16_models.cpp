@@ -45,6 +45,14 @@ namespace {
 
 constexpr double kU = 1.0 / 256;  // bf16's unit roundoff, 2⁻⁸
 
+// Tiny shapes gain nothing from threads, and on a shared machine every parallel region can wait a
+// long time for a busy core (test_seq2seq.cpp does the same): the training runs use one thread.
+struct OneThread {
+  const int saved = ops::num_threads();
+  OneThread() { ops::set_num_threads(1); }
+  ~OneThread() { ops::set_num_threads(saved); }
+};
+
 struct Diff {
   double max_abs = 0, scale = 1, rel_l2 = 0;
 };
@@ -214,6 +222,7 @@ std::vector<double> vit_losses(ops::Precision precision, int steps) {
 
 TEST(Bf16Training, AViTLearnsAsInF32) {
   SKIP_WITHOUT_BF16();
+  const OneThread one_thread;
   const int steps = 120;
   const std::vector<double> f32 = vit_losses(ops::Precision::f32, steps);
   const std::vector<double> bf16 = vit_losses(ops::Precision::bf16, steps);
@@ -282,6 +291,7 @@ std::vector<double> copy_losses(ops::Precision precision, int steps) {
 
 TEST(Bf16Training, TheCopyTaskLossFallsAsInF32) {
   SKIP_WITHOUT_BF16();
+  const OneThread one_thread;
   const int steps = 300;
   const std::vector<double> f32 = copy_losses(ops::Precision::f32, steps);
   const std::vector<double> bf16 = copy_losses(ops::Precision::bf16, steps);
