@@ -35,6 +35,7 @@ void ParamStore::finalize() {
     p.grad = Tensor::view(grads_.f32() + p.offset, p.shape);
   }
   finalized_ = true;
+  mark_changed();
 }
 
 Parameter* ParamStore::find(const std::string& name) {
@@ -63,6 +64,26 @@ int64_t ParamStore::numel() const {
 
 void ParamStore::zero_grad() {
   if (finalized_) grads_.zero();
+}
+
+}  // namespace vitk
+
+namespace vitk {
+
+void ParamStore::mark_changed() {
+  for (auto& p : params_) ++p.version;
+}
+
+void ParamStore::drop_packed() {
+  for (auto& p : params_)
+    if (p.packed) p.packed->clear();
+}
+
+size_t ParamStore::packed_bytes() const {
+  size_t n = 0;
+  for (const auto& p : params_)
+    if (p.packed) n += p.packed->bytes();
+  return n;
 }
 
 }  // namespace vitk

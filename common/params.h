@@ -2,10 +2,13 @@
 // Named parameters in one contiguous arena, their gradients in a second arena of the same layout.
 // Layers add() their parameters while they are built; finalize() allocates both arenas once.
 // The optimizer then works on flat arrays, and a checkpoint is a walk over the named views.
+#include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "common/ops/ops.h"
 #include "common/tensor.h"
 
 namespace vitk {
@@ -18,6 +21,13 @@ struct Parameter {
   size_t offset = 0;     // in floats, into both arenas; a multiple of 16 (64 bytes)
   Tensor value;          // view into the value arena (valid after finalize)
   Tensor grad;           // view into the gradient arena (valid after finalize)
+  // Identifies the contents of value: bumped by ParamStore::mark_changed(), which everything that
+  // writes parameter values calls (the optimizers' step, checkpoint loading, model init, EMA
+  // swaps). Packed copies of the weight made at another version are rebuilt (ops::WeightCache).
+  uint64_t version = 0;
+  // The packed forms of value (bf16 and blocked layouts) that the linear products read, made on
+  // first use (nn::weight_of).
+  std::shared_ptr<ops::WeightCache> packed;
   int64_t numel() const { return shape_numel(shape); }
 };
 
@@ -44,6 +54,14 @@ class ParamStore {
   const Tensor& values() const { return values_; }
   const Tensor& grads() const { return grads_; }
   void zero_grad();
+  // Call after writing parameter values (all or some): bumps every parameter's version, so that
+  // no product reads a weight packed before the write. Code that writes values directly (tests,
+  // importers) must call it before the next forward.
+  void mark_changed();
+  // Drops every packed weight form (their memory), e.g. when a model will not run again soon.
+  void drop_packed();
+  // Memory held by the packed forms of all parameters.
+  size_t packed_bytes() const;
 
  private:
   std::deque<Parameter> params_;

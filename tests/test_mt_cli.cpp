@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "common/optim/optim.h"
 #include "common/seq2seq/checkpoint.h"
+#include "tests/mt_corpus.h"
 #include "tests/profile_table.h"
 #include "tests/vitk_process.h"
 
@@ -26,8 +27,11 @@ namespace {
 
 namespace fs = std::filesystem;
 using vitk::testing::run_vitk;
+using vitk::testing::sentences;
 using vitk::testing::slurp_file;
 using vitk::testing::VitkResult;
+using vitk::testing::write_tsv;
+const std::vector<std::string>& kTiny = vitk::testing::kTinyMtModel;
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -46,36 +50,6 @@ std::vector<std::string> fields_of(const std::string& line, char sep) {
   for (std::string x; std::getline(in, x, sep);) f.push_back(x);
   return f;
 }
-
-// Sentences of 2 to 6 words drawn from 16 made-up words.
-std::vector<std::string> sentences(int count, uint32_t seed) {
-  static const std::vector<std::string> kWords = {"kalo", "mine", "suta", "ripo", "dena", "lomi",
-                                                  "neka", "tari", "pode", "sumi", "kane", "lori",
-                                                  "mepo", "tade", "nilo", "resa"};
-  std::mt19937 gen(seed);
-  std::vector<std::string> out;
-  for (int i = 0; i < count; ++i) {
-    const int n = 2 + static_cast<int>(gen() % 5);
-    std::string s;
-    for (int k = 0; k < n; ++k) s += (k ? " " : "") + kWords[gen() % kWords.size()];
-    out.push_back(s);
-  }
-  return out;
-}
-
-// The copy task as a TSV file.
-void write_tsv(const fs::path& path, const std::vector<std::string>& s) {
-  std::ofstream out(path);
-  for (const auto& x : s) out << x << "\t" << x << "\n";
-}
-
-// A model that learns the copy task in a few hundred steps of a few milliseconds.
-// clang-format off
-const std::vector<std::string> kTiny = {
-    "--model.d_model", "64", "--model.heads", "4", "--model.d_ff", "128", "--model.layers", "2",
-    "--model.decoder_layers", "2", "--model.dropout", "0", "--model.max_length", "24",
-    "--vocab-size", "40", "--max-tokens", "480", "--warmup-steps", "100", "--threads", "1"};
-// clang-format on
 
 std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());

@@ -20,6 +20,7 @@
 #include "common/params.h"
 #include "common/tensor.h"
 #include "fixture_io.h"
+#include "model_fixtures.h"
 #include "vit/vit.h"
 
 using namespace vitk;
@@ -91,24 +92,6 @@ Errors compare(const std::string& what, const Tensor& got, const Tensor& want) {
   return e;
 }
 
-vit::VitConfig config_of(const test::FixtureFile& f) {
-  vit::VitConfig c;
-  c.image_height = f.attr_int("image_height");
-  c.image_width = f.attr_int("image_width");
-  c.patch_size = f.attr_int("patch_size");
-  c.channels = f.attr_int("channels");
-  c.num_classes = f.attr_int("num_classes");
-  c.d_model = f.attr_int("d_model");
-  c.heads = f.attr_int("heads");
-  c.d_ff = f.attr_int("d_ff");
-  c.layers = static_cast<int>(f.attr_int("layers"));
-  c.pool = f.attr_string("pool");
-  c.norm_eps = static_cast<float>(f.attr_float("norm_eps"));
-  c.preprocess.mean.assign(static_cast<size_t>(c.channels), 0.5f);
-  c.preprocess.std.assign(static_cast<size_t>(c.channels), 0.5f);
-  return c;
-}
-
 std::string joined(const std::vector<std::string>& names) {
   std::string s;
   for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
@@ -120,7 +103,7 @@ class ParityVit : public ::testing::TestWithParam<const char*> {};
 TEST_P(ParityVit, MatchesPyTorch) {
   const std::string name = GetParam();
   test::FixtureFile f(fixture_path(name));
-  const vit::VitConfig config = config_of(f);
+  const vit::VitConfig config = test::vit_config_of(f);
   ParamStore store;
   vit::VisionTransformer model(store, config);
   store.finalize();

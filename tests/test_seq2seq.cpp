@@ -20,6 +20,7 @@
 #include "common/seq2seq/model.h"
 #include "common/seq2seq/search.h"
 #include "fixture_io.h"
+#include "model_fixtures.h"
 #include "op_test_util.h"
 
 using namespace vitk;
@@ -546,12 +547,7 @@ TEST_P(Seq2SeqParity, MatchesPyTorch) {
   const OneThread one_thread;
   const test::FixtureFile f(std::string(VITK_SOURCE_DIR) + "/tests/fixtures/seq2seq/" + GetParam() +
                             ".h5");
-  std::map<std::string, std::string> settings;
-  for (const char* key :
-       {"vocab_size", "d_model", "heads", "d_ff", "layers", "decoder_layers", "activation",
-        "pre_norm", "tied_embeddings", "max_length", "dropout", "attention_dropout"})
-    settings[key] = f.attr_string(key);
-  const TransformerConfig c = from_config_map(settings, f.path());
+  const TransformerConfig c = seq2seq_config_of(f);
   ParamStore store;
   Transformer model(store, c);
   store.finalize();

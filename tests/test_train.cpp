@@ -680,6 +680,44 @@ TEST_F(TrainCli, BadOptionsAndPathsFailBeforeAnythingIsWritten) {
   }
 }
 
+// bf16 products in training: the products round to bf16, the weights, gradients and AdamW state
+// stay f32 (the checkpoint loads as any other), and the run learns the textures as in f32. Then
+// eval runs the checkpoint at both precisions and reports how far they agree.
+TEST_F(TrainCli, LearnsInBf16WithF32MasterWeightsAndEvalComparesThePrecisions) {
+  if (!ops::bf16_supported()) GTEST_SKIP() << "no AVX512_BF16 (" << ops::cpu_isa() << ")";
+  Result r = train("out", {"--epochs", "4", "--precision", "bf16"});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "precision bf16")) << r.out;
+  auto lines = split_lines(slurp(dir_ / "out/metrics.csv"));
+  ASSERT_EQ(lines.size(), 5u) << slurp(dir_ / "out/metrics.csv");
+  auto last = split_csv(lines.back());
+  ASSERT_EQ(last.size(), 10u);
+  EXPECT_GT(std::stod(last[6]), 80.0) << "chance is 25%\n" << r.out;
+  EXPECT_LT(std::stod(last[3]), std::stod(split_csv(lines[1])[3])) << "the loss falls";
+  const CheckpointBytes c = read_all((dir_ / "out/last.h5").string(), {"exp_avg", "exp_avg_sq"});
+  EXPECT_EQ(c.optimizer_steps, 32);
+  for (const auto& [name, bytes] : c.tensors) {
+    // f32 master values: some of them use the 16 low bits that a bf16 weight would leave 0.
+    bool low_bits = false;
+    for (size_t i = 0; i + 4 <= bytes.size() && !low_bits; i += 4)
+      low_bits = bytes[i] != 0 || bytes[i + 1] != 0;
+    EXPECT_TRUE(low_bits) << name << " looks rounded to bf16";
+  }
+
+  Result e = run({"eval", "--model", "out/best.h5", "--data", data_.string(), "--precision", "bf16",
+                  "--compare-precision", "f32"},
+                 "eval");
+  ASSERT_EQ(e.status, 0) << e.out << e.err;
+  EXPECT_TRUE(contains(e.out, "precision: bf16, every batch also at f32")) << e.out;
+  EXPECT_TRUE(contains(e.out, "f32 against bf16 on the same 64 images:")) << e.out;
+  const size_t at = e.out.find("top-1 agreement: ");
+  ASSERT_NE(at, std::string::npos) << e.out;
+  const size_t open = e.out.find('(', at);
+  ASSERT_NE(open, std::string::npos) << e.out;
+  const int differ = std::stoi(e.out.substr(open + 1));
+  EXPECT_LE(differ, 3) << "of 64 predictions differ between bf16 and f32\n" << e.out;
+}
+
 TEST_F(TrainCli, RefusesToOverwriteARunAndEvalChecksItsInputs) {
   Result r = train("out", {"--epochs", "2", "--no-aug", "--max-steps", "2"});
   ASSERT_EQ(r.status, 0) << r.err;

@@ -392,6 +392,26 @@ std::string format_value(const po::variable_value& value) {
   return os.str();
 }
 
+void add_precision_option(po::options_description& o, bool training) {
+  const std::string help =
+      std::string(
+          "type of the matrix products: f32, or bf16 (weights and activations rounded to bf16 "
+          "for the products, f32 accumulation; layer norms, softmax, GELU and losses in f32; "
+          "needs a CPU with AVX512_BF16)") +
+      (training ? "; bf16 training keeps f32 master weights, gradients and optimizer state, so "
+                  "checkpoints are the same"
+                : "");
+  o.add_options()("precision",
+                  po::value<std::string>()->default_value("f32")->value_name("f32|bf16"),
+                  help.c_str());
+}
+
+ops::Precision precision_from(const po::variables_map& vm) {
+  const ops::Precision p = ops::parse_precision(vm["precision"].as<std::string>());
+  ops::require_precision(p, "--precision");
+  return p;
+}
+
 int run_cli(const Registry& registry, int argc, const char* const* argv) {
   int code = kExitFailure;
   try {

@@ -11,6 +11,8 @@
 
 #include <boost/program_options.hpp>
 
+#include "common/ops/ops.h"
+
 namespace vitk::tools {
 
 namespace po = boost::program_options;
@@ -66,6 +68,13 @@ std::string version_line();
 // A printable form of a parsed option value (ints, floats, bools, strings and vectors of them),
 // for subcommands that echo their configuration into a log.
 std::string format_value(const po::variable_value& value);
+
+// --precision f32|bf16 for the subcommands that run a model: the type of the matrix products.
+// `training`: the help also says that bf16 training keeps f32 master weights and state.
+void add_precision_option(po::options_description& o, bool training = false);
+// The --precision given, checked before anything is loaded: vitk::UsageError (exit 2) for a bad
+// value, or for bf16 on a CPU without AVX512_BF16 (naming the option and the ISA oneDNN sees).
+ops::Precision precision_from(const po::variables_map& vm);
 
 // ---- Registration hooks, one per tools/cmd_*.cpp (called from main.cpp) ----------------------
 // `vitk env`: version, threads, CPU ISA, bf16 support and the options it was given (tools/cli.cpp).

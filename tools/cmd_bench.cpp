@@ -58,26 +58,20 @@ int run_bench(const po::variables_map& vm) {
   if (what != "ops" && what != "layers" && what != "vit-step" && what != "mt-step")
     throw UsageError("unknown benchmark '" + what +
                      "' (available: ops, layers, vit-step, mt-step, compare)");
+  const ops::Precision precision = precision_from(vm);
   bench::OpsBenchOptions options;
   options.repeats = vm["repeats"].as<int>();
   options.min_seconds = vm["min-time"].as<double>();
+  options.bf16 = precision == ops::Precision::bf16;
+  if (options.repeats < 1) throw UsageError("--repeats must be at least 1");
   if (what == "layers") {
-    if (options.repeats < 1) throw UsageError("--repeats must be at least 1");
     // Tab-separated seconds per call; tests/bench/core_vs_pytorch.py puts PyTorch beside them.
-    bench::print_layer_rows(std::cout,
-                            bench::run_layer_bench(options.repeats, options.min_seconds));
+    bench::print_layer_rows(
+        std::cout, bench::run_layer_bench(options.repeats, options.min_seconds, precision));
     return kExitOk;
   }
-  const std::string precision = vm["precision"].as<std::string>();
-  if (precision != "f32" && precision != "bf16")
-    throw UsageError("--precision must be f32 or bf16, not '" + precision + "'");
-  if (options.repeats < 1) throw UsageError("--repeats must be at least 1");
   if (!(options.min_seconds > 0)) throw UsageError("--min-time must be positive");
-  options.bf16 = precision == "bf16";
-  if (options.bf16 && !ops::bf16_supported())
-    throw Error("--precision bf16 needs a CPU with AVX512_BF16; oneDNN sees " + ops::cpu_isa());
   if (what == "vit-step" || what == "mt-step") {
-    if (options.bf16) throw UsageError(what + ": --precision bf16 is not available yet");
     bench::StepTiming timing;
     timing.rounds = options.repeats;
     timing.steps = vm["steps"].as<int>();
@@ -88,12 +82,14 @@ int run_bench(const po::variables_map& vm) {
       bench::VitStepOptions vo;
       vo.timing = timing;
       vo.batch = batch;
+      vo.precision = precision;
       vo.drop_path = vm["drop-path"].as<float>();
       bench::print_vit_step(std::cout, vo, bench::run_vit_step_bench(vo, &std::cerr));
     } else {
       bench::MtStepOptions mo;
       mo.timing = timing;
       mo.batch = batch;
+      mo.precision = precision;
       const int length = vm["length"].as<int>();
       if (length < 1) throw UsageError("--length must be >= 1");
       mo.source_length = mo.target_length = length;
@@ -102,10 +98,19 @@ int run_bench(const po::variables_map& vm) {
     return kExitOk;
   }
 
-  std::cout << "vitk bench ops: " << precision << ", " << ops::num_threads() << " threads, "
-            << ops::cpu_isa() << ", median of " << options.repeats << " rounds\n"
-            << "bare = one oneDNN matmul of the same M·N·K with plain layouts, no bias, no "
-               "accumulation\n"
+  options.packed = vm["packed"].as<bool>();
+  options.rows = vm["rows"].as<int64_t>();
+  if (options.rows < 0) throw UsageError("--rows must be >= 0");
+  std::cout << "vitk bench ops: " << ops::precision_name(precision) << ", " << ops::num_threads()
+            << " threads, " << ops::cpu_isa() << ", median of " << options.repeats << " rounds\n"
+            << "bare = one oneDNN matmul of the same M·N·K with plain layouts and "
+            << ops::precision_name(precision) << " operands, no bias, no accumulation\n"
+            << "vitk = the layer's op on f32 activations and an f32 master weight"
+            << (options.packed ? ", packed once (inference)"
+                : options.bf16 ? ", packed into bf16 before every forward and backward-data "
+                                 "call (a new weight each step, as in training)"
+                               : ", read in place (training)")
+            << "\n"
             << std::flush;
   auto rows = bench::run_ops_bench(bench::default_linear_shapes(), options);
   bench::print_ops_table(std::cout, rows);
@@ -127,6 +132,7 @@ void register_bench_commands(Registry& registry) {
       "vitk bench ops --threads 2 --repeats 11 --precision bf16\n"
       "vitk bench layers   # seconds per call; see tests/bench/core_vs_pytorch.py\n"
       "vitk bench vit-step --threads 2 --repeats 5 --steps 10   # the Fashion-MNIST ViT\n"
+      "vitk bench vit-step --precision bf16 --repeats 3\n"
       "vitk bench mt-step --repeats 3 --steps 5   # transformer-small, 128 x 32 tokens; see "
       "tests/bench/mt_train_vs_pytorch.py\n"
       "vitk bench compare -- --quick   # vitk against PyTorch: runs tests/bench/compare.py";
@@ -142,8 +148,6 @@ void register_bench_commands(Registry& registry) {
                                    "timed rounds per measurement; the table shows medians")(
         "min-time", po::value<double>()->default_value(0.05, "0.05")->value_name("SECONDS"),
         "each round repeats the call for at least this long")(
-        "precision", po::value<std::string>()->default_value("f32")->value_name("f32|bf16"),
-        "data type of inputs and weights (accumulation is always f32)")(
         "steps", po::value<int>()->default_value(10)->value_name("N"),
         "vit-step, mt-step: training steps per timed round")(
         "batch-size", po::value<int>()->default_value(128)->value_name("N"),
@@ -153,8 +157,14 @@ void register_bench_commands(Registry& registry) {
         "length", po::value<int>()->default_value(32)->value_name("N"),
         "mt-step: tokens of every source and target sentence")(
         "no-breakdown", po::bool_switch(), "vit-step, mt-step: skip the profiled round")(
+        "packed", po::bool_switch(),
+        "ops: weights packed once into oneDNN's blocked layout, as in inference (f32 at every "
+        "shape)")("rows", po::value<int64_t>()->default_value(0)->value_name("M"),
+                  "ops: rows (tokens) of every product; 0: 8x197 for ViT-B/16, 4096 for "
+                  "Transformer-base")(
         "compare-args", po::value<std::vector<std::string>>()->value_name("WORDS"),
         "compare: the words after `--`, for tests/bench/compare.py (see its --help)");
+    add_precision_option(o, /*training=*/true);
   };
   c.add_positional = [](po::positional_options_description& p) {
     p.add("what", 1).add("compare-args", -1);

@@ -223,6 +223,8 @@ int run_classify(const po::variables_map& vm) {
   const bool benchmark = vm["benchmark"].as<bool>();
   if (json && csv) throw UsageError("--json and --csv exclude each other");
   vit::ClassifyOptions options;
+  options.precision = precision_from(vm);
+  options.packed_weights = !vm["plain-weights"].as<bool>();
   options.batch_size = vm["batch-size"].as<int64_t>();
   options.top_k = vm["top-k"].as<int>();
   options.decode.max_pixels = vm["max-pixels"].as<int64_t>();
@@ -270,14 +272,19 @@ int run_classify(const po::variables_map& vm) {
     std::optional<ops::profile::StepProfile> batches;
     if (profile) batches.emplace("batch");
     const vit::Throughput t = vit::measure_throughput(
-        *loaded.model, options.batch_size, benchmark_seconds, batches ? &*batches : nullptr);
+        *loaded.model, options.batch_size, benchmark_seconds, options.precision,
+        options.packed_weights, batches ? &*batches : nullptr);
     std::printf("%s: %s, %lld parameters\n", model_path.c_str(), describe(config).c_str(),
                 static_cast<long long>(loaded.params->numel()));
+    const std::string weights = options.precision == ops::Precision::bf16 ? "packed bf16 weights"
+                                : options.packed_weights                  ? "packed f32 weights"
+                                                                          : "plain f32 weights";
     std::printf(
-        "model alone, batch %lld, %d threads, %s: %.1f images/s (%lld batches in %.2f s, %.2f s "
-        "of CPU: %.1f images per CPU-second)\n",
+        "model alone, batch %lld, %d threads, %s, %s: %.1f images/s (%lld batches in %.2f s, "
+        "%.2f s of CPU: %.1f images per CPU-second)\n",
         static_cast<long long>(t.batch_size), ops::num_threads(), ops::cpu_isa().c_str(),
-        t.images_per_second(), static_cast<long long>(t.batches), t.seconds, t.cpu_seconds,
+        weights.c_str(), t.images_per_second(), static_cast<long long>(t.batches), t.seconds,
+        t.cpu_seconds,
         t.cpu_seconds > 0 ? static_cast<double>(t.batch_size * t.batches) / t.cpu_seconds : 0.0);
     if (batches)
       batches->print(std::cout, "--profile, the " + std::to_string(t.batches) +
@@ -381,6 +388,8 @@ void register_classify_commands(Registry& registry) {
       "find photos -name '*.jpg' | vitk classify --model vit-b16.h5 - --csv\n"
       "vitk classify --model vit-b16.h5 --benchmark --batch-size 32   # images/s, model alone\n"
       "vitk classify --benchmark --random-weights --config configs/vit-b16.ini\n"
+      "vitk classify --benchmark --random-weights --config configs/vit-b16.ini --batch-size 1 "
+      "--precision bf16\n"
       "vitk classify datasets/samples/*.png --attention-dir pictures   # one PNG per image";
   c.add_options = [](po::options_description& o) {
     add_resolution_options(o,
@@ -429,7 +438,11 @@ void register_classify_commands(Registry& registry) {
         "--model.* options or the [model] section of --config (default ViT-B/16 at 224)")(
         "profile", po::bool_switch(),
         "with --benchmark (no images): also print where a batch spends its time, exclusive "
-        "wall time per op and shape");
+        "wall time per op and shape")(
+        "plain-weights", po::bool_switch(),
+        "f32: read every weight in its stored layout instead of packing the ones where oneDNN's "
+        "blocked layout is faster (for speed comparisons)");
+    add_precision_option(o);
     po::options_description model(
         "Model of --random-weights (the [model] section of a config file)");
     add_vit_options(model);

@@ -107,6 +107,7 @@ void add_options(po::options_description& o) {
       ("log-interval", po::value<int64_t>()->default_value(50),
        "steps between progress lines when the output is not a terminal");
   add_profile_options(opt);
+  add_precision_option(opt, /*training=*/true);
   po::options_description val("Validation");
   val.add_options()  //
       ("valid-freq", po::value<int64_t>()->default_value(1000),
@@ -165,6 +166,7 @@ seq2seq::TrainOptions train_options(const po::variables_map& vm) {
   t.valid_batch_size = vm["valid-batch-size"].as<int64_t>();
   t.early_stopping = vm["early-stopping"].as<int>();
   t.keep_last = vm["keep-last"].as<int>();
+  t.precision = precision_from(vm);
   return t;
 }
 

@@ -28,7 +28,11 @@ void add_eval_options(po::options_description& o) {
        "images: an IDX directory, an image-folder root or a CSV of path,label")              //
       ("split", po::value<std::string>()->default_value("val"), "val or train")              //
       ("batch-size,b", po::value<int64_t>()->default_value(128), "images per forward pass")  //
-      ("prefetch", po::value<int>()->default_value(3), "batches the loader prepares ahead");
+      ("prefetch", po::value<int>()->default_value(3), "batches the loader prepares ahead")  //
+      ("compare-precision", po::value<std::string>()->value_name("f32|bf16"),
+       "also run every batch at this precision and report how the predictions agree (top-1 "
+       "agreement, logit differences)");
+  add_precision_option(o);
   add_resolution_options(o,
                          "evaluate at this input size, N or HxW, the position embeddings "
                          "resampled to the new patch grid without fine-tuning (default: the "
@@ -37,6 +41,11 @@ void add_eval_options(po::options_description& o) {
 
 int run_eval(const po::variables_map& vm) {
   vit::EvalOptions e;
+  e.precision = precision_from(vm);
+  if (vm.count("compare-precision")) {
+    e.compare_precision = ops::parse_precision(vm["compare-precision"].as<std::string>());
+    ops::require_precision(*e.compare_precision, "--compare-precision");
+  }
   if (vm.count("model")) e.model = vm["model"].as<std::string>();
   if (vm.count("data")) e.data = vm["data"].as<std::string>();
   const std::string split = vm["split"].as<std::string>();
@@ -81,7 +90,9 @@ void register_train_commands(Registry& registry) {
   eval.example =
       "vitk eval --model runs/fm/best.h5 --data /usr/share/datasets/fashion-mnist\n"
       "vitk eval --config configs/vit-fmnist.ini --model runs/fm/ema.h5 --split train -b 256\n"
-      "vitk eval --model runs/fm/best.h5 --data /usr/share/datasets/fashion-mnist --image-size 56";
+      "vitk eval --model runs/fm/best.h5 --data /usr/share/datasets/fashion-mnist --image-size 56\n"
+      "vitk eval --model vit/models/fmnist-vit.h5 --data /usr/share/datasets/fashion-mnist "
+      "--precision bf16 --compare-precision f32";
   eval.add_options = add_eval_options;
   eval.run = run_eval;
   registry.add(std::move(eval));

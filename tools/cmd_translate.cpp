@@ -106,6 +106,7 @@ seq2seq::SearchOptions search_options(const po::variables_map& vm) {
   o.temperature = get<float>(vm, "temperature");
   o.top_k = get<int64_t>(vm, "top-k");
   o.seed = get<uint64_t>(vm, "seed");
+  o.precision = precision_from(vm);
   auto need = [](bool ok, const std::string& what) {
     if (!ok) throw UsageError(what);
   };
@@ -138,6 +139,7 @@ seq2seq::AlignmentOptions alignment_options(const po::variables_map& vm) {
   seq2seq::AlignmentOptions o;
   o.layer = index("attention-layer", "last");
   o.head = index("attention-head", "mean");
+  o.precision = precision_from(vm);
   return o;
 }
 
@@ -306,6 +308,7 @@ void register_translate_commands(Registry& registry) {
       "vitk translate --model m.h5 --input test.es --nbest 4 --beam-size 8   # i ||| hyp ||| "
       "score\n"
       "vitk translate --model m.h5 --sample --temperature 0.7 --top-k 20 --seed 1 < in.txt\n"
+      "vitk translate --model m.h5 --input test.es --precision bf16\n"
       "vitk translate --model m.h5 --input test.es --attention-dir align   # align/0001.png, ...";
   t.add_options = [](po::options_description& o) {
     o.add_options()  //
@@ -342,6 +345,7 @@ void register_translate_commands(Registry& registry) {
         ("profile", po::bool_switch(),
          "at the end, print to stderr where the translation spent its time: exclusive wall time "
          "per op and shape over the whole run");
+    add_precision_option(o);
   };
   t.run = run_translate;
   registry.add(std::move(t));

@@ -157,6 +157,7 @@ void add_train_options(po::options_description& o, TrainCommand command) {
        "steps between progress lines when the output is not a terminal")  //
       ("prefetch", po::value<int>()->default_value(3), "batches the loader prepares ahead");
   add_profile_options(opt);
+  add_precision_option(opt, /*training=*/true);
   po::options_description aug("Augmentation (training only)");
   aug.add_options()                                                                            //
       ("scale", words("0.08", "1"), "random resized crop: range of the area fraction")         //
@@ -222,6 +223,7 @@ vit::TrainOptions train_options(const po::variables_map& vm, TrainCommand comman
   t.log_interval = vm["log-interval"].as<int64_t>();
   t.prefetch = vm["prefetch"].as<int>();
   t.profile_every = profile_every(vm, &t.profile);
+  t.precision = precision_from(vm);
   auto& a = t.augment;
   a.scale = two_floats(vm, "scale");
   a.ratio = two_floats(vm, "ratio");

@@ -46,6 +46,7 @@ io::CheckpointMeta load_vit_weights(const std::string& path, const VitConfig& co
     if (new_head)
       for (Parameter& p : params.params())
         if (is_head(p.name)) p.value.zero();
+    params.mark_changed();
     return meta;
   }
   // Load at the stored size, with every check load_checkpoint makes, then carry the weights
@@ -73,6 +74,7 @@ io::CheckpointMeta load_vit_weights(const std::string& path, const VitConfig& co
                   std::to_string(config.num_classes) + " classes (" + shape_str(p.shape) + ")");
     std::memcpy(p.value.f32(), value.f32(), value.nbytes());
   }
+  params.mark_changed();
   return meta;
 }
 

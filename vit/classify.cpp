@@ -181,6 +181,8 @@ ClassifyStats classify_files(VisionTransformer& model, const std::vector<std::st
   nn::Context ctx;
   ctx.training = false;
   ctx.arena = &arena;
+  ctx.precision = options.precision;
+  ctx.packed_weights = options.packed_weights;
   Pipeline pipeline(paths, options, config.channels, config.image_height, config.image_width);
   while (Slot* s = pipeline.next()) {
     Timer timer;
@@ -211,6 +213,7 @@ ClassifyStats classify_files(VisionTransformer& model, const std::vector<std::st
 }
 
 Throughput measure_throughput(VisionTransformer& model, int64_t batch_size, double min_seconds,
+                              ops::Precision precision, bool packed_weights,
                               ops::profile::StepProfile* profile) {
   if (batch_size < 1) throw UsageError("--batch-size must be at least 1");
   const VitConfig& c = model.config();
@@ -222,13 +225,15 @@ Throughput measure_throughput(VisionTransformer& model, int64_t batch_size, doub
   nn::Context ctx;
   ctx.training = false;
   ctx.arena = &arena;
+  ctx.precision = precision;
+  ctx.packed_weights = packed_weights;
   auto batch = [&] {
     if (profile) profile->begin();
     arena.reset();
     model.forward(ctx, images);
     if (profile) profile->end();
   };
-  batch();  // creates primitives, grows the arena
+  batch();  // creates primitives, packs the weights, grows the arena
   Throughput t;
   t.batch_size = batch_size;
   Timer timer;

@@ -20,7 +20,9 @@ struct ClassifyOptions {
   int top_k = 5;            // capped at the number of classes
   Preprocess preprocess;    // the eval transform, usually the checkpoint's
   datasets::DecodeOptions decode;
-  int prefetch = 2;  // batches prepared ahead of the model
+  int prefetch = 2;                                // batches prepared ahead of the model
+  ops::Precision precision = ops::Precision::f32;  // of the model's matrix products
+  bool packed_weights = true;  // f32: weights in oneDNN's blocked layout where faster
 };
 
 struct ImageResult {
@@ -73,6 +75,8 @@ struct Throughput {
 // `profile` (may be null) is begun and ended around every batch, the warm-up batch included
 // (StepProfile leaves it out).
 Throughput measure_throughput(VisionTransformer& model, int64_t batch_size, double min_seconds,
+                              ops::Precision precision = ops::Precision::f32,
+                              bool packed_weights = true,
                               ops::profile::StepProfile* profile = nullptr);
 
 }  // namespace vitk::vit

@@ -1,5 +1,6 @@
 // Evaluation of a ViT: top-1, top-5, loss and the confusion matrix, and `vitk eval`'s report.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <ostream>
 #include <sstream>
@@ -35,12 +36,14 @@ std::string percent(double x) {
 }  // namespace
 
 EvalResult evaluate(VisionTransformer& model, datasets::Loader& loader, Arena& arena,
-                    Progress* progress, const std::atomic<int>* stop) {
+                    Progress* progress, const std::atomic<int>* stop,
+                    const EvalSettings& settings) {
   const int64_t classes = model.config().num_classes;
   EvalResult r;
   r.classes = classes;
   r.confusion.assign(static_cast<size_t>(classes * classes), 0);
-  double loss_sum = 0;
+  if (settings.compare) r.comparison = PrecisionComparison{*settings.compare};
+  double loss_sum = 0, abs_diff_sum = 0;
   loader.start_epoch(0);
   datasets::Batch batch;
   int64_t batches = 0;
@@ -49,7 +52,30 @@ EvalResult evaluate(VisionTransformer& model, datasets::Loader& loader, Arena& a
     nn::Context ctx;
     ctx.training = false;
     ctx.arena = &arena;
+    ctx.precision = settings.precision;
+    ctx.packed_weights = settings.packed_weights;
     const Tensor logits = model.forward(ctx, batch.images);  // [B, classes]
+    if (r.comparison) {
+      nn::Context other = ctx;
+      other.precision = *settings.compare;
+      const Tensor second = model.forward(other, batch.images);  // [B, classes]
+      PrecisionComparison& c = *r.comparison;
+      const int32_t* labels = batch.labels.i32();
+      for (int64_t i = 0; i < logits.dim(0); ++i) {
+        const float* a = logits.f32() + i * classes;
+        const float* b = second.f32() + i * classes;
+        const int64_t pa = std::max_element(a, a + classes) - a;
+        const int64_t pb = std::max_element(b, b + classes) - b;
+        c.agree += pa == pb;
+        c.top1 += pb == labels[i];
+        for (int64_t j = 0; j < classes; ++j) {
+          const double d = std::fabs(static_cast<double>(a[j]) - b[j]);
+          c.max_abs_diff = std::max(c.max_abs_diff, d);
+          c.max_abs_logit = std::max(c.max_abs_logit, std::fabs(static_cast<double>(a[j])));
+          abs_diff_sum += d;
+        }
+      }
+    }
     const ops::CrossEntropyStats s = ops::cross_entropy_forward(logits, batch.labels, 0.f);
     loss_sum += s.loss * static_cast<double>(s.count);
     const int64_t b = logits.dim(0);
@@ -77,7 +103,27 @@ EvalResult evaluate(VisionTransformer& model, datasets::Loader& loader, Arena& a
   }
   if (progress) progress->finish();
   r.loss = r.count ? loss_sum / static_cast<double>(r.count) : 0.0;
+  if (r.comparison && r.count)
+    r.comparison->mean_abs_diff = abs_diff_sum / static_cast<double>(r.count * classes);
   return r;
+}
+
+std::string format_comparison(const EvalResult& r, ops::Precision first) {
+  if (!r.comparison) return "";
+  const PrecisionComparison& c = *r.comparison;
+  const double n = static_cast<double>(std::max<int64_t>(r.count, 1));
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "%s against %s on the same %lld images:\n"
+                "  top-1 agreement: %s (%lld predictions differ)\n"
+                "  top-1 accuracy: %s at %s, %s at %s\n"
+                "  logits: max |difference| %.4g, mean |difference| %.3g (max |logit| %.4g)\n",
+                ops::precision_name(c.precision), ops::precision_name(first),
+                static_cast<long long>(r.count), percent(100.0 * c.agree / n).c_str(),
+                static_cast<long long>(r.count - c.agree), percent(r.top1_percent()).c_str(),
+                ops::precision_name(first), percent(100.0 * c.top1 / n).c_str(),
+                ops::precision_name(c.precision), c.max_abs_diff, c.mean_abs_diff, c.max_abs_logit);
+  return line;
 }
 
 std::string format_eval_report(const EvalResult& r, const std::vector<std::string>& names) {
@@ -196,6 +242,10 @@ EvalResult run_eval(const EvalOptions& o, std::ostream& out, bool tty) {
         << loaded.stored_width / cfg.patch_size << ") to " << cfg.image_height << "x"
         << cfg.image_width << " (grid " << cfg.grid_height() << "x" << cfg.grid_width()
         << "), bicubic, align_corners " << (loaded.align_corners ? "true" : "false") << "\n";
+  out << "precision: " << ops::precision_name(o.precision);
+  if (o.compare_precision)
+    out << ", every batch also at " << ops::precision_name(*o.compare_precision);
+  out << "\n";
   out << "data: " << data->source() << " (" << (o.split == datasets::Split::val ? "val" : "train")
       << " split, " << data->size() << " images)\n"
       << std::flush;
@@ -205,10 +255,15 @@ EvalResult run_eval(const EvalOptions& o, std::ostream& out, bool tty) {
   po.line_every = 100;
   Progress progress(out, "eval", loader.batches_per_epoch(), po);
   Arena arena;
-  EvalResult r = evaluate(*loaded.model, loader, arena, &progress);
+  EvalSettings settings;
+  settings.precision = o.precision;
+  settings.packed_weights = true;
+  settings.compare = o.compare_precision;
+  EvalResult r = evaluate(*loaded.model, loader, arena, &progress, nullptr, settings);
   char line[128];
   std::snprintf(line, sizeof line, "%.1f images/s\n\n", progress.items_per_second());
   out << line << format_eval_report(r, names);
+  if (r.comparison) out << "\n" << format_comparison(r, o.precision);
   return r;
 }
 

@@ -505,6 +505,7 @@ ImportedVit import_vit(const std::string& path, const ImportOptions& options) {
       throw Error(path + ": tensor " + in_quotes(slot.parts[0] ? slot.parts[0]->name : name) +
                   " maps to vitk's " + in_quotes(name) + ", which this " +
                   std::to_string(c.layers) + "-block " + c.pool + "-pool model does not have");
+  out.params->mark_changed();
 
   // ---- class names ----
   if (!options.class_names.empty()) {

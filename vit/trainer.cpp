@@ -569,7 +569,8 @@ void Run::log_setup() {
   L << "run: " << o_.epochs << " epochs of " << bpe_ << " steps, batch " << o_.batch_size
     << ", seed " << state_.seed;
   if (o_.max_steps > 0) L << ", --max-steps " << o_.max_steps;
-  L << "; threads " << ops::num_threads() << " (" << ops::cpu_isa() << ")\n";
+  L << "; threads " << ops::num_threads() << " (" << ops::cpu_isa() << "); precision "
+    << ops::precision_name(o_.precision) << "\n";
   L << "output: " << output_ << " (last.h5, best.h5" << (o_.model_ema ? ", ema.h5" : "")
     << ", metrics.csv)\n";
   if (resumed_) {
@@ -704,6 +705,7 @@ void Run::train_step(const datasets::Batch& batch) {
   ctx.training = true;
   ctx.arena = &arena_;
   ctx.rng = &rng_;
+  ctx.precision = o_.precision;
   Tensor logits;  // [B, classes]
   {
     ops::profile::Scope scope("model forward (rest)");
@@ -761,12 +763,14 @@ bool Run::finish_epoch(int64_t epoch) {
   po.unit = "batch";
   po.line_every = 0;  // in a log, the summary line below is enough
   Progress progress(log_, "validate", val_loader_->batches_per_epoch(), po);
-  const EvalResult val = evaluate(*model_, *val_loader_, arena_, &progress, stop_);
+  EvalSettings at;
+  at.precision = o_.precision;
+  const EvalResult val = evaluate(*model_, *val_loader_, arena_, &progress, stop_, at);
   EvalResult ema_val;
   if (val.complete && ema_) {
     Progress ema_progress(log_, "validate EMA", val_loader_->batches_per_epoch(), po);
     ema_->swap_with(*params_);
-    ema_val = evaluate(*model_, *val_loader_, arena_, &ema_progress, stop_);
+    ema_val = evaluate(*model_, *val_loader_, arena_, &ema_progress, stop_, at);
     ema_->swap_with(*params_);
   }
   state_.seconds += epoch_timer_.seconds();

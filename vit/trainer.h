@@ -89,6 +89,9 @@ struct TrainOptions {
   // per op and shape) at the end of the run, and every profile_every steps when that is > 0.
   bool profile = false;
   int64_t profile_every = 0;
+  // --precision of the matrix products, in training and validation. bf16 keeps f32 master
+  // weights, gradients and optimizer state: checkpoints do not depend on it.
+  ops::Precision precision = ops::Precision::f32;
 
   FinetuneOptions finetune;
 
@@ -120,6 +123,16 @@ TrainResult train(const TrainOptions& options, std::ostream& log, bool tty = fal
 
 // ---- Evaluation --------------------------------------------------------------------------------
 
+// Predictions at two precisions on the same images (vitk eval --compare-precision).
+struct PrecisionComparison {
+  ops::Precision precision = ops::Precision::f32;  // the second one
+  int64_t top1 = 0;                                // images right at the second precision
+  int64_t agree = 0;         // images with the same arg-max at both precisions
+  double max_abs_diff = 0;   // largest |logit difference| over all images and classes
+  double mean_abs_diff = 0;  // mean |logit difference|
+  double max_abs_logit = 0;  // largest |logit| at the first precision, for scale
+};
+
 struct EvalResult {
   int64_t classes = 0;
   int64_t count = 0;               // images
@@ -127,6 +140,7 @@ struct EvalResult {
   int64_t top1 = 0, top5 = 0;      // images whose label is the arg-max / among the 5 largest
   std::vector<int64_t> confusion;  // [classes × classes], row = true class, column = predicted
   bool complete = true;            // false when stopped early by `stop`
+  std::optional<PrecisionComparison> comparison;  // with EvalSettings::compare
 
   double top1_percent() const { return count ? 100.0 * top1 / count : 0.0; }
   double top5_percent() const { return count ? 100.0 * top5 / count : 0.0; }
@@ -135,11 +149,20 @@ struct EvalResult {
   }
 };
 
+// How evaluate() runs the model.
+struct EvalSettings {
+  ops::Precision precision = ops::Precision::f32;
+  bool packed_weights = false;  // nn::Context::packed_weights
+  // Also run every batch at this precision and compare the predictions (EvalResult::comparison).
+  std::optional<ops::Precision> compare;
+};
+
 // One pass of `loader` (an evaluation loader: training = false) through the model in inference
 // mode. `arena` holds the activations; `progress` (may be null) is updated per batch; `stop`
 // (may be null) ends the pass early (complete = false).
 EvalResult evaluate(VisionTransformer& model, datasets::Loader& loader, Arena& arena,
-                    Progress* progress = nullptr, const std::atomic<int>* stop = nullptr);
+                    Progress* progress = nullptr, const std::atomic<int>* stop = nullptr,
+                    const EvalSettings& settings = {});
 
 struct EvalOptions {
   std::string model;  // --model: a checkpoint
@@ -151,6 +174,8 @@ struct EvalOptions {
   datasets::Split split = datasets::Split::val;
   int64_t batch_size = 128;
   int prefetch = 3;
+  ops::Precision precision = ops::Precision::f32;   // --precision
+  std::optional<ops::Precision> compare_precision;  // --compare-precision
 };
 
 // Loads the checkpoint, evaluates it on the data and prints the report to `out` (the data's
@@ -161,5 +186,7 @@ EvalResult run_eval(const EvalOptions& options, std::ostream& out, bool tty = fa
 // class names (the matrix only up to 40 classes).
 std::string format_eval_report(const EvalResult& result,
                                const std::vector<std::string>& class_names);
+// "bf16 against f32 on the same 10000 images: top-1 agreement ..." (result.comparison set).
+std::string format_comparison(const EvalResult& result, ops::Precision first);
 
 }  // namespace vitk::vit

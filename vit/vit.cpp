@@ -41,6 +41,7 @@ struct VisionTransformer::Impl {
   bool trained = false;
   int64_t batch = 0;
   Tensor patches;  // [B, N, K]
+  ops::Precision precision = ops::Precision::f32;
 };
 
 VisionTransformer::Impl::Impl(ParamStore& params, const VitConfig& c)
@@ -98,6 +99,7 @@ void VisionTransformer::init(ops::Rng& rng) {
       p.value.zero();  // Linear and LayerNorm biases
     }
   }
+  m.store.mark_changed();
 }
 
 namespace {
@@ -211,7 +213,8 @@ Tensor VisionTransformer::forward(nn::Context& ctx, const Tensor& images) {
   Tensor patches = ctx.alloc_uninit({B, N, K});  // [B, N, K]
   extract_patches(images, c.patch_size, patches);
   Tensor emb = ctx.alloc_uninit({B, N, d});  // [B, N, d]
-  ops::linear_forward(patches, m.proj_weight->value.reshaped({d, K}), m.proj_bias->value, emb);
+  ops::linear_forward(patches, nn::weight_of(*m.proj_weight, ctx, {d, K}), m.proj_bias->value, emb,
+                      ctx.precision);
   Tensor x = ctx.alloc_uninit({B, T, d});  // [B, T, d]
   embed_tokens(emb, m.cls_token->value, m.pos_embed->value, x);
   x = m.pos_drop.forward(ctx, x);
@@ -226,6 +229,7 @@ Tensor VisionTransformer::forward(nn::Context& ctx, const Tensor& images) {
   Tensor logits = m.head->forward(ctx, pooled);  // [B, classes]
 
   m.trained = ctx.training;
+  m.precision = ctx.precision;
   m.batch = B;
   m.patches = ctx.training ? patches : Tensor();
   return logits;
@@ -252,10 +256,13 @@ void VisionTransformer::backward(nn::Context& ctx, const Tensor& dlogits, Tensor
   Tensor demb = ctx.alloc_uninit({B, N, d});  // [B, N, d]
   split_token_grads(dx, m.cls_token->grad, m.pos_embed->grad, demb);
   Tensor dw = m.proj_weight->grad.reshaped({d, K});
-  ops::linear_backward_weights(m.patches, demb, dw, m.proj_bias->grad);
+  ops::linear_backward_weights(m.patches, demb, dw, m.proj_bias->grad, m.precision);
   if (dimages) {
     Tensor dpatches = ctx.alloc_uninit({B, N, K});  // [B, N, K]
-    ops::linear_backward_data(demb, m.proj_weight->value.reshaped({d, K}), dpatches);
+    nn::Context at_forward = ctx;
+    at_forward.precision = m.precision;
+    ops::linear_backward_data(demb, nn::weight_of(*m.proj_weight, at_forward, {d, K}), dpatches,
+                              m.precision);
     *dimages = ctx.alloc_uninit({B, c.channels, c.image_height, c.image_width});
     fold_patches(dpatches, c.patch_size, *dimages);
   }

@@ -21,6 +21,7 @@ void init_weights(ParamStore& store, ops::Rng& rng) {
   nn::init_defaults(store);
   for (auto& p : store.params())
     if (p.shape.size() == 2) nn::init_trunc_normal(p.value, 0.02f, rng);
+  store.mark_changed();
 }
 
 double median_seconds(const std::function<void()>& call, int repeats, double min_seconds) {
@@ -31,7 +32,8 @@ double median_seconds(const std::function<void()>& call, int repeats, double min
 
 }  // namespace
 
-std::vector<LayerBenchRow> run_layer_bench(int repeats, double min_seconds) {
+std::vector<LayerBenchRow> run_layer_bench(int repeats, double min_seconds,
+                                           ops::Precision precision) {
   std::vector<LayerBenchRow> rows;
   ops::Rng rng(1);
   Arena arena;
@@ -49,11 +51,14 @@ std::vector<LayerBenchRow> run_layer_bench(int repeats, double min_seconds) {
     auto forward = [&] {
       arena.reset();
       nn::Context ctx{false, &arena, &rng};
+      ctx.precision = precision;
       layer.forward(ctx, x, none);
     };
     auto train = [&] {
       arena.reset();
       nn::Context ctx{true, &arena, &rng};
+      ctx.precision = precision;
+      store.mark_changed();
       layer.forward(ctx, x, none);
       layer.backward(ctx, dy);
     };
@@ -77,11 +82,14 @@ std::vector<LayerBenchRow> run_layer_bench(int repeats, double min_seconds) {
     auto forward = [&] {
       arena.reset();
       nn::Context ctx{false, &arena, &rng};
+      ctx.precision = precision;
       layer.forward(ctx, x, memory, causal, none);
     };
     auto train = [&] {
       arena.reset();
       nn::Context ctx{true, &arena, &rng};
+      ctx.precision = precision;
+      store.mark_changed();
       layer.forward(ctx, x, memory, causal, none);
       Tensor dmemory;
       layer.backward(ctx, dy, &dmemory);

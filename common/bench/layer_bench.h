@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "common/ops/ops.h"
+
 namespace vitk::bench {
 
 struct LayerBenchRow {
@@ -14,7 +16,10 @@ struct LayerBenchRow {
   double seconds = 0;  // median
 };
 
-std::vector<LayerBenchRow> run_layer_bench(int repeats, double min_seconds);
+// forward+backward marks the weights changed after every call, as an optimizer step would, so
+// that bf16 pays its weight packing once per step as in training.
+std::vector<LayerBenchRow> run_layer_bench(int repeats, double min_seconds,
+                                           ops::Precision precision = ops::Precision::f32);
 // Tab-separated: layer, pass, shape, seconds — read by tests/bench/core_vs_pytorch.py.
 void print_layer_rows(std::ostream& out, const std::vector<LayerBenchRow>& rows);
 

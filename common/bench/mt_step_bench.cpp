@@ -60,6 +60,7 @@ StepResult run_mt_step_bench(const MtStepOptions& o, std::ostream* log) {
     ctx.training = true;
     ctx.arena = &arena;
     ctx.rng = &rng;
+    ctx.precision = o.precision;
     Tensor logits, dlogits;
     {
       ops::profile::Scope s("model forward (rest)");
@@ -92,7 +93,7 @@ void print_mt_step(std::ostream& out, const MtStepOptions& o, const StepResult& 
       std::to_string(m.decoder_layers) + " layers, " + std::to_string(m.heads) + " heads, d_ff " +
       std::to_string(m.d_ff) + ", vocabulary " + std::to_string(m.vocab_size) + ", batch " +
       std::to_string(o.batch) + "x" + std::to_string(o.source_length) + "->" +
-      std::to_string(o.target_length) + ", f32";
+      std::to_string(o.target_length) + ", " + ops::precision_name(o.precision);
   print_step_result(out, "mt-step", what, static_cast<double>(o.batch * o.target_length),
                     "target tokens", r);
 }

@@ -7,6 +7,7 @@
 #include <iosfwd>
 
 #include "common/bench/step_bench.h"
+#include "common/ops/ops.h"
 #include "common/seq2seq/config.h"
 
 namespace vitk::bench {
@@ -17,6 +18,7 @@ struct MtStepOptions {
   int64_t source_length = 32;
   int64_t target_length = 32;  // target positions predicted per sentence
   StepTiming timing;
+  ops::Precision precision = ops::Precision::f32;  // of the matrix products
 
   static seq2seq::TransformerConfig small_model();
 };

@@ -43,33 +43,44 @@ Tensor random_tensor(Shape shape, DType dt, uint64_t seed) {
 std::vector<OpsBenchRow> run_ops_bench(const std::vector<LinearShape>& shapes,
                                        const OpsBenchOptions& options,
                                        void (*progress)(const OpsBenchRow&)) {
-  const DType dt = options.bf16 ? DType::bf16 : DType::f32;
+  const DType bare_dt = options.bf16 ? DType::bf16 : DType::f32;
+  const ops::Precision precision = options.bf16 ? ops::Precision::bf16 : ops::Precision::f32;
   std::vector<OpsBenchRow> rows;
-  for (const auto& s : shapes) {
+  for (const auto& shape : shapes) {
+    LinearShape s = shape;
+    if (options.rows > 0) s.rows = options.rows;
     const int64_t m = s.rows, k = s.in, n = s.out;
-    Tensor x = random_tensor({m, k}, dt, 1), w = random_tensor({n, k}, dt, 2);
+    // vitk's operands: f32 activations and master weight, as the layers hold them.
+    Tensor x = random_tensor({m, k}, DType::f32, 1), w = random_tensor({n, k}, DType::f32, 2);
     Tensor b = random_tensor({n}, DType::f32, 3), y({m, n});
-    Tensor dy = random_tensor({m, n}, dt, 4), dx({m, k}), dw({n, k}), db({n});
+    Tensor dy = random_tensor({m, n}, DType::f32, 4), dx({m, k}), dw({n, k}), db({n});
+    ops::WeightCache cache;
+    uint64_t version = 1;
+    // The weight as a layer passes it; in training mode a new version before every use.
+    auto weight = [&]() {
+      if (!options.packed) ++version;
+      ops::Weight wt{w, options.bf16 || options.packed ? &cache : nullptr, version};
+      wt.force_pack_f32 = options.packed;
+      return wt;
+    };
     // Bare matmuls: the same M·N·K products with every operand plain and no bias or accumulation.
-    Tensor bare_b_fwd = random_tensor({k, n}, dt, 5);
-    Tensor bare_a_bww = random_tensor({n, m}, dt, 6);
+    Tensor bare_x = random_tensor({m, k}, bare_dt, 1), bare_dy = random_tensor({m, n}, bare_dt, 4);
+    Tensor bare_w = random_tensor({n, k}, bare_dt, 2);
+    Tensor bare_b_fwd = random_tensor({k, n}, bare_dt, 5);
+    Tensor bare_a_bww = random_tensor({n, m}, bare_dt, 6);
     Tensor bare_out_bww({n, k});
-    Tensor dx_f32({m, k});
 
     struct Pass {
       const char* name;
       std::function<void()> vitk_call, bare_call;
     };
-    Tensor empty;
     std::vector<Pass> passes = {
-        {"forward", [&] { ops::linear_forward(x, w, b, y); },
-         [&] { ops::bmm(x, false, bare_b_fwd, false, y); }},
-        {"backward-data", [&] { ops::linear_backward_data(dy, w, dx); },
-         [&] { ops::bmm(dy, false, w, false, dx_f32); }},
-        // bf16 bias gradients would need an f32 dy; time the weight product alone then.
-        {"backward-weights",
-         [&] { ops::linear_backward_weights(x, dy, dw, options.bf16 ? empty : db); },
-         [&] { ops::bmm(bare_a_bww, false, x, false, bare_out_bww); }},
+        {"forward", [&] { ops::linear_forward(x, weight(), b, y, precision); },
+         [&] { ops::bmm(bare_x, false, bare_b_fwd, false, y); }},
+        {"backward-data", [&] { ops::linear_backward_data(dy, weight(), dx, precision); },
+         [&] { ops::bmm(bare_dy, false, bare_w, false, dx); }},
+        {"backward-weights", [&] { ops::linear_backward_weights(x, dy, dw, db, precision); },
+         [&] { ops::bmm(bare_a_bww, false, bare_x, false, bare_out_bww); }},
     };
     const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * k;
     for (auto& pass : passes) {

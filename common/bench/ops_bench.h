@@ -21,7 +21,15 @@ std::vector<LinearShape> default_linear_shapes();
 struct OpsBenchOptions {
   int repeats = 7;            // timed rounds; each reports the median
   double min_seconds = 0.05;  // each timing repeats its call until at least this long
-  bool bf16 = false;          // bf16 inputs and weights (f32 accumulation and output)
+  // bf16 products as the layers run them: f32 activations rounded inside the op, the f32 master
+  // weight packed into bf16 blocks (f32 accumulation and outputs). The bare matmul gets bf16
+  // operands.
+  bool bf16 = false;
+  // false: as in training, the weight changes before every forward and backward-data call, so
+  // bf16 packs it each time (f32 reads it in place). true: as in inference, weights packed once
+  // (f32 too, at every shape, to see where packing pays: ops::prefer_packed_f32).
+  bool packed = false;
+  int64_t rows = 0;  // M of every shape; 0: the shapes' own
 };
 
 struct OpsBenchRow {

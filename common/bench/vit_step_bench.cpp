@@ -52,6 +52,7 @@ StepResult run_vit_step_bench(const VitStepOptions& o, std::ostream* log) {
     ctx.training = true;
     ctx.arena = &arena;
     ctx.rng = &rng;
+    ctx.precision = o.precision;
     Tensor logits;
     {
       ops::profile::Scope s("model forward (rest)");
@@ -79,7 +80,8 @@ StepResult run_vit_step_bench(const VitStepOptions& o, std::ostream* log) {
 }
 
 void print_vit_step(std::ostream& out, const VitStepOptions& o, const StepResult& r) {
-  print_step_result(out, "vit-step", "batch " + std::to_string(o.batch) + ", f32",
+  print_step_result(out, "vit-step",
+                    "batch " + std::to_string(o.batch) + ", " + ops::precision_name(o.precision),
                     static_cast<double>(o.batch), "images", r);
 }
 

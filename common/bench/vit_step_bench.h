@@ -5,6 +5,7 @@
 #include <iosfwd>
 
 #include "common/bench/step_bench.h"
+#include "common/ops/ops.h"
 
 namespace vitk::bench {
 
@@ -12,6 +13,7 @@ struct VitStepOptions {
   int64_t batch = 128;
   float drop_path = 0.f;  // the recipe's config uses 0.05; PyTorch's script has none
   StepTiming timing;
+  ops::Precision precision = ops::Precision::f32;  // of the matrix products
 };
 
 StepResult run_vit_step_bench(const VitStepOptions& options, std::ostream* log = nullptr);

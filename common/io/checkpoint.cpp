@@ -885,6 +885,7 @@ CheckpointMeta load_checkpoint(const std::string& path, ParamStore& params,
     }
 
     copy_slots(staged, params, params.values().f32());
+    params.mark_changed();
     for (size_t b = 0; b < opt.state.size(); ++b)
       copy_slots(staged_state[b], params, opt.state[b].second->f32());
     if (optimizer) optimizer->set_steps(opt.steps);

@@ -71,6 +71,15 @@ ops::MatrixView heads_view(const Tensor& x, int64_t heads, int64_t head_dim, int
   return ops::heads_view(x, heads, head_dim, block);
 }
 
+// What the products read: x itself, or with bf16 products x rounded once into the arena (each of
+// these tensors feeds two products, so rounding it here halves the work of rounding in the ops).
+Tensor for_products(Context& ctx, ops::Precision precision, const Tensor& x) {
+  if (precision != ops::Precision::bf16 || x.empty() || x.dtype() == DType::bf16) return x;
+  Tensor r = ctx.alloc_uninit(x.shape(), DType::bf16);
+  ops::round_to_bf16(x, r);
+  return r;
+}
+
 }  // namespace
 
 MultiHeadAttention::MultiHeadAttention(ParamStore& params, const std::string& name,
@@ -148,6 +157,13 @@ Tensor MultiHeadAttention::forward(Context& ctx, const Tensor& x, const Tensor& 
     qp = m.qkv->forward(ctx, x);
   }
   const bool strided = m.score.kind == Score::scaled_dot || m.score.kind == Score::dot;
+  const ops::Precision precision = ctx.precision;
+  const bool bf16 = precision == ops::Precision::bf16;
+  if (strided && bf16) {
+    // bf16 products read q, k and v from rounded projections (the backward reads them too).
+    qp = for_products(ctx, precision, qp);
+    kvp = for_products(ctx, precision, kvp);
+  }
   Tensor probs = ctx.alloc_uninit({B, H, Tq, Tk});  // [B, H, Tq, Tk]: scores, then softmax
   Tensor context = ctx.alloc_uninit({B, Tq, d});    // [B, Tq, d], written head by head in place
   m.score_saved = attention::ScoreSaved();
@@ -160,7 +176,7 @@ Tensor MultiHeadAttention::forward(Context& ctx, const Tensor& x, const Tensor& 
   // Without a mask and dropout, one kernel per (batch, head) does the products and the softmax in
   // cache (f32 only: the bf16 path keeps its rounded products).
   const bool fused = strided && mask.key_lengths.empty() && !mask.causal &&
-                     !(training && m.dropout.p > 0.f) && ctx.precision == ops::Precision::f32 &&
+                     !(training && m.dropout.p > 0.f) && !bf16 &&
                      ops::fused_attention_supported(q, k);
   if (fused) {
     ops::fused_attention_forward(q, k, v, score_scale(m.score), probs,
@@ -169,6 +185,7 @@ Tensor MultiHeadAttention::forward(Context& ctx, const Tensor& x, const Tensor& 
     Tensor y = m.proj->forward(ctx, context);  // [B, Tq, d]
     m.saved = training;
     m.strided = m.fused = true;
+    m.precision = precision;
     m.batch = B, m.tq = Tq, m.tk = Tk;
     m.qh = m.kh = m.vh = Tensor();
     if (training) {
@@ -179,7 +196,7 @@ Tensor MultiHeadAttention::forward(Context& ctx, const Tensor& x, const Tensor& 
     return y;
   }
   if (strided) {
-    ops::bmm(q, k.t(), ops::matrix_view(probs), score_scale(m.score), 0.f, ctx.precision);
+    ops::bmm(q, k.t(), ops::matrix_view(probs), score_scale(m.score), 0.f, precision);
   } else {
     qh = ctx.alloc_uninit({B, H, Tq, dh});  // [B, H, Tq, dh]
     kh = ctx.alloc_uninit({B, H, Tk, dh});  // [B, H, Tk, dh]
@@ -195,12 +212,14 @@ Tensor MultiHeadAttention::forward(Context& ctx, const Tensor& x, const Tensor& 
   weights_ = keep_weights ? probs.clone() : Tensor();
 
   Tensor attn = m.dropout.forward(ctx, probs);  // [B, H, Tq, Tk] (probs itself without dropout)
-  ops::bmm(ops::matrix_view(attn), v, heads_view(context, H, dh, 0), 1.f, 0.f, ctx.precision);
+  attn = for_products(ctx, precision, attn);    // f32, or bf16 with bf16 products
+  ops::bmm(ops::matrix_view(attn), v, heads_view(context, H, dh, 0), 1.f, 0.f, precision);
   Tensor y = m.proj->forward(ctx, context);  // [B, Tq, d]
 
   m.saved = training;
   m.strided = strided;
   m.fused = false;
+  m.precision = precision;
   m.batch = B, m.tq = Tq, m.tk = Tk;
   if (training) {
     m.qp = qp, m.kvp = kvp, m.qh = qh, m.kh = kh, m.vh = vh, m.probs = probs, m.attn = attn;
@@ -220,8 +239,11 @@ Tensor MultiHeadAttention::backward(Context& ctx, const Tensor& dy, Tensor* dmem
     throw Error(m.name + ": dy " + shape_str(dy.shape()) + " should be f32 " +
                 shape_str({B, Tq, d}) + " like the forward output");
 
-  Tensor dcontext = m.proj->backward(ctx, dy);                  // [B, Tq, d]
-  const ops::MatrixView dctx = heads_view(dcontext, H, dh, 0);  // [B, H, Tq, dh]
+  const ops::Precision precision = m.precision;
+  Tensor dcontext = m.proj->backward(ctx, dy);  // [B, Tq, d]
+  // [B, H, Tq, dh]; with bf16 products rounded once for dP and dV.
+  const ops::MatrixView dctx =
+      heads_view(m.fused ? dcontext : for_products(ctx, precision, dcontext), H, dh, 0);
   // Gradients of the projections, written head by head in place.
   Tensor dqp = ctx.alloc_uninit(m.qp.shape());                       // [B, Tq, d] or [B, T, 3d]
   Tensor dkvp = cross ? ctx.alloc_uninit(m.kvp.shape()) : Tensor();  // [B, Tk, 2d]
@@ -241,25 +263,27 @@ Tensor MultiHeadAttention::backward(Context& ctx, const Tensor& dy, Tensor* dmem
     return m.qkv->backward(ctx, dqp);  // [B, T, d]
   }
   const ops::MatrixView v = m.strided ? heads_view(cross ? m.kvp : m.qp, H, dh, vb)
-                                      : ops::matrix_view(m.vh);             // [B, H, Tk, dh]
-  const ops::MatrixView attn = ops::matrix_view(m.attn);                    // [B, H, Tq, Tk]
-  Tensor dattn = ctx.alloc_uninit({B, H, Tq, Tk});                          // [B, H, Tq, Tk]
-  ops::bmm(dctx, v.t(), ops::matrix_view(dattn), 1.f, 0.f, ctx.precision);  // dP = dO·Vᵀ
-  ops::bmm(attn.t(), dctx, heads_view(dk_of, H, dh, vb), 1.f, 0.f, ctx.precision);  // dV = Pᵀ·dO
+                                      : ops::matrix_view(m.vh);                 // [B, H, Tk, dh]
+  const ops::MatrixView attn = ops::matrix_view(m.attn);                        // [B, H, Tq, Tk]
+  Tensor dattn = ctx.alloc_uninit({B, H, Tq, Tk});                              // [B, H, Tq, Tk]
+  ops::bmm(dctx, v.t(), ops::matrix_view(dattn), 1.f, 0.f, precision);          // dP = dO·Vᵀ
+  ops::bmm(attn.t(), dctx, heads_view(dk_of, H, dh, vb), 1.f, 0.f, precision);  // dV = Pᵀ·dO
   Tensor dscores = m.dropout.backward(ctx, dattn);   // [B, H, Tq, Tk]: d(probs) ...
   ops::softmax_backward(m.probs, dscores, dscores);  // ... then d(scores), in place
 
   if (m.strided) {
     const ops::MatrixView q = heads_view(m.qp, H, dh, 0);
     const ops::MatrixView k = heads_view(cross ? m.kvp : m.qp, H, dh, kb);
-    const ops::MatrixView ds = ops::matrix_view(dscores);
+    const ops::MatrixView ds = ops::matrix_view(for_products(ctx, precision, dscores));
     const float scale = score_scale(m.score);
-    ops::bmm(ds, k, heads_view(dqp, H, dh, 0), scale, 0.f, ctx.precision);         // dQ = dS·K
-    ops::bmm(ds.t(), q, heads_view(dk_of, H, dh, kb), scale, 0.f, ctx.precision);  // dK = dSᵀ·Q
+    ops::bmm(ds, k, heads_view(dqp, H, dh, 0), scale, 0.f, precision);         // dQ = dS·K
+    ops::bmm(ds.t(), q, heads_view(dk_of, H, dh, kb), scale, 0.f, precision);  // dK = dSᵀ·Q
   } else {
     Tensor dqh = ctx.alloc_uninit({B, H, Tq, dh});  // [B, H, Tq, dh]
     Tensor dkh = ctx.alloc_uninit({B, H, Tk, dh});  // [B, H, Tk, dh]
-    attention::score_backward(ctx, m.score, m.qh, m.kh, m.score_saved, dscores, dqh, dkh);
+    Context at_forward = ctx;  // the score's products at the forward's precision
+    at_forward.precision = precision;
+    attention::score_backward(at_forward, m.score, m.qh, m.kh, m.score_saved, dscores, dqh, dkh);
     attention::merge_heads(dqh, 0, dqp);
     attention::merge_heads(dkh, kb, dk_of);
   }

@@ -69,11 +69,15 @@ struct MultiHeadAttention::Impl {
   bool saved = false;
   bool strided = false;  // the last forward read q, k, v in place (dot and scaled-dot scores)
   bool fused = false;    // ... with ops::fused_attention_forward (no mask, no dropout, f32)
+  ops::Precision precision = ops::Precision::f32;  // of the last forward's products
   int64_t batch = 0, tq = 0, tk = 0;
-  Tensor qp, kvp;     // strided: self [B, T, 3d] (kvp empty); cross [B, Tq, d] and [B, Tk, 2d]
+  // strided: self [B, T, 3d] (kvp empty); cross [B, Tq, d] and [B, Tk, 2d]. With bf16 products,
+  // their bf16 rounding (what the products read).
+  Tensor qp, kvp;
   Tensor qh, kh, vh;  // copies: [B, H, Tq, dh], [B, H, Tk, dh], [B, H, Tk, dh]
-  Tensor probs;       // softmax output [B, H, Tq, Tk]
-  Tensor attn;        // probs after dropout [B, H, Tq, Tk] (probs itself without dropout)
+  Tensor probs;       // softmax output [B, H, Tq, Tk], f32
+  // probs after dropout [B, H, Tq, Tk] (probs itself without dropout); bf16 with bf16 products
+  Tensor attn;
   attention::ScoreSaved score_saved;
 };
 

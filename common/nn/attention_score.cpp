@@ -28,8 +28,8 @@ void additive_forward(Context& ctx, const ScoreParams& p, const Tensor& q, const
   Tensor qa = ctx.alloc({B, H, Tq, a});  // [B, H, Tq, a] = q · W_qᵀ
   Tensor ka = ctx.alloc({B, H, Tk, a});  // [B, H, Tk, a] = k · W_kᵀ
   Tensor none;
-  ops::linear_forward(q, p.w_q->value, none, qa);
-  ops::linear_forward(k, p.w_k->value, none, ka);
+  ops::linear_forward(q, weight_of(*p.w_q, ctx), none, qa, ctx.precision);
+  ops::linear_forward(k, weight_of(*p.w_k, ctx), none, ka, ctx.precision);
   Tensor act;  // [B, H, Tq, Tk, a], only when training
   if (saved) act = saved->act = ctx.alloc({B, H, Tq, Tk, a});
   const float* qap = qa.f32();
@@ -100,10 +100,8 @@ void additive_backward(Context& ctx, const ScoreParams& p, const Tensor& q, cons
   for (int64_t bh = 0; bh < B * H; ++bh)
     for (int64_t c = 0; c < a; ++c) dv[c] += dvp[bh * a + c];
   Tensor none;
-  ops::linear_backward_data(dqa, p.w_q->value, dq);
-  ops::linear_backward_weights(q, dqa, p.w_q->grad, none);
-  ops::linear_backward_data(dka, p.w_k->value, dk);
-  ops::linear_backward_weights(k, dka, p.w_k->grad, none);
+  ops::linear_backward(q, weight_of(*p.w_q, ctx), dqa, dq, p.w_q->grad, none, ctx.precision);
+  ops::linear_backward(k, weight_of(*p.w_k, ctx), dka, dk, p.w_k->grad, none, ctx.precision);
 }
 
 float dot(const float* x, const float* y, int64_t n) {
@@ -119,17 +117,18 @@ void score_forward(Context& ctx, const ScoreParams& p, const Tensor& q, const Te
                    Tensor& scores, ScoreSaved* saved) {
   switch (p.kind) {
     case Score::scaled_dot:
-      ops::bmm(q, false, k, true, scores, 1.f / std::sqrt(static_cast<float>(p.head_dim)));
+      ops::bmm(q, false, k, true, scores, 1.f / std::sqrt(static_cast<float>(p.head_dim)), 0.f,
+               ctx.precision);
       return;
     case Score::dot:
-      ops::bmm(q, false, k, true, scores);
+      ops::bmm(q, false, k, true, scores, 1.f, 0.f, ctx.precision);
       return;
     case Score::general: {
       // q·W·kᵀ = q·(k·Wᵀ)ᵀ: one linear over the keys, then the same product as the dot score.
       Tensor kw = ctx.alloc(k.shape());  // [B, H, Tk, dh]
       Tensor none;
-      ops::linear_forward(k, p.weight->value, none, kw);
-      ops::bmm(q, false, kw, true, scores);
+      ops::linear_forward(k, weight_of(*p.weight, ctx), none, kw, ctx.precision);
+      ops::bmm(q, false, kw, true, scores, 1.f, 0.f, ctx.precision);
       if (saved) saved->kw = kw;
       return;
     }
@@ -144,17 +143,17 @@ void score_backward(Context& ctx, const ScoreParams& p, const Tensor& q, const T
   switch (p.kind) {
     case Score::scaled_dot:
       ops::bmm_backward(q, false, k, true, dscores, 1.f / std::sqrt(static_cast<float>(p.head_dim)),
-                        dq, dk);
+                        dq, dk, ctx.precision);
       return;
     case Score::dot:
-      ops::bmm_backward(q, false, k, true, dscores, 1.f, dq, dk);
+      ops::bmm_backward(q, false, k, true, dscores, 1.f, dq, dk, ctx.precision);
       return;
     case Score::general: {
       Tensor dkw = ctx.alloc(k.shape());  // [B, H, Tk, dh]
-      ops::bmm_backward(q, false, saved.kw, true, dscores, 1.f, dq, dkw);
+      ops::bmm_backward(q, false, saved.kw, true, dscores, 1.f, dq, dkw, ctx.precision);
       Tensor none;
-      ops::linear_backward_data(dkw, p.weight->value, dk);
-      ops::linear_backward_weights(k, dkw, p.weight->grad, none);
+      ops::linear_backward(k, weight_of(*p.weight, ctx), dkw, dk, p.weight->grad, none,
+                           ctx.precision);
       return;
     }
     case Score::additive:

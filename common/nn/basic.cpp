@@ -28,6 +28,18 @@ Shape with_last(const Shape& s, int64_t last) {
 
 }  // namespace
 
+ops::Weight weight_of(Parameter& p, const Context& ctx, const Shape& as) {
+  ops::Weight w;
+  w.value = as.empty() ? p.value : p.value.reshaped(as);
+  w.version = p.version;
+  w.pack_f32 = ctx.packed_weights && !ctx.training;
+  if (ctx.precision == ops::Precision::bf16 || w.pack_f32) {
+    if (!p.packed) p.packed = std::make_shared<ops::WeightCache>();
+    w.cache = p.packed.get();
+  }
+  return w;
+}
+
 Linear::Linear(ParamStore& params, const std::string& name, int64_t in_features,
                int64_t out_features, bool with_bias)
     : weight(params.add(name + ".weight", {out_features, in_features})),
@@ -41,7 +53,18 @@ Tensor Linear::forward(Context& ctx, const Tensor& x) {
     throw Error(weight.name + ": input " + shape_str(x.shape()) + " does not end in " +
                 std::to_string(in));
   Tensor y = ctx.alloc_uninit(with_last(x.shape(), out));
-  ops::linear_forward(x, weight.value, bias ? bias->value : Tensor(), y);
+  const ops::Weight w = weight_of(weight, ctx);
+  const Tensor b = bias ? bias->value : Tensor();
+  precision_ = ctx.precision;
+  if (ctx.training && ctx.precision == ops::Precision::bf16) {
+    // Rounded once into the arena: the forward product reads it, and the weight gradient again.
+    Tensor xb = ctx.alloc_uninit(x.shape(), DType::bf16);
+    ops::round_to_bf16(x, xb);
+    ops::linear_forward(xb, w, b, y, ctx.precision);
+    x_ = xb;
+    return y;
+  }
+  ops::linear_forward(x, w, b, y, ctx.precision);
   x_ = ctx.training ? x : Tensor();
   return y;
 }
@@ -50,7 +73,9 @@ Tensor Linear::backward(Context& ctx, const Tensor& dy) {
   if (x_.empty()) throw Error(weight.name + ": backward without a training forward");
   Tensor dx = ctx.alloc_uninit(x_.shape());
   Tensor db = bias ? bias->grad : Tensor();
-  ops::linear_backward(x_, weight.value, dy, dx, weight.grad, db);
+  Context at_forward = ctx;  // the products of the backward run at the forward's precision
+  at_forward.precision = precision_;
+  ops::linear_backward(x_, weight_of(weight, at_forward), dy, dx, weight.grad, db, precision_);
   return dx;
 }
 
@@ -110,6 +135,7 @@ void init_defaults(ParamStore& params) {
     else
       p.value.zero();
   }
+  params.mark_changed();
 }
 
 void init_trunc_normal(Tensor& t, float std, ops::Rng& rng, double a, double b) {

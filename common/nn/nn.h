@@ -27,12 +27,23 @@ struct Context {
   bool training = false;
   Arena* arena = nullptr;   // required
   ops::Rng* rng = nullptr;  // required when training with dropout > 0
-  // Of the matrix products (Linear, attention); everything else is f32 either way.
+  // Of the matrix products (Linear, attention); everything else is f32 either way. With bf16 the
+  // products read weights packed once per parameter version (Parameter::version) and round
+  // activations to bf16; accumulation, outputs, norms, softmax, GELU and losses stay f32.
   ops::Precision precision = ops::Precision::f32;
+  // Inference (training == false) at f32: read the weights of the products where oneDNN's blocked
+  // layout is faster (ops::prefer_packed_f32) from their packed forms, made once per parameter
+  // version. Off by default; the commands that only run a loaded model turn it on.
+  bool packed_weights = false;
   Tensor alloc(Shape shape);  // from arena, zero-filled (throws vitk::Error if there is none)
   // From arena, not initialised: for outputs that are overwritten entirely (Arena::alloc_uninit).
   Tensor alloc_uninit(Shape shape, DType dtype = DType::f32);
 };
+
+// A parameter as the linear products take it: its value (viewed as `as` when given, e.g. a
+// convolution weight [d, C, P, P] as [d, C·P·P]), its version and, where ctx's precision or
+// packed_weights asks for packed forms, its cache (made on first use).
+ops::Weight weight_of(Parameter& p, const Context& ctx, const Shape& as = {});
 
 // ---- Basic layers ----
 class Linear {
@@ -47,7 +58,8 @@ class Linear {
   int64_t in, out;
 
  private:
-  Tensor x_;
+  Tensor x_;  // the input kept for backward: f32, or its bf16 rounding with bf16 products
+  ops::Precision precision_ = ops::Precision::f32;  // of the last forward
 };
 
 class LayerNorm {

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <unordered_map>
 
@@ -95,9 +96,38 @@ std::string cpu_isa() {
   }
 }
 
+namespace {
+
+// VITK_ISA_NO_BF16 set to anything but "" or "0": tests of the refusal on a CPU that has bf16.
+bool bf16_hidden() {
+  const char* v = std::getenv("VITK_ISA_NO_BF16");
+  return v && *v && std::string(v) != "0";
+}
+
+}  // namespace
+
 bool bf16_supported() {
+  if (bf16_hidden()) return false;
   auto isa = dnnl::get_effective_cpu_isa();
   return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+}
+
+Precision parse_precision(const std::string& name) {
+  if (name == "f32") return Precision::f32;
+  if (name == "bf16") return Precision::bf16;
+  throw UsageError("--precision must be f32 or bf16, not '" + name + "'");
+}
+
+const char* precision_name(Precision p) {
+  return p == Precision::bf16 ? "bf16" : "f32";
+}
+
+void require_precision(Precision p, const std::string& option) {
+  if (p != Precision::bf16 || bf16_supported()) return;
+  std::string why = "oneDNN sees " + cpu_isa();
+  if (bf16_hidden()) why += ", and VITK_ISA_NO_BF16 hides its bf16 instructions";
+  throw UsageError(option + " bf16 needs a CPU with AVX512_BF16 (" + why + "); use " + option +
+                   " f32");
 }
 
 int64_t primitive_count() {

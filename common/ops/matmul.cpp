@@ -1,29 +1,21 @@
-// Linear layers and batched matrix products on oneDNN's matmul primitive. Transposes are strides,
-// never copies; weights stay in PyTorch's {out, in} layout, which is what the arena holds.
+// Linear layers on oneDNN's matmul primitive. Transposes are strides, never copies; weights stay
+// in PyTorch's {out, in} layout, which is what the arena holds, and are read from there directly
+// in f32, or from their packed forms (ops::WeightCache) in bf16 and in f32 inference where the
+// blocked layout is faster. The batched products are in bmm.cpp.
 #include <algorithm>
 #include <sstream>
 #include <unordered_map>
 #include <vector>
 
 #include "common/error.h"
-#include "common/ops/dnnl_context.h"
-#include "common/ops/ops.h"
+#include "common/ops/matmul_impl.h"
 #include "common/ops/profile.h"
 
 namespace vitk::ops {
+namespace detail {
 namespace {
 
-using detail::wrap;
 using dnnl::memory;
-
-// A matrix operand as oneDNN sees it: logical dims and element strides, batch axes first.
-struct Operand {
-  memory::dims dims;
-  memory::dims strides;
-  DType dtype = DType::f32;
-  const void* data = nullptr;
-  memory::desc desc() const { return memory::desc(dims, detail::dnnl_type(dtype), strides); }
-};
 
 void append_key(std::ostringstream& key, const Operand& op) {
   key << dtype_name(op.dtype) << '{';
@@ -33,18 +25,28 @@ void append_key(std::ostringstream& key, const Operand& op) {
   key << '}';
 }
 
-// c = alpha · a · b (+ bias) + beta · c
+}  // namespace
+
 void run_matmul(const Operand& a, const Operand& b, const Operand* bias, const Operand& c,
-                float alpha, float beta) {
+                float alpha, float beta, const Packing* packing) {
   std::ostringstream key;
   key << "matmul:";
   append_key(key, a);
-  append_key(key, b);
+  if (packing) {
+    // The weight's layout is oneDNN's choice (format any); its type is the product's.
+    key << "packed " << dtype_name(packing->dtype) << '{';
+    for (auto d : b.dims) key << d << ',';
+    key << '}';
+  } else {
+    append_key(key, b);
+  }
   if (bias) append_key(key, *bias);
   append_key(key, c);
   // Exact values: alpha and beta are baked into the primitive.
   key << std::hexfloat << "a" << alpha << "b" << beta;
-  const dnnl::primitive& prim = detail::cached_primitive(key.str(), [&]() {
+  const memory::desc b_any =
+      packing ? memory::desc(b.dims, dnnl_type(packing->dtype), memory::format_tag::any) : b.desc();
+  const dnnl::primitive& prim = cached_primitive(key.str(), [&]() {
     dnnl::primitive_attr attr;
     if (alpha != 1.f) attr.set_output_scales(0, {alpha});
     if (beta != 0.f) {
@@ -52,17 +54,31 @@ void run_matmul(const Operand& a, const Operand& b, const Operand* bias, const O
       po.append_sum(beta);
       attr.set_post_ops(po);
     }
-    auto desc = bias ? dnnl::matmul::desc(a.desc(), b.desc(), bias->desc(), c.desc())
-                     : dnnl::matmul::desc(a.desc(), b.desc(), c.desc());
-    return dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, detail::engine()));
+    auto desc = bias ? dnnl::matmul::desc(a.desc(), b_any, bias->desc(), c.desc())
+                     : dnnl::matmul::desc(a.desc(), b_any, c.desc());
+    return dnnl::matmul(dnnl::matmul::primitive_desc(desc, attr, engine()));
   });
+  memory::desc b_desc = b.desc();
+  const void* b_data = b.data;
+  if (packing) {
+    b_desc = memory::desc(
+        *dnnl_primitive_desc_query_md(prim.get_primitive_desc(), dnnl_query_weights_md, 0));
+    b_data = weight_form(*packing, b, b_desc);
+  }
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, wrap(a.desc(), a.data)},
-                                       {DNNL_ARG_WEIGHTS, wrap(b.desc(), b.data)},
+                                       {DNNL_ARG_WEIGHTS, wrap(b_desc, b_data)},
                                        {DNNL_ARG_DST, wrap(c.desc(), c.data)}};
   if (bias) args.emplace(DNNL_ARG_BIAS, wrap(bias->desc(), bias->data));
-  prim.execute(detail::stream(), args);
-  detail::stream().wait();
+  prim.execute(stream(), args);
+  stream().wait();
 }
+
+}  // namespace detail
+
+namespace {
+
+using detail::Operand;
+using detail::Packing;
 
 [[noreturn]] void shape_error(const char* op, const std::string& what) {
   throw Error(std::string(op) + ": " + what);
@@ -124,71 +140,141 @@ void column_sums(const float* g, int64_t m, int64_t n, float* out) {
   }
 }
 
-}  // namespace
-
-void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
-  const char* op = "linear_forward";
+// Shapes of y = x·wᵀ + b: returns {m, k, n}.
+struct Mkn {
+  int64_t m, k, n;
+};
+Mkn check_forward(const char* op, const Tensor& x, const Tensor& w, const Tensor& b,
+                  const Tensor& y) {
   check_float(op, x, "x");
   check_float(op, w, "w");
   check_float(op, y, "y");
-  int64_t k = x.dim(-1), m = leading(x);
+  const int64_t k = x.dim(-1), m = leading(x);
   if (w.rank() != 2 || w.dim(1) != k)
     shape_error(op,
                 "weight " + shape_str(w.shape()) + " does not fit input " + shape_str(x.shape()));
-  int64_t n = w.dim(0);
+  const int64_t n = w.dim(0);
   if (y.dim(-1) != n || leading(y) != m)
     shape_error(op, "output " + shape_str(y.shape()) + " should hold [" + std::to_string(m) + ", " +
                         std::to_string(n) + "]");
-  if (x.dtype() != w.dtype()) shape_error(op, "x and w must have the same dtype");
-  profile::Scope scope("linear_forward", m, n, k);
-  Operand bias;
-  if (!b.empty()) {
-    if (b.dtype() != DType::f32 || b.numel() != n)
-      shape_error(op,
-                  "bias " + shape_str(b.shape()) + " should be f32 [" + std::to_string(n) + "]");
-    bias = {{1, n}, {n, 1}, DType::f32, b.data()};
-  }
-  run_matmul(plain(x, m, k), transposed(w, k, n), b.empty() ? nullptr : &bias, plain(y, m, n), 1.f,
-             0.f);
+  if (!b.empty() && (b.dtype() != DType::f32 || b.numel() != n))
+    shape_error(op, "bias " + shape_str(b.shape()) + " should be f32 [" + std::to_string(n) + "]");
+  return {m, k, n};
 }
 
-void linear_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) {
-  const char* op = "linear_backward_data";
+Mkn check_backward_data(const char* op, const Tensor& dy, const Tensor& w, const Tensor& dx) {
   check_float(op, dy, "dy");
   check_float(op, w, "w");
   check_float(op, dx, "dx");
   if (w.rank() != 2) shape_error(op, "weight must be [out, in], not " + shape_str(w.shape()));
-  int64_t n = w.dim(0), k = w.dim(1), m = leading(dy);
+  const int64_t n = w.dim(0), k = w.dim(1), m = leading(dy);
   if (dy.dim(-1) != n || dx.dim(-1) != k || leading(dx) != m)
     shape_error(op, "dy " + shape_str(dy.shape()) + ", w " + shape_str(w.shape()) + " and dx " +
                         shape_str(dx.shape()) + " do not fit");
-  profile::Scope scope("linear_backward_data", m, n, k);
-  run_matmul(plain(dy, m, n), plain(w, n, k), nullptr, plain(dx, m, k), 1.f, 0.f);
+  return {m, k, n};
 }
 
-void linear_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db) {
-  const char* op = "linear_backward_weights";
+Mkn check_backward_weights(const char* op, const Tensor& x, const Tensor& dy, const Tensor& dw,
+                           const Tensor& db) {
   check_float(op, x, "x");
   check_float(op, dy, "dy");
-  int64_t k = x.dim(-1), m = leading(x), n = dy.dim(-1);
+  const int64_t k = x.dim(-1), m = leading(x), n = dy.dim(-1);
   if (leading(dy) != m)
     shape_error(op, "x " + shape_str(x.shape()) + " and dy " + shape_str(dy.shape()) +
                         " have different numbers of rows");
-  if (!dw.empty()) {
-    if (dw.dtype() != DType::f32 || dw.rank() != 2 || dw.dim(0) != n || dw.dim(1) != k)
-      shape_error(op, "dw " + shape_str(dw.shape()) + " should be f32 [" + std::to_string(n) +
-                          ", " + std::to_string(k) + "]");
-    // dw [N, K] += dyᵀ [N, M] · x [M, K]
-    profile::Scope scope("linear_backward_weights", m, n, k);
-    run_matmul(transposed(dy, n, m), plain(x, m, k), nullptr, plain(dw, n, k), 1.f, 1.f);
-  }
+  if (!dw.empty() &&
+      (dw.dtype() != DType::f32 || dw.rank() != 2 || dw.dim(0) != n || dw.dim(1) != k))
+    shape_error(op, "dw " + shape_str(dw.shape()) + " should be f32 [" + std::to_string(n) + ", " +
+                        std::to_string(k) + "]");
   if (!db.empty()) {
     if (db.dtype() != DType::f32 || db.numel() != n)
       shape_error(op, "db " + shape_str(db.shape()) + " should be f32 [" + std::to_string(n) + "]");
     if (dy.dtype() != DType::f32) shape_error(op, "bias gradient needs an f32 dy");
-    profile::Scope scope("bias_grad", m, n);
-    column_sums(dy.f32(), m, n, db.f32());
   }
+  return {m, k, n};
+}
+
+// How a product reads weight w at `precision`: plain (nullptr) or packed.
+const Packing* weight_packing(const Weight& w, Precision precision, int64_t m, int64_t k, int64_t n,
+                              Packing& storage) {
+  if (w.value.dtype() == DType::bf16) return nullptr;  // already rounded: read as it is
+  if (precision == Precision::bf16) {
+    storage = {DType::bf16, w.cache, w.version};
+    return &storage;
+  }
+  if (w.cache && (w.force_pack_f32 || (w.pack_f32 && prefer_packed_f32(m, k, n)))) {
+    storage = {DType::f32, w.cache, w.version};
+    return &storage;
+  }
+  return nullptr;
+}
+
+void check_precision(const char* op, const Tensor& w, const Tensor& x, Precision precision) {
+  if (precision == Precision::f32 && (x.dtype() != DType::f32 || w.dtype() != DType::f32))
+    shape_error(op, "f32 products take f32 operands (x " + std::string(dtype_name(x.dtype())) +
+                        ", w " + dtype_name(w.dtype()) + ")");
+}
+
+// The products themselves, on operands already rounded where the precision asks for it.
+void forward_product(const Operand& x, const Weight& w, const Tensor& b, Tensor& y, Mkn s,
+                     Precision precision) {
+  Operand bias;
+  if (!b.empty()) bias = {{1, s.n}, {s.n, 1}, DType::f32, b.data()};
+  Packing storage;
+  const Packing* packing = weight_packing(w, precision, s.m, s.k, s.n, storage);
+  run_matmul(x, transposed(w.value, s.k, s.n), b.empty() ? nullptr : &bias, plain(y, s.m, s.n), 1.f,
+             0.f, packing);
+}
+
+void backward_data_product(const Operand& dy, const Weight& w, Tensor& dx, Mkn s,
+                           Precision precision) {
+  Packing storage;
+  const Packing* packing = weight_packing(w, precision, s.m, s.n, s.k, storage);
+  run_matmul(dy, plain(w.value, s.n, s.k), nullptr, plain(dx, s.m, s.k), 1.f, 0.f, packing);
+}
+
+// dw [N, K] += dyᵀ [N, M] · x [M, K]; dy given as its [M, N] operand.
+void backward_weights_product(const Operand& x, const Operand& dy, Tensor& dw, Mkn s) {
+  const Operand dy_t{{s.n, s.m}, {1, s.n}, dy.dtype, dy.data};
+  run_matmul(dy_t, x, nullptr, plain(dw, s.n, s.k), 1.f, 1.f);
+}
+
+void bias_gradient(const Tensor& dy, Tensor& db, Mkn s) {
+  profile::Scope scope("bias_grad", s.m, s.n);
+  column_sums(dy.f32(), s.m, s.n, db.f32());
+}
+
+Operand input_operand(const Tensor& t, int64_t rows, int64_t cols, Precision precision,
+                      detail::ScratchSlot slot) {
+  const Operand op = plain(t, rows, cols);
+  return precision == Precision::bf16 ? detail::rounded(op, slot) : op;
+}
+
+}  // namespace
+
+// ---- Tensor weights: the operands' own types, no packing ----
+
+void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
+  const char* op = "linear_forward";
+  const Mkn s = check_forward(op, x, w, b, y);
+  if (x.dtype() != w.dtype()) shape_error(op, "x and w must have the same dtype");
+  profile::Scope scope("linear_forward", s.m, s.n, s.k);
+  forward_product(plain(x, s.m, s.k), Weight{w}, b, y, s, Precision::f32);
+}
+
+void linear_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) {
+  const Mkn s = check_backward_data("linear_backward_data", dy, w, dx);
+  profile::Scope scope("linear_backward_data", s.m, s.n, s.k);
+  backward_data_product(plain(dy, s.m, s.n), Weight{w}, dx, s, Precision::f32);
+}
+
+void linear_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db) {
+  const Mkn s = check_backward_weights("linear_backward_weights", x, dy, dw, db);
+  if (!dw.empty()) {
+    profile::Scope scope("linear_backward_weights", s.m, s.n, s.k);
+    backward_weights_product(plain(x, s.m, s.k), plain(dy, s.m, s.n), dw, s);
+  }
+  if (!db.empty()) bias_gradient(dy, db, s);
 }
 
 void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
@@ -197,144 +283,60 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor&
   if (!dw.empty() || !db.empty()) linear_backward_weights(x, dy, dw, db);
 }
 
-namespace {
+// ---- Weights at a precision ----
 
-// op(t) as a batched operand: logical [batch..., rows, cols].
-Operand batched(const Tensor& t, bool trans) {
-  int r = t.rank();
-  Operand o;
-  o.dtype = t.dtype();
-  o.data = t.data();
-  int64_t srows = t.dim(-2), scols = t.dim(-1);
-  int64_t matrix = srows * scols;
-  for (int i = 0; i < r - 2; ++i) o.dims.push_back(t.dim(i));
-  // Batch strides: contiguous over whole matrices.
-  o.strides.assign(r - 2, 0);
-  int64_t s = matrix;
-  for (int i = r - 3; i >= 0; --i) {
-    o.strides[i] = s;
-    s *= t.dim(i);
+void linear_forward(const Tensor& x, const Weight& w, const Tensor& b, Tensor& y,
+                    Precision precision) {
+  const char* op = "linear_forward";
+  const Mkn s = check_forward(op, x, w.value, b, y);
+  check_precision(op, w.value, x, precision);
+  profile::Scope scope("linear_forward", s.m, s.n, s.k);
+  forward_product(input_operand(x, s.m, s.k, precision, detail::kScratchA), w, b, y, s, precision);
+}
+
+void linear_backward_data(const Tensor& dy, const Weight& w, Tensor& dx, Precision precision) {
+  const char* op = "linear_backward_data";
+  const Mkn s = check_backward_data(op, dy, w.value, dx);
+  check_precision(op, w.value, dy, precision);
+  profile::Scope scope("linear_backward_data", s.m, s.n, s.k);
+  backward_data_product(input_operand(dy, s.m, s.n, precision, detail::kScratchDy), w, dx, s,
+                        precision);
+}
+
+void linear_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db,
+                             Precision precision) {
+  const char* op = "linear_backward_weights";
+  const Mkn s = check_backward_weights(op, x, dy, dw, db);
+  check_precision(op, x, dy, precision);
+  if (!dw.empty()) {
+    profile::Scope scope("linear_backward_weights", s.m, s.n, s.k);
+    backward_weights_product(input_operand(x, s.m, s.k, precision, detail::kScratchA),
+                             input_operand(dy, s.m, s.n, precision, detail::kScratchDy), dw, s);
   }
-  if (trans) {
-    o.dims.push_back(scols);
-    o.dims.push_back(srows);
-    o.strides.push_back(1);
-    o.strides.push_back(scols);
-  } else {
-    o.dims.push_back(srows);
-    o.dims.push_back(scols);
-    o.strides.push_back(scols);
-    o.strides.push_back(1);
+  if (!db.empty()) bias_gradient(dy, db, s);
+}
+
+void linear_backward(const Tensor& x, const Weight& w, const Tensor& dy, Tensor& dx, Tensor& dw,
+                     Tensor& db, Precision precision) {
+  if (precision == Precision::f32 || dy.dtype() != DType::f32) {
+    if (!dx.empty()) linear_backward_data(dy, w, dx, precision);
+    if (!dw.empty() || !db.empty()) linear_backward_weights(x, dy, dw, db, precision);
+    return;
   }
-  return o;
-}
-
-}  // namespace
-
-void bmm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha,
-         float beta) {
-  const char* op = "bmm";
-  check_float(op, a, "a");
-  check_float(op, b, "b");
-  check_float(op, c, "c");
-  if (a.rank() < 2 || a.rank() > 4 || b.rank() != a.rank() || c.rank() != a.rank())
-    shape_error(op, "a, b, c must have the same rank, 2 to 4: " + shape_str(a.shape()) + ", " +
-                        shape_str(b.shape()) + ", " + shape_str(c.shape()));
-  for (int i = 0; i < a.rank() - 2; ++i)
-    if (a.dim(i) != b.dim(i) || a.dim(i) != c.dim(i))
-      shape_error(op, "batch axes differ: " + shape_str(a.shape()) + ", " + shape_str(b.shape()) +
-                          ", " + shape_str(c.shape()));
-  Operand oa = batched(a, trans_a), ob = batched(b, trans_b), oc = batched(c, false);
-  int r = a.rank();
-  int64_t m = oa.dims[r - 2], k = oa.dims[r - 1], n = ob.dims[r - 1];
-  if (ob.dims[r - 2] != k || oc.dims[r - 2] != m || oc.dims[r - 1] != n)
-    shape_error(op, "op(a) " + shape_str(oa.dims) + " · op(b) " + shape_str(ob.dims) +
-                        " does not give c " + shape_str(c.shape()));
-  if (a.dtype() != b.dtype()) shape_error(op, "a and b must have the same dtype");
-  profile::Scope scope("bmm", m, n, k);
-  run_matmul(oa, ob, nullptr, oc, alpha, beta);
-}
-
-MatrixView MatrixView::t() const {
-  MatrixView v = *this;
-  const size_t r = dims.size();
-  if (r < 2) throw Error("MatrixView::t: a view needs at least two axes");
-  std::swap(v.dims[r - 2], v.dims[r - 1]);
-  std::swap(v.strides[r - 2], v.strides[r - 1]);
-  return v;
-}
-
-MatrixView matrix_view(const Tensor& t) {
-  if (t.rank() < 2) throw Error("matrix_view: " + shape_str(t.shape()) + " has fewer than 2 axes");
-  MatrixView v;
-  v.data = const_cast<void*>(t.data());
-  v.dtype = t.dtype();
-  v.dims = t.shape();
-  v.strides.assign(v.dims.size(), 1);
-  for (int i = t.rank() - 2; i >= 0; --i) v.strides[i] = v.strides[i + 1] * v.dims[i + 1];
-  return v;
-}
-
-MatrixView heads_view(const Tensor& x, int64_t heads, int64_t head_dim, int64_t block) {
-  if (x.rank() != 3 || heads < 1 || head_dim < 1 || block < 0 ||
-      (block + 1) * heads * head_dim > x.dim(2))
-    throw Error("heads_view: block " + std::to_string(block) + " of " + std::to_string(heads) +
-                " heads of " + std::to_string(head_dim) + " does not fit " + shape_str(x.shape()));
-  const int64_t B = x.dim(0), T = x.dim(1), cols = x.dim(2);
-  MatrixView v;
-  v.dtype = x.dtype();
-  v.dims = {B, heads, T, head_dim};
-  v.strides = {T * cols, head_dim, cols, 1};
-  v.data = static_cast<char*>(const_cast<void*>(x.data())) +
-           static_cast<size_t>(block * heads * head_dim) * dtype_size(x.dtype());
-  return v;
-}
-
-void bmm(const MatrixView& a, const MatrixView& b, const MatrixView& c, float alpha, float beta,
-         Precision precision) {
-  const char* op = "bmm";
-  const size_t r = a.dims.size();
-  auto fits = [](const MatrixView& v) {
-    return v.data && v.dims.size() >= 2 && v.dims.size() <= 4 && v.strides.size() == v.dims.size();
-  };
-  if (!fits(a) || !fits(b) || !fits(c) || b.dims.size() != r || c.dims.size() != r)
-    shape_error(op, "views must have the same rank, 2 to 4, and a stride per axis: " +
-                        shape_str(a.dims) + ", " + shape_str(b.dims) + ", " + shape_str(c.dims));
-  for (size_t i = 0; i + 2 < r; ++i)
-    if (a.dims[i] != b.dims[i] || a.dims[i] != c.dims[i])
-      shape_error(op, "batch axes differ: " + shape_str(a.dims) + ", " + shape_str(b.dims) + ", " +
-                          shape_str(c.dims));
-  const int64_t m = a.dims[r - 2], k = a.dims[r - 1], n = b.dims[r - 1];
-  if (b.dims[r - 2] != k || c.dims[r - 2] != m || c.dims[r - 1] != n)
-    shape_error(
-        op, shape_str(a.dims) + " · " + shape_str(b.dims) + " does not give " + shape_str(c.dims));
-  if (a.dtype != b.dtype) shape_error(op, "a and b must have the same dtype");
-  for (const MatrixView* v : {&a, &b, &c})
-    if (v->dtype != DType::f32 && v->dtype != DType::bf16)
-      shape_error(op, std::string("views must be f32 or bf16, not ") + dtype_name(v->dtype));
-  profile::Scope scope("bmm", m, n, k);
-  Operand oa{a.dims, a.strides, a.dtype, a.data}, ob{b.dims, b.strides, b.dtype, b.data};
-  Operand oc{c.dims, c.strides, c.dtype, c.data};
-  (void)precision;
-  run_matmul(oa, ob, nullptr, oc, alpha, beta);
-}
-
-void bmm_backward(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& dc,
-                  float alpha, Tensor& da, Tensor& db) {
-  // With A = op(a), B = op(b): dA = alpha·dC·Bᵀ, dB = alpha·Aᵀ·dC; a stored transposed receives
-  // dAᵀ = alpha·B·dCᵀ, and likewise for b.
-  if (!da.empty()) {
-    if (trans_a)
-      bmm(b, trans_b, dc, true, da, alpha);
-    else
-      bmm(dc, false, b, !trans_b, da, alpha);
+  // bf16: dy is rounded once, for both products; db sums the f32 dy.
+  const char* op = "linear_backward";
+  const Mkn s = check_backward_weights(op, x, dy, dw, db);
+  if (!dx.empty()) check_backward_data(op, dy, w.value, dx);
+  const Operand dy_b = detail::rounded(plain(dy, s.m, s.n), detail::kScratchDy);
+  if (!dx.empty()) {
+    profile::Scope scope("linear_backward_data", s.m, s.n, s.k);
+    backward_data_product(dy_b, w, dx, s, precision);
   }
-  if (!db.empty()) {
-    if (trans_b)
-      bmm(dc, true, a, trans_a, db, alpha);
-    else
-      bmm(a, !trans_a, dc, false, db, alpha);
+  if (!dw.empty()) {
+    profile::Scope scope("linear_backward_weights", s.m, s.n, s.k);
+    backward_weights_product(input_operand(x, s.m, s.k, precision, detail::kScratchA), dy_b, dw, s);
   }
+  if (!db.empty()) bias_gradient(dy, db, s);
 }
 
 }  // namespace vitk::ops

@@ -11,6 +11,7 @@
 // - Output tensors must be allocated by the caller with the right shape; a wrong shape or dtype
 //   throws vitk::Error naming the op and both shapes.
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "common/tensor.h"
@@ -23,7 +24,9 @@ namespace vitk::ops {
 void set_num_threads(int n);
 int num_threads();
 // oneDNN's view of the CPU, e.g. "avx512_core_bf16"; bf16_supported() is true when oneDNN can run
-// bf16 matrix products natively on this CPU.
+// bf16 matrix products natively on this CPU (AVX512_BF16). Setting the environment variable
+// VITK_ISA_NO_BF16=1 makes it false on any CPU (tests of the refusal); oneDNN's own
+// DNNL_MAX_CPU_ISA=AVX512_CORE does too, by lowering what oneDNN sees.
 std::string cpu_isa();
 bool bf16_supported();
 // Number of oneDNN primitives created so far (a primitive is created once per shape and reused).
@@ -33,6 +36,53 @@ int64_t primitive_count();
 // f32: everything in f32. bf16: mixed precision as PyTorch's CPU autocast: f32 inputs are rounded
 // to bf16 for the product, accumulation and outputs stay f32 (master weights are never touched).
 enum class Precision { f32, bf16 };
+Precision parse_precision(const std::string& name);  // "f32" | "bf16"; vitk::UsageError otherwise
+const char* precision_name(Precision p);
+// vitk::UsageError (exit 2) when p is bf16 and bf16_supported() is false, naming `option` and the
+// ISA oneDNN sees; every command calls it before it loads or builds anything.
+void require_precision(Precision p, const std::string& option = "--precision");
+
+// ---- Weights packed for the products ----
+// The forms of one weight matrix w [N, K] that the products read: w rounded to bf16 and/or
+// reordered into the blocked layout oneDNN's kernel asks for at the shapes at hand (oneDNN 2.6's
+// bf16 kernels are fastest on that layout; the f32 ones are at some shapes). A form is built by
+// one pass over w and kept with the version of w it was built from; a product given another
+// version rebuilds it in place. So inference packs each weight once, and training once per
+// optimizer step for each orientation (forward: wᵀ, backward-data: w). Forms are found by the
+// layout oneDNN asks for, which depends on N and K (not on the number of rows), so a weight
+// holds one or two. Not thread-safe: a cache serves one weight, used by one thread at a time.
+class WeightCache {
+ public:
+  WeightCache();
+  ~WeightCache();
+  WeightCache(const WeightCache&) = delete;
+  WeightCache& operator=(const WeightCache&) = delete;
+  int64_t packs() const;  // forms built or rebuilt so far
+  size_t bytes() const;   // memory held by the forms
+  int forms() const;
+  void clear();  // drops every form
+  struct Impl;   // internal to common/ops
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// A weight w [N, K] as the linear products take it. `version` identifies w's contents: the
+// owner changes it whenever it writes w (vitk::Parameter::version, bumped by the optimizers and
+// by loading); a form in `cache` built at another version is stale and is rebuilt.
+struct Weight {
+  Tensor value;                  // f32 [N, K] (a bf16 value is used as it is, never cached)
+  WeightCache* cache = nullptr;  // null: nothing kept (bf16 products then round w on every call)
+  uint64_t version = 0;
+  // f32 products: read the form in oneDNN's preferred layout from the cache where that measured
+  // faster (see ops::prefer_packed_f32). bf16 products always pack.
+  bool pack_f32 = false;
+  bool force_pack_f32 = false;  // ... at every shape (benchmarks)
+};
+// Whether an f32 product [M, K]·[K, N] reads its weight in oneDNN's blocked layout when the
+// caller allows it (Weight::pack_f32): where vitk bench ops measured it faster than the plain one.
+bool prefer_packed_f32(int64_t m, int64_t k, int64_t n);
 
 // ---- Linear: y = x · wᵀ + b ----
 // x [M, K], w [N, K] (PyTorch's {out, in}), b [N] or empty, y [M, N]. x, w may be bf16 (both the
@@ -46,15 +96,32 @@ void linear_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tens
 void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
                      Tensor& db);
 
+// The same products on a Weight at a precision, as the layers call them. x and dy are f32 (x may
+// also be bf16 already: a layer's rounded copy kept for its backward); y, dx f32; dw, db f32 and
+// accumulated in f32 (the master gradients). With bf16, f32 operands are rounded into scratch
+// buffers reused from call to call, w comes from its cache, and db sums the f32 dy.
+void linear_forward(const Tensor& x, const Weight& w, const Tensor& b, Tensor& y,
+                    Precision precision);
+void linear_backward_data(const Tensor& dy, const Weight& w, Tensor& dx, Precision precision);
+void linear_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db,
+                             Precision precision);
+// dy is rounded once for both products.
+void linear_backward(const Tensor& x, const Weight& w, const Tensor& dy, Tensor& dx, Tensor& dw,
+                     Tensor& db, Precision precision);
+
+// dst (bf16, same numel) = src (f32) rounded to nearest even, in parallel for large tensors.
+void round_to_bf16(const Tensor& src, Tensor& dst);
+
 // ---- Batched matrix product (attention) ----
 // c = alpha · op(a) · op(b) + beta · c, where op(t) is t or its transpose over the last two
 // axes. a, b, c have rank 2, 3 or 4; their leading (batch) axes must be equal. Example: scores [B,
 // H, Tq, Tk] = q [B, H, Tq, D] · k [B, H, Tk, D]ᵀ with trans_b = true.
+// With precision bf16, f32 a and b are rounded to bf16 for the product (c stays as it is).
 void bmm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha = 1.f,
-         float beta = 0.f);
+         float beta = 0.f, Precision precision = Precision::f32);
 // Gradients of c = alpha · op(a) · op(b): da and db are OVERWRITTEN (either may be empty).
 void bmm_backward(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& dc,
-                  float alpha, Tensor& da, Tensor& db);
+                  float alpha, Tensor& da, Tensor& db, Precision precision = Precision::f32);
 
 // ---- Batched matrix product on strided views (attention without head copies) ----
 // A batch of matrices read or written in place: logical dims [batch..., rows, cols] (rank 2 to 4)
@@ -71,7 +138,10 @@ MatrixView matrix_view(const Tensor& t);
 // qkv projection [B, T, 3·d] is k, and block 0 of a context [B, T, d] is its heads.
 MatrixView heads_view(const Tensor& x, int64_t heads, int64_t head_dim, int64_t block);
 // c = alpha · a · b + beta · c; batch axes equal, views of c must not overlap a or b. With
-// precision bf16, f32 a and b are rounded to bf16 for the product (accumulation and c stay f32).
+// precision bf16, f32 a and b are rounded to bf16 for the product (accumulation and c stay f32):
+// the span of memory each view covers is rounded into a scratch buffer, so a caller that reads
+// several views of one tensor (q, k and v of a fused projection) rounds it once itself
+// (round_to_bf16) and passes bf16 views.
 void bmm(const MatrixView& a, const MatrixView& b, const MatrixView& c, float alpha = 1.f,
          float beta = 0.f, Precision precision = Precision::f32);
 

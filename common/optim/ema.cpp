@@ -56,6 +56,7 @@ void ModelEma::swap_with(ParamStore& params) {
   const int64_t n = values_.numel();
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) std::swap(e[i], w[i]);
+  params.mark_changed();
 }
 
 WithEma::WithEma(Optimizer& inner, ModelEma& ema, ParamStore& params)

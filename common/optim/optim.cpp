@@ -92,6 +92,7 @@ void AdamW::step(float lr) {
       p[i] = pi - step_size * mi / denom;
     }
   }
+  params_.mark_changed();
   ++steps_;
 }
 
@@ -142,6 +143,7 @@ void Sgd::step(float lr) {
       p[i] -= lr_p * d;
     }
   }
+  params_.mark_changed();
   ++steps_;
 }
 

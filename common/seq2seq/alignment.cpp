@@ -62,6 +62,7 @@ Tensor cross_attention(Transformer& model, const std::vector<int>& source,
   nn::Context ctx;
   ctx.training = false;
   ctx.arena = &arena;
+  ctx.precision = options.precision;
   model.forward(ctx, src, src_len, tgt, tgt_len);
   const Tensor& w = attention.weights();  // [1, H, rows, Ts]
   const int64_t H = c.heads;

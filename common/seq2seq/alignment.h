@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/ops/ops.h"
 #include "common/seq2seq/model.h"
 
 namespace vitk::seq2seq {
@@ -18,6 +19,8 @@ namespace vitk::seq2seq {
 struct AlignmentOptions {
   int layer = -1;  // decoder layer, 0-based; -1: the last
   int head = -1;   // -1: the mean of the heads
+  // Of the forced forward's products: the search's, so that it attends as the search did.
+  ops::Precision precision = ops::Precision::f32;
 };
 
 // Cross-attention weights [rows, Ts] of `layer` for the translation `target` (tokens without BOS

@@ -146,6 +146,7 @@ int64_t average_checkpoints(const std::vector<std::string>& inputs, const std::s
   float* v = params.values().f32();
   const double n = static_cast<double>(inputs.size());
   for (size_t i = 0; i < sum.size(); ++i) v[i] = static_cast<float>(sum[i] / n);
+  params.mark_changed();
   save_translation(output, params, first.config, first.tokenizer, step);
   return params.numel();
 }

@@ -55,8 +55,9 @@ struct Transformer::Impl {
 
   // Kept by a training forward.
   bool trained = false;
-  Tensor source, target_in;  // the ids, for the embedding gradients
-  Tensor hidden;             // decoder output [B, Tt, d]
+  Tensor source, target_in;                        // the ids, for the embedding gradients
+  Tensor hidden;                                   // decoder output [B, Tt, d]
+  ops::Precision precision = ops::Precision::f32;  // of the forward's products
 };
 
 Transformer::Transformer(ParamStore& params, const TransformerConfig& config) : config_(config) {
@@ -104,6 +105,7 @@ void Transformer::init(ops::Rng& rng) {
       p.value.zero();  // biases
     }
   }
+  m.store.mark_changed();
 }
 
 namespace {
@@ -176,9 +178,10 @@ Tensor Transformer::forward(nn::Context& ctx, const Tensor& source, const Tensor
   Tensor h = m.decoder.forward(ctx, xt, memory, nn::AttentionMask{target_lengths, true},
                                nn::AttentionMask{source_lengths, false});  // [B, Tt, d]
   Tensor logits = ctx.alloc({B, Tt, V});                                   // [B, Tt, V]
-  ops::linear_forward(h, m.output->value, Tensor(), logits);
+  ops::linear_forward(h, nn::weight_of(*m.output, ctx), Tensor(), logits, ctx.precision);
 
   m.trained = ctx.training;
+  m.precision = ctx.precision;
   if (ctx.training) {
     m.source = source, m.target_in = target_in, m.hidden = h;
   } else {
@@ -198,7 +201,10 @@ void Transformer::backward(nn::Context& ctx, const Tensor& dlogits) {
 
   Tensor dh = ctx.alloc({B, Tt, d});  // [B, Tt, d]
   Tensor no_bias;
-  ops::linear_backward(m.hidden, m.output->value, dlogits, dh, m.output->grad, no_bias);
+  nn::Context at_forward = ctx;
+  at_forward.precision = m.precision;
+  ops::linear_backward(m.hidden, nn::weight_of(*m.output, at_forward), dlogits, dh, m.output->grad,
+                       no_bias, m.precision);
   Tensor dmemory;                                      // [B, Ts, d]
   Tensor dxt = m.decoder.backward(ctx, dh, &dmemory);  // [B, Tt, d]
   dxt = m.target_drop.backward(ctx, dxt);
@@ -236,7 +242,8 @@ Tensor Transformer::step(nn::Context& ctx, const Tensor& tokens, nn::Decoder::St
                    position);                      // [B, 1, d]
   Tensor h = m.decoder.step(inference, x, state);  // [B, 1, d]
   Tensor logits = inference.alloc({B, V});         // [B, V]
-  ops::linear_forward(h.reshaped({B, config_.d_model}), m.output->value, Tensor(), logits);
+  ops::linear_forward(h.reshaped({B, config_.d_model}), nn::weight_of(*m.output, inference),
+                      Tensor(), logits, inference.precision);
   return logits;
 }
 

@@ -146,6 +146,15 @@ std::vector<std::vector<Hypothesis>> Searcher::search(const Tensor& source,
 
 namespace {
 
+// The model's settings for decoding: inference, packed weights (the model does not change during
+// a search), the products' precision.
+nn::Context inference_context(Arena& arena, ops::Precision precision) {
+  nn::Context ctx{false, &arena, nullptr};
+  ctx.precision = precision;
+  ctx.packed_weights = true;
+  return ctx;
+}
+
 struct Prepared {
   int64_t batch = 0, capacity = 0;
   std::vector<int64_t> limit;  // most target tokens (EOS included) per sentence
@@ -155,7 +164,7 @@ struct Prepared {
 Prepared prepare(Transformer& model, const SearchOptions& o, Arena& arena,
                  nn::Decoder::State& state, const Tensor& source, const Tensor& source_lengths) {
   arena.reset();
-  nn::Context ctx{false, &arena, nullptr};
+  nn::Context ctx = inference_context(arena, o.precision);
   Tensor lengths = source_lengths.clone();             // the state keeps it beyond this arena
   Tensor memory = model.encode(ctx, source, lengths);  // checks the shapes; [B, Ts, d]
   Prepared p;
@@ -189,7 +198,7 @@ std::vector<std::vector<Hypothesis>> Searcher::one_row(const Tensor& source,
   std::vector<double> weights;
   for (int64_t t = 0; !alive.empty(); ++t) {
     arena_.reset();
-    nn::Context ctx{false, &arena_, nullptr};
+    nn::Context ctx = inference_context(arena_, o.precision);
     const int64_t n = static_cast<int64_t>(alive.size());
     Tensor tokens = arena_.alloc({n}, DType::i32);  // [n]
     for (int64_t i = 0; i < n; ++i) {
@@ -307,7 +316,7 @@ std::vector<std::vector<Hypothesis>> Searcher::beam(const Tensor& source,
   std::vector<Candidate> cands;
   for (int64_t t = 0; !alive.empty(); ++t) {
     arena_.reset();
-    nn::Context ctx{false, &arena_, nullptr};
+    nn::Context ctx = inference_context(arena_, o.precision);
     const int64_t n = static_cast<int64_t>(alive.size());
     Tensor tokens = arena_.alloc({n * R}, DType::i32);  // [n·R]
     for (int64_t i = 0; i < n; ++i) {
@@ -416,7 +425,8 @@ std::vector<std::vector<Hypothesis>> Searcher::beam(const Tensor& source,
 
 std::vector<std::pair<double, double>> score_targets(
     Transformer& model, const Tensor& source, const Tensor& source_lengths,
-    const std::vector<std::vector<int32_t>>& targets, float length_penalty_alpha, bool append_eos) {
+    const std::vector<std::vector<int32_t>>& targets, float length_penalty_alpha, bool append_eos,
+    ops::Precision precision) {
   if (source.rank() != 2 || static_cast<int64_t>(targets.size()) != source.dim(0))
     throw Error("score_targets: " + std::to_string(targets.size()) + " targets for source " +
                 shape_str(source.shape()));
@@ -432,7 +442,7 @@ std::vector<std::pair<double, double>> score_targets(
     target_lengths.i32()[b] = static_cast<int32_t>(t.size() + 1);
   }
   Arena arena;
-  nn::Context ctx{false, &arena, nullptr};
+  nn::Context ctx = inference_context(arena, precision);
   const Tensor logits = model.forward(ctx, source, source_lengths, target_in, target_lengths);
   std::vector<std::pair<double, double>> out;
   for (int64_t b = 0; b < B; ++b) {

@@ -40,6 +40,9 @@ struct SearchOptions {
   int64_t top_k = 0;        // sample: draw among the k most likely tokens only (0: all)
   uint64_t seed = 0;        // sample
   int32_t bos = kBosId, eos = kEosId;
+  // Of the model's matrix products; f32 also reads weights in oneDNN's blocked layout where that
+  // is faster (packed once: the model must not change while a Searcher uses it).
+  ops::Precision precision = ops::Precision::f32;
 
   void validate(int64_t vocab_size) const;  // vitk::UsageError naming the option at fault
 };
@@ -84,6 +87,6 @@ class Searcher {
 std::vector<std::pair<double, double>> score_targets(
     Transformer& model, const Tensor& source, const Tensor& source_lengths,
     const std::vector<std::vector<int32_t>>& targets, float length_penalty_alpha = 0.f,
-    bool append_eos = true);
+    bool append_eos = true, ops::Precision precision = ops::Precision::f32);
 
 }  // namespace vitk::seq2seq

@@ -268,8 +268,8 @@ void Run::log_setup() const {
     << " BLEU)";
   if (o_.max_steps > 0) L << ", --max-steps " << o_.max_steps;
   if (o_.early_stopping > 0) L << ", early stopping after " << o_.early_stopping;
-  L << "; threads " << ops::num_threads() << "\noutput: " << output_
-    << " (last.h5, best.h5, metrics.csv)\n";
+  L << "; threads " << ops::num_threads() << ", precision " << ops::precision_name(o_.precision)
+    << "\noutput: " << output_ << " (last.h5, best.h5, metrics.csv)\n";
   if (resumed_)
     L << "resumed from " << o_.resume << ": epoch " << state_.epoch + 1 << ", batch "
       << state_.batch << "/" << state_.batches_in_epoch << ", step " << steps() << "\n";
@@ -389,6 +389,7 @@ Tensor Run::sampled_inputs(const datasets::TokenBatch& b) {
   arena_.reset();
   nn::Context ctx;
   ctx.arena = &arena_;
+  ctx.precision = o_.precision;
   const Tensor logits =
       model_->forward(ctx, b.source, b.source_lengths, b.target_in, b.target_lengths);
   const int64_t B = logits.shape()[0], T = logits.shape()[1], V = logits.shape()[2];
@@ -410,6 +411,7 @@ void Run::train_step(const datasets::TokenBatch& b) {
   ctx.training = true;
   ctx.arena = &arena_;
   ctx.rng = &rng_;
+  ctx.precision = o_.precision;
   Tensor logits, dlogits;
   {
     ops::profile::Scope scope("model forward (rest)");
@@ -456,6 +458,7 @@ bool Run::validate() {
     arena_.reset();
     nn::Context ctx;
     ctx.arena = &arena_;
+    ctx.precision = o_.precision;
     const Tensor logits =
         model_->forward(ctx, b.source, b.source_lengths, b.target_in, b.target_lengths);
     const auto s = seq2seq::sequence_loss(ctx, logits, b.target_out, 0.f);
@@ -465,6 +468,7 @@ bool Run::validate() {
   const double valid_loss = tokens ? loss_sum / static_cast<double>(tokens) : 0;
 
   seq2seq::SearchOptions so;
+  so.precision = o_.precision;
   so.method = o_.beam_size > 1 ? seq2seq::SearchMethod::beam : seq2seq::SearchMethod::greedy;
   so.beam_size = std::max(1, o_.beam_size);
   so.length_penalty = o_.length_penalty;

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/ops/ops.h"
 #include "common/seq2seq/config.h"
 
 namespace vitk::seq2seq {
@@ -59,6 +60,9 @@ struct TrainOptions {
   // per op and shape) at the end of the run, and every profile_every steps when that is > 0.
   bool profile = false;
   int64_t profile_every = 0;
+  // --precision of the matrix products in training and validation; bf16 keeps f32 master
+  // weights, gradients and Adam moments, so checkpoints do not depend on it.
+  ops::Precision precision = ops::Precision::f32;
 
   void validate() const;  // vitk::UsageError "--lr-factor must be ..., got ..."
 };

@@ -1,0 +1,171 @@
+// Packed weight forms (ops::WeightCache), scratch buffers for operands rounded to bf16, and the
+// rounding itself.
+#include <algorithm>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/ops/matmul_impl.h"
+#include "common/ops/profile.h"
+
+namespace vitk::ops {
+
+struct WeightCache::Impl {
+  struct Form {
+    dnnl::memory::desc desc;  // the layout (and type) a primitive asked for
+    // The layout of the plain weight it was made from (desc_key): w [N, K] or wᵀ as strides. A
+    // square weight's forward (wᵀ) and backward-data (w) forms have the same dims and often the
+    // same blocked layout, so the layout alone would hand one of them the other's transpose.
+    std::string source;
+    std::shared_ptr<void> data;
+    size_t bytes = 0;
+    uint64_t version = 0;
+    bool built = false;
+  };
+  std::vector<Form> forms;
+  int64_t packs = 0;
+};
+
+WeightCache::WeightCache() : impl_(std::make_unique<Impl>()) {}
+WeightCache::~WeightCache() = default;
+
+int64_t WeightCache::packs() const {
+  return impl_->packs;
+}
+
+size_t WeightCache::bytes() const {
+  size_t n = 0;
+  for (const auto& f : impl_->forms) n += f.bytes;
+  return n;
+}
+
+int WeightCache::forms() const {
+  return static_cast<int>(impl_->forms.size());
+}
+
+void WeightCache::clear() {
+  impl_->forms.clear();
+}
+
+void round_to_bf16(const Tensor& src, Tensor& dst) {
+  if (src.dtype() != DType::f32 || dst.dtype() != DType::bf16 || src.numel() != dst.numel())
+    throw Error("round_to_bf16: want f32 source and bf16 destination of the same size, got " +
+                std::string(dtype_name(src.dtype())) + " " + shape_str(src.shape()) + " and " +
+                dtype_name(dst.dtype()) + " " + shape_str(dst.shape()));
+  profile::Scope scope("round_bf16");
+  f32_to_bf16(src.f32(), dst.bf16(), static_cast<size_t>(src.numel()));
+}
+
+bool prefer_packed_f32(int64_t m, int64_t k, int64_t n) {
+  // With oneDNN 2.6 on the 2-core AVX-512 machine, `vitk bench ops --packed` showed the blocked
+  // layout gaining for wide outputs (N ≥ 2K: qkv and fc1 of a ViT) and losing a little or
+  // nothing elsewhere. The figures are not in the README yet: re-measure on an idle machine.
+  (void)m;
+  return n >= 2 * k;
+}
+
+namespace detail {
+
+void* scratch(ScratchSlot slot, size_t bytes) {
+  struct Buffer {
+    std::shared_ptr<void> data;
+    size_t bytes = 0;
+  };
+  static thread_local Buffer buffers[kSlots];
+  Buffer& b = buffers[slot];
+  if (b.bytes < bytes) {
+    b.data = aligned_alloc_shared(bytes);
+    b.bytes = bytes;
+  }
+  return b.data.get();
+}
+
+int64_t span(const Operand& op) {
+  int64_t n = 1;
+  for (size_t i = 0; i < op.dims.size(); ++i) {
+    if (op.dims[i] == 0) return 0;
+    n += (op.dims[i] - 1) * op.strides[i];
+  }
+  return n;
+}
+
+Operand rounded(const Operand& op, ScratchSlot slot) {
+  if (op.dtype == DType::bf16) return op;
+  if (op.dtype != DType::f32)
+    throw Error(std::string("bf16 product: an operand is ") + dtype_name(op.dtype));
+  const int64_t n = span(op);
+  Operand out = op;
+  out.dtype = DType::bf16;
+  auto* dst = static_cast<uint16_t*>(scratch(slot, static_cast<size_t>(n) * 2));
+  out.data = dst;
+  profile::Scope scope("round_bf16");
+  f32_to_bf16(static_cast<const float*>(op.data), dst, static_cast<size_t>(n));
+  return out;
+}
+
+std::string desc_key(const dnnl::memory::desc& md) {
+  const dnnl_memory_desc_t& d = md.data;
+  std::ostringstream key;
+  key << static_cast<int>(d.data_type) << ':' << static_cast<int>(d.format_kind) << '[';
+  for (int i = 0; i < d.ndims; ++i) key << d.dims[i] << ',';
+  key << "]s[";
+  const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+  for (int i = 0; i < d.ndims; ++i) key << b.strides[i] << ',';
+  key << "]b[";
+  for (int i = 0; i < b.inner_nblks; ++i) key << b.inner_idxs[i] << ':' << b.inner_blks[i] << ',';
+  key << ']' << d.offset0;
+  return key.str();
+}
+
+namespace {
+
+// dst (laid out as `want`) = source, converting the type: one reorder primitive per pair of
+// layouts.
+void reorder_into(const Operand& source, const dnnl::memory::desc& want, void* dst) {
+  const dnnl::memory::desc from = source.desc();
+  const dnnl::primitive& prim =
+      cached_primitive("reorder:" + desc_key(from) + "->" + desc_key(want), [&]() {
+        return dnnl::reorder(dnnl::reorder::primitive_desc(engine(), from, engine(), want));
+      });
+  dnnl::memory src = wrap(from, source.data), out = wrap(want, dst);
+  prim.execute(stream(), {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, out}});
+  stream().wait();
+}
+
+}  // namespace
+
+const void* weight_form(const Packing& packing, const Operand& source,
+                        const dnnl::memory::desc& want) {
+  profile::Scope scope("pack_weight");
+  if (!packing.cache) {
+    void* dst = scratch(kScratchWeight, want.get_size());
+    reorder_into(source, want, dst);
+    return dst;
+  }
+  WeightCache::Impl& cache = packing.cache->impl();
+  const std::string source_key = desc_key(source.desc());
+  auto it = std::find_if(
+      cache.forms.begin(), cache.forms.end(),
+      [&](const WeightCache::Impl::Form& f) { return f.desc == want && f.source == source_key; });
+  if (it == cache.forms.end()) {
+    WeightCache::Impl::Form f;
+    f.desc = want;
+    f.source = source_key;
+    f.bytes = want.get_size();
+    f.data = aligned_alloc_shared(f.bytes);
+    cache.forms.push_back(std::move(f));
+    it = cache.forms.end() - 1;
+  }
+  if (!it->built || it->version != packing.version) {
+    reorder_into(source, want, it->data.get());
+    it->version = packing.version;
+    it->built = true;
+    ++cache.packs;
+  }
+  return it->data.get();
+}
+
+}  // namespace detail
+}  // namespace vitk::ops

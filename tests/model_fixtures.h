@@ -1,0 +1,40 @@
+#pragma once
+// The model configurations stored in the PyTorch parity fixtures (tests/parity/make_vit_fixtures.py
+// and make_seq2seq_fixture.py), for the tests that build the same models: parity and bf16.
+#include <map>
+#include <string>
+
+#include "common/seq2seq/config.h"
+#include "fixture_io.h"
+#include "vit/vit.h"
+
+namespace vitk::test {
+
+inline vit::VitConfig vit_config_of(const FixtureFile& f) {
+  vit::VitConfig c;
+  c.image_height = f.attr_int("image_height");
+  c.image_width = f.attr_int("image_width");
+  c.patch_size = f.attr_int("patch_size");
+  c.channels = f.attr_int("channels");
+  c.num_classes = f.attr_int("num_classes");
+  c.d_model = f.attr_int("d_model");
+  c.heads = f.attr_int("heads");
+  c.d_ff = f.attr_int("d_ff");
+  c.layers = static_cast<int>(f.attr_int("layers"));
+  c.pool = f.attr_string("pool");
+  c.norm_eps = static_cast<float>(f.attr_float("norm_eps"));
+  c.preprocess.mean.assign(static_cast<size_t>(c.channels), 0.5f);
+  c.preprocess.std.assign(static_cast<size_t>(c.channels), 0.5f);
+  return c;
+}
+
+inline seq2seq::TransformerConfig seq2seq_config_of(const FixtureFile& f) {
+  std::map<std::string, std::string> settings;
+  for (const char* key :
+       {"vocab_size", "d_model", "heads", "d_ff", "layers", "decoder_layers", "activation",
+        "pre_norm", "tied_embeddings", "max_length", "dropout", "attention_dropout"})
+    settings[key] = f.attr_string(key);
+  return seq2seq::from_config_map(settings, f.path());
+}
+
+}  // namespace vitk::test
