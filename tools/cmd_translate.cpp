@@ -182,9 +182,10 @@ int64_t write_alignments(const std::string& dir, const std::string& input_name,
     h.bar.label = "attention weight (each row sums to 1)";
     h.bar.vmin = 0;
     h.bar.vmax = plot::value_range(h.values).second;
-    char name[32];
-    std::snprintf(name, sizeof name, "%0*zu.png", digits, i + 1);
-    plot::write_png((std::filesystem::path(dir) / name).string(), plot::render_heatmap(h));
+    std::string name = std::to_string(i + 1);  // zero-padded to the same width for every line
+    if (static_cast<int>(name.size()) < digits) name.insert(0, digits - name.size(), '0');
+    plot::write_png((std::filesystem::path(dir) / (name + ".png")).string(),
+                    plot::render_heatmap(h));
     ++written;
   }
   return written;
