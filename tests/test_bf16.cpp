@@ -20,15 +20,12 @@
 #include "common/optim/optim.h"
 #include "common/params.h"
 #include "op_test_util.h"
+#include "test_util.h"
 
 using namespace vitk;
 using namespace vitk::test;
 
 namespace {
-
-#define SKIP_WITHOUT_BF16()   \
-  if (!ops::bf16_supported()) \
-  GTEST_SKIP() << "no AVX512_BF16 on this CPU (" << ops::cpu_isa() << ")"
 
 // |err| ≤ tol·(1 + |want|) for an f32 sum of k exact products of values in [−1, 1].
 double product_tol(int64_t k) {

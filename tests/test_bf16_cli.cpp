@@ -25,16 +25,9 @@ using vitk::testing::run_vitk;
 using vitk::testing::slurp_file;
 using vitk::testing::VitkResult;
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using vitk::test::contains;
 
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
+using vitk::test::lines_of;
 
 // Sets an environment variable for the commands run while it lives (they inherit it).
 struct ScopedEnv {
@@ -100,10 +93,6 @@ TEST(PrecisionCli, ABadValueIsAUsageErrorNamingTheOption) {
   EXPECT_EQ(r.status, 2) << r.err;
   EXPECT_TRUE(contains(r.err, "must be f32 or bf16, not 'half'")) << r.err;
 }
-
-#define SKIP_WITHOUT_BF16()         \
-  if (!vitk::ops::bf16_supported()) \
-  GTEST_SKIP() << "no AVX512_BF16 (" << vitk::ops::cpu_isa() << ")"
 
 // "path": first label of each file in classify's JSON output (the labels array's first string).
 std::vector<std::pair<std::string, std::string>> top1_of(const std::string& json) {

@@ -32,16 +32,13 @@
 #include "fixture_io.h"
 #include "model_fixtures.h"
 #include "op_test_util.h"
+#include "test_util.h"
 #include "vit/vit.h"
 
 using namespace vitk;
 using namespace vitk::test;
 
 namespace {
-
-#define SKIP_WITHOUT_BF16()   \
-  if (!ops::bf16_supported()) \
-  GTEST_SKIP() << "no AVX512_BF16 on this CPU (" << ops::cpu_isa() << ")"
 
 constexpr double kU = 1.0 / 256;  // bf16's unit roundoff, 2⁻⁸
 

@@ -20,6 +20,7 @@
 #include "common/io/checkpoint.h"
 #include "common/optim/optim.h"
 #include "common/params.h"
+#include "test_util.h"
 
 using namespace vitk;
 namespace fs = std::filesystem;
@@ -100,9 +101,7 @@ io::CheckpointMeta sample_meta() {
   return meta;
 }
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using vitk::test::contains;
 
 template <typename F>
 std::string error_of(F&& body) {

@@ -15,6 +15,7 @@
 
 #include "common/io/checkpoint.h"
 #include "common/params.h"
+#include "test_util.h"
 
 namespace {
 
@@ -81,9 +82,7 @@ class Cli : public ::testing::Test {
   fs::path dir_;
 };
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using vitk::test::contains;
 
 // A usage or run-time error is exactly one line, prefixed so that it stands out in a log.
 void expect_one_error_line(const Result& r) {

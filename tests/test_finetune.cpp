@@ -26,6 +26,7 @@
 #include "common/optim/optim.h"
 #include "common/params.h"
 #include "op_test_util.h"
+#include "test_util.h"
 #include "tools/train_options.h"
 #include "vit/checkpoint.h"
 #include "vit/finetune.h"
@@ -425,9 +426,7 @@ std::string slurp(const fs::path& path) {
   return text.str();
 }
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using vitk::test::contains;
 
 const int kSide = 16;
 

@@ -21,6 +21,7 @@
 #include "common/seq2seq/checkpoint.h"
 #include "tests/mt_corpus.h"
 #include "tests/profile_table.h"
+#include "tests/test_util.h"
 #include "tests/vitk_process.h"
 
 namespace {
@@ -33,16 +34,9 @@ using vitk::testing::VitkResult;
 using vitk::testing::write_tsv;
 const std::vector<std::string>& kTiny = vitk::testing::kTinyMtModel;
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using vitk::test::contains;
 
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
+using vitk::test::lines_of;
 
 std::vector<std::string> fields_of(const std::string& line, char sep) {
   std::vector<std::string> f;

@@ -10,14 +10,13 @@
 
 #include "common/ops/profile.h"
 #include "tests/profile_table.h"
+#include "tests/test_util.h"
 
 namespace profile = vitk::ops::profile;
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using vitk::test::contains;
 
 int count_of(const std::string& text, const std::string& part) {
   int n = 0;

@@ -29,6 +29,7 @@
 #include "common/optim/optim.h"
 #include "common/params.h"
 #include "op_test_util.h"
+#include "test_util.h"
 #include "tests/profile_table.h"
 #include "tools/vit_options.h"
 #include "vit/checkpoint.h"
@@ -271,9 +272,7 @@ std::string slurp(const fs::path& path) {
   return text.str();
 }
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using vitk::test::contains;
 
 std::vector<std::string> split_lines(const std::string& text) {
   std::vector<std::string> lines;

@@ -10,8 +10,29 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
+
+#include "common/ops/ops.h"
+
+// Skips the current test on a CPU without AVX512_BF16, saying what oneDNN sees instead.
+#define SKIP_WITHOUT_BF16()         \
+  if (!vitk::ops::bf16_supported()) \
+  GTEST_SKIP() << "no AVX512_BF16 on this CPU (" << vitk::ops::cpu_isa() << ")"
 
 namespace vitk::test {
+
+// Whether `part` occurs in `text` (for messages and command output).
+inline bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// The lines of `text`, without their newlines.
+inline std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
 
 // A fresh directory under the system's temporary directory, removed with its contents at the end.
 class TempDir {
