@@ -48,39 +48,15 @@ std::vector<std::string> read_lines(const std::string& path) {
   return lines;
 }
 
-// The whole text to standard output, or to a temporary file beside `path` renamed over it once
-// complete: a failure never leaves half a file.
+// The whole text to standard output, or to `path` written whole or not at all
+// (io::write_file_whole).
 void write_output(const std::string& path, const std::string& text) {
   if (path == "-") {
     std::cout << text << std::flush;
     if (!std::cout) throw Error("cannot write to standard output");
     return;
   }
-  if (io::is_special_output(path)) {
-    // /dev/null, a named pipe, ...: written in place, never replaced by a renamed file.
-    std::ofstream out(path, std::ios::binary);
-    if (!out) throw Error(path + ": cannot open for writing: " + std::strerror(errno));
-    out << text;
-    out.flush();
-    if (!out) throw Error(path + ": cannot write");
-    return;
-  }
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error(path + ": cannot create " + tmp + ": " + std::strerror(errno));
-    out << text;
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw Error(path + ": cannot write " + tmp);
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    std::remove(tmp.c_str());
-    throw Error(path + ": cannot rename " + tmp + " over it: " + why);
-  }
+  io::write_file_whole(path, text.data(), text.size());
 }
 
 template <typename T>

@@ -1,13 +1,4 @@
-// PNG files written whole or not at all: encoded in memory, written to a temporary file in the
-// same directory, flushed, then renamed over the target (rename is atomic within a file system).
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
+// PNG files written whole or not at all: encoded in memory, then written by io::write_file_whole.
 #include <vector>
 
 #include <opencv2/imgcodecs.hpp>
@@ -27,44 +18,7 @@ void write_png(const std::string& path, const cv::Mat& image) {
   } catch (const cv::Exception& e) {
     throw Error(path + ": cannot encode as PNG: " + e.err);
   }
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw Error(path + ": is a directory");
-  if (io::is_special_output(path)) {
-    // /dev/null, a named pipe, ...: written in place, never replaced by a renamed file.
-    std::ofstream out(path, std::ios::binary);
-    if (!out) throw Error(path + ": cannot open for writing: " + std::strerror(errno));
-    out.write(reinterpret_cast<const char*>(bytes.data()),
-              static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) throw Error(path + ": cannot write");
-    return;
-  }
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(path + ": cannot create " + tmp + ": " + std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = n < 0 ? std::strerror(errno) : "no progress";
-      ::close(fd);
-      std::remove(tmp.c_str());
-      throw Error(path + ": cannot write " + tmp + ": " + why);
-    }
-    done += static_cast<size_t>(n);
-  }
-  // On disk before the rename, so that a crash leaves the old picture or the new one.
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const std::string why = std::strerror(errno);
-    std::remove(tmp.c_str());
-    throw Error(path + ": cannot write " + tmp + ": " + why);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    std::remove(tmp.c_str());
-    throw Error(path + ": cannot rename " + tmp + " over it: " + why);
-  }
+  io::write_file_whole(path, bytes.data(), bytes.size());
 }
 
 }  // namespace vitk::plot
