@@ -83,13 +83,22 @@ Tensor for_products(Context& ctx, ops::Precision precision, const Tensor& x) {
 }  // namespace
 
 bool attention::prefer_blocked(int64_t batch, int64_t heads, int64_t tq, int64_t tk,
-                               int64_t head_dim, bool fused, bool training) {
-  // Above this size of the weights [B, H, Tq, Tk] the blocked kernel is taken whatever its speed:
-  // the materialized path holds two or three such tensors in training.
+                               int64_t head_dim, bool masked, bool dropout,
+                               ops::Precision precision) {
+  // From 64 MiB of weights [B, H, Tq, Tk] on, the blocked kernel is taken whatever its speed: the
+  // materialized path holds two or three such tensors in training.
   constexpr double kLargeWeights = 64.0 * 1024 * 1024;
-  if (4.0 * batch * heads * tq * tk > kLargeWeights) return true;
-  (void)head_dim, (void)training;
-  return !fused;  // TODO: measured rule
+  if (4.0 * static_cast<double>(batch * heads) * static_cast<double>(tq * tk) >= kLargeWeights)
+    return true;
+  if (precision != ops::Precision::f32) return false;  // bf16 products beat an f32 kernel
+  // Below that, `vitk bench attention` (2 cores, AVX-512; README "Long sequences") finds the two
+  // within a few per cent of each other for the models' shapes (ViT-B/16 at 197 tokens, the
+  // Fashion-MNIST ViT, the translation models at 32 tokens), the materialized path ahead by 2-8%
+  // without a mask (its fused kernel), and the blocked kernel ahead with a mask from about 128
+  // keys on: it skips blocks of keys a mask hides (the upper triangle of a causal mask, padding)
+  // and never builds an additive mask tensor.
+  (void)head_dim, (void)dropout;
+  return masked && tk >= 128;
 }
 
 MultiHeadAttention::MultiHeadAttention(ParamStore& params, const std::string& name,
@@ -169,7 +178,22 @@ Tensor MultiHeadAttention::forward(Context& ctx, const Tensor& x, const Tensor& 
   const bool strided = m.score.kind == Score::scaled_dot || m.score.kind == Score::dot;
   const ops::Precision precision = ctx.precision;
   const bool bf16 = precision == ops::Precision::bf16;
-  if (strided && bf16) {
+  const bool dropout = training && m.dropout.p > 0.f;
+  const int64_t kb = config_.cross ? 0 : 1, vb = config_.cross ? 1 : 2;
+  // The blocked kernel takes masks and dropout itself and never holds the [Tq, Tk] weights (so
+  // it cannot hand them to keep_weights). It computes in f32 whatever the precision: with bf16
+  // products it is taken only where the weights would be too large to hold.
+  bool blocked = false;
+  if (strided && !keep_weights && ctx.attention_kernel != AttentionKernel::materialized) {
+    const Tensor& kv = config_.cross ? kvp : qp;
+    const ops::MatrixView q = heads_view(qp, H, dh, 0);
+    const ops::MatrixView k = heads_view(kv, H, dh, kb), v = heads_view(kv, H, dh, vb);
+    if (ops::blocked_attention_supported(q, k, v))
+      blocked = ctx.attention_kernel == AttentionKernel::blocked ||
+                attention::prefer_blocked(
+                    B, H, Tq, Tk, dh, mask.causal || !mask.key_lengths.empty(), dropout, precision);
+  }
+  if (strided && bf16 && !blocked) {
     // bf16 products read q, k and v from rounded projections (the backward reads them too).
     qp = for_products(ctx, precision, qp);
     kvp = for_products(ctx, precision, kvp);
@@ -181,21 +205,12 @@ Tensor MultiHeadAttention::forward(Context& ctx, const Tensor& x, const Tensor& 
   // q [B, H, Tq, dh], k and v [B, H, Tk, dh] in place in the projections (strided scores).
   const Tensor& kv_src = config_.cross ? kvp : qp;
   const ops::MatrixView q = heads_view(qp, H, dh, 0);
-  const ops::MatrixView k = heads_view(kv_src, H, dh, config_.cross ? 0 : 1);
-  ops::MatrixView v = heads_view(kv_src, H, dh, config_.cross ? 1 : 2);
+  const ops::MatrixView k = heads_view(kv_src, H, dh, kb);
+  ops::MatrixView v = heads_view(kv_src, H, dh, vb);
   // Without a mask and dropout, one kernel per (batch, head) does the products and the softmax in
   // cache (f32 only: the bf16 path keeps its rounded products).
-  const bool dropout = training && m.dropout.p > 0.f;
   const bool fused = strided && mask.key_lengths.empty() && !mask.causal && !dropout && !bf16 &&
                      ops::fused_attention_supported(q, k);
-  // The blocked kernel takes masks and dropout itself and never holds the [Tq, Tk] weights, so
-  // it cannot hand them to keep_weights.
-  const bool blocked_applies =
-      strided && !bf16 && !keep_weights && ops::blocked_attention_supported(q, k, v);
-  const bool blocked =
-      blocked_applies && (ctx.attention_kernel == AttentionKernel::blocked ||
-                          (ctx.attention_kernel == AttentionKernel::automatic &&
-                           attention::prefer_blocked(B, H, Tq, Tk, dh, fused, training)));
   if (blocked) {
     ops::BlockedAttention& o = m.blocked_options;
     o = ops::BlockedAttention();

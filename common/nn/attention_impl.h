@@ -55,9 +55,10 @@ void check_key_lengths(const std::string& layer, const Tensor& key_lengths, int6
                        int64_t max_length);
 
 // Whether AttentionKernel::automatic takes the blocked kernel for this shape (attention.cpp says
-// how it was measured). `fused` is whether the materialized path would run the fused kernel.
+// how it was measured). `masked`: a causal or padding mask; `dropout`: attention dropout in
+// training; `precision`: of the other products (the blocked kernel itself is f32).
 bool prefer_blocked(int64_t batch, int64_t heads, int64_t tq, int64_t tk, int64_t head_dim,
-                    bool fused, bool training);
+                    bool masked, bool dropout, ops::Precision precision);
 
 }  // namespace attention
 

@@ -28,6 +28,10 @@
 #include "common/ops/profile.h"
 #include "common/ops/vmath.h"
 
+// GCC 12 reports its own AVX-512 intrinsics (reductions, unpacks, shuffles: an undefined
+// pass-through operand) as "maybe uninitialized" wherever they are inlined: a false positive.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 namespace vitk::ops {
 namespace {
 
