@@ -6,9 +6,11 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "common/bench/attention_bench.h"
 #include "common/bench/layer_bench.h"
 #include "common/bench/mt_step_bench.h"
 #include "common/bench/ops_bench.h"
@@ -50,20 +52,98 @@ int run_compare(const po::variables_map& vm) {
   throw Error(std::string("cannot run /usr/bin/python3: ") + std::strerror(errno));
 }
 
+nn::AttentionKernel parse_kernel(const std::string& name) {
+  if (name == "blocked") return nn::AttentionKernel::blocked;
+  if (name == "materialized") return nn::AttentionKernel::materialized;
+  if (name == "automatic") return nn::AttentionKernel::automatic;
+  throw UsageError("unknown attention kernel '" + name +
+                   "' (expected blocked, materialized or automatic)");
+}
+
+// "1024,2048" -> {1024, 2048}
+std::vector<std::string> split_commas(const std::string& list) {
+  std::vector<std::string> out;
+  std::istringstream in(list);
+  std::string item;
+  while (std::getline(in, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+int run_attention_memory(const po::variables_map& vm, int repeats) {
+  if (vm.count("child-length")) {  // one case, in this process (a child of the table below)
+    bench::AttentionMemoryCase c;
+    c.length = vm["child-length"].as<int>();
+    c.training = vm["child-pass"].as<std::string>() == "forward+backward";
+    c.kernel = parse_kernel(vm["child-kernel"].as<std::string>());
+    c.repeats = repeats;
+    std::cout << bench::format_memory_result(bench::run_attention_memory_case(c)) << std::endl;
+    return kExitOk;
+  }
+  std::vector<int64_t> lengths;
+  for (const auto& item : split_commas(vm["lengths"].as<std::string>())) {
+    size_t used = 0;
+    long n = 0;
+    try {
+      n = std::stol(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || n < 1)
+      throw UsageError("--lengths takes positive integers separated by commas, not '" + item + "'");
+    lengths.push_back(n);
+  }
+  std::vector<nn::AttentionKernel> kernels;
+  for (const auto& item : split_commas(vm["kernels"].as<std::string>()))
+    kernels.push_back(parse_kernel(item));
+  if (lengths.empty() || kernels.empty()) throw UsageError("--lengths and --kernels are empty");
+  std::cout
+      << "vitk bench attention-memory: one ViT-B/16 encoder layer (d 768, 12 heads, d_ff "
+         "3072, pre-norm), batch 1, "
+      << ops::num_threads() << " threads, each case in its own process, median of " << repeats
+      << " calls (wall-clock and CPU time of the process)\n"
+      << "arena = activation arena high-water mark; setup = peak RSS before the first call "
+         "(weights, inputs, libraries); peak = peak RSS; MB = 2^20 bytes\n"
+      << "     T  pass              kernel         arena MB  setup MB   peak MB  peak-setup   "
+         "wall s    CPU s\n"
+      << std::flush;
+  bench::run_attention_memory_table("/proc/self/exe", lengths, kernels, repeats, ops::num_threads(),
+                                    &std::cout);
+  return kExitOk;
+}
+
 int run_bench(const po::variables_map& vm) {
   const std::string what = vm["what"].as<std::string>();
   if (what == "compare") return run_compare(vm);
   if (vm.count("compare-args"))
     throw UsageError("'vitk bench " + what + "' takes no words after the benchmark's name");
-  if (what != "ops" && what != "layers" && what != "vit-step" && what != "mt-step")
-    throw UsageError("unknown benchmark '" + what +
-                     "' (available: ops, layers, vit-step, mt-step, compare)");
+  if (what != "ops" && what != "layers" && what != "vit-step" && what != "mt-step" &&
+      what != "attention" && what != "attention-memory")
+    throw UsageError(
+        "unknown benchmark '" + what +
+        "' (available: ops, layers, vit-step, mt-step, attention, attention-memory, compare)");
   const ops::Precision precision = precision_from(vm);
   bench::OpsBenchOptions options;
   options.repeats = vm["repeats"].as<int>();
   options.min_seconds = vm["min-time"].as<double>();
   options.bf16 = precision == ops::Precision::bf16;
   if (options.repeats < 1) throw UsageError("--repeats must be at least 1");
+  if (what == "attention" || what == "attention-memory") {
+    if (options.bf16) throw UsageError(what + ": the blocked kernel is f32 only; drop --precision");
+    if (what == "attention-memory") return run_attention_memory(vm, options.repeats);
+    const std::string clock = vm["clock"].as<std::string>();
+    if (clock != "wall" && clock != "cpu") throw UsageError("--clock must be wall or cpu");
+    std::cout << "vitk bench attention: one MultiHeadAttention layer (projections included), "
+              << ops::num_threads() << " threads, median of " << options.repeats
+              << " alternating rounds, "
+              << (clock == "cpu" ? "CPU time of the process" : "wall-clock") << " ms per call\n"
+              << "shape                  pass              materialized    blocked  ratio  "
+                 "(materialized / blocked)\n"
+              << std::flush;
+    bench::run_attention_speed(bench::default_attention_shapes(), options.repeats,
+                               options.min_seconds, clock == "cpu", &std::cout);
+    return kExitOk;
+  }
   if (what == "layers") {
     // Tab-separated seconds per call; tests/bench/core_vs_pytorch.py puts PyTorch beside them.
     bench::print_layer_rows(
@@ -135,15 +215,21 @@ void register_bench_commands(Registry& registry) {
       "vitk bench vit-step --precision bf16 --repeats 3\n"
       "vitk bench mt-step --repeats 3 --steps 5   # transformer-small, 128 x 32 tokens; see "
       "tests/bench/mt_train_vs_pytorch.py\n"
-      "vitk bench compare -- --quick   # vitk against PyTorch: runs tests/bench/compare.py";
-  c.usage = "ops|layers|vit-step|mt-step [options] | compare [-- compare.py's options]";
+      "vitk bench compare -- --quick   # vitk against PyTorch: runs tests/bench/compare.py\n"
+      "vitk bench attention --repeats 3   # materialized vs blocked attention, per shape\n"
+      "vitk bench attention-memory --lengths 1024,2048,4096   # peak memory of a ViT-B/16 layer";
+  c.usage =
+      "ops|layers|vit-step|mt-step|attention|attention-memory [options] | compare [-- compare.py's "
+      "options]";
   c.add_options = [](po::options_description& o) {
     o.add_options()(
         "what", po::value<std::string>()->required()->value_name("NAME"),
         "what to time: ops (linear products), layers (one encoder and one decoder layer) or "
         "vit-step (a training step of the Fashion-MNIST ViT, with a breakdown) or mt-step (a "
         "training step of the small translation Transformer: d 256, 3+3 layers, 4 heads, FFN "
-        "1024, 8k tied vocabulary), or compare (vitk against PyTorch, side by side: runs "
+        "1024, 8k tied vocabulary), attention (materialized against blocked attention), "
+        "attention-memory (peak memory of an encoder layer at long sequence lengths) or compare "
+        "(vitk against PyTorch, side by side: runs "
         "tests/bench/compare.py)")("repeats", po::value<int>()->default_value(7)->value_name("N"),
                                    "timed rounds per measurement; the table shows medians")(
         "min-time", po::value<double>()->default_value(0.05, "0.05")->value_name("SECONDS"),
@@ -162,6 +248,21 @@ void register_bench_commands(Registry& registry) {
         "shape)")("rows", po::value<int64_t>()->default_value(0)->value_name("M"),
                   "ops: rows (tokens) of every product; 0: 8x197 for ViT-B/16, 4096 for "
                   "Transformer-base")(
+        "lengths", po::value<std::string>()->default_value("1024,2048,4096")->value_name("LIST"),
+        "attention-memory: sequence lengths, separated by commas")(
+        "kernels",
+        po::value<std::string>()->default_value("blocked,materialized")->value_name("LIST"),
+        "attention-memory: attention kernels to compare (blocked, materialized, automatic)")(
+        "clock", po::value<std::string>()->default_value("wall")->value_name("wall|cpu"),
+        "attention: time by the wall-clock or by the CPU time of the process (steadier on a "
+        "loaded machine; run with OMP_WAIT_POLICY=passive)")(
+        "child-length", po::value<int>()->value_name("T"),
+        "attention-memory, internal: run one case in this process (with --child-pass and "
+        "--child-kernel)")("child-pass",
+                           po::value<std::string>()->default_value("forward")->value_name("PASS"),
+                           "attention-memory, internal: forward or forward+backward")(
+        "child-kernel", po::value<std::string>()->default_value("blocked")->value_name("KERNEL"),
+        "attention-memory, internal: blocked or materialized")(
         "compare-args", po::value<std::vector<std::string>>()->value_name("WORDS"),
         "compare: the words after `--`, for tests/bench/compare.py (see its --help)");
     add_precision_option(o, /*training=*/true);

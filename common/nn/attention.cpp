@@ -82,6 +82,25 @@ Tensor for_products(Context& ctx, ops::Precision precision, const Tensor& x) {
 
 }  // namespace
 
+bool attention::prefer_blocked(int64_t batch, int64_t heads, int64_t tq, int64_t tk,
+                               int64_t head_dim, bool masked, bool dropout,
+                               ops::Precision precision) {
+  // From 64 MiB of weights [B, H, Tq, Tk] on, the blocked kernel is taken whatever its speed: the
+  // materialized path holds two or three such tensors in training.
+  constexpr double kLargeWeights = 64.0 * 1024 * 1024;
+  if (4.0 * static_cast<double>(batch * heads) * static_cast<double>(tq * tk) >= kLargeWeights)
+    return true;
+  if (precision != ops::Precision::f32) return false;  // bf16 products beat an f32 kernel
+  // Below that, `vitk bench attention` (2 cores, AVX-512; README "Long sequences") finds the two
+  // within a few per cent of each other for the models' shapes (ViT-B/16 at 197 tokens, the
+  // Fashion-MNIST ViT, the translation models at 32 tokens), the materialized path ahead by 2-8%
+  // without a mask (its fused kernel), and the blocked kernel ahead with a mask from about 128
+  // keys on: it skips blocks of keys a mask hides (the upper triangle of a causal mask, padding)
+  // and never builds an additive mask tensor.
+  (void)head_dim, (void)dropout;
+  return masked && tk >= 128;
+}
+
 MultiHeadAttention::MultiHeadAttention(ParamStore& params, const std::string& name,
                                        AttentionConfig config)
     : impl_(std::make_shared<Impl>()), config_(config) {
@@ -159,25 +178,73 @@ Tensor MultiHeadAttention::forward(Context& ctx, const Tensor& x, const Tensor& 
   const bool strided = m.score.kind == Score::scaled_dot || m.score.kind == Score::dot;
   const ops::Precision precision = ctx.precision;
   const bool bf16 = precision == ops::Precision::bf16;
-  if (strided && bf16) {
+  const bool dropout = training && m.dropout.p > 0.f;
+  const int64_t kb = config_.cross ? 0 : 1, vb = config_.cross ? 1 : 2;
+  // The blocked kernel takes masks and dropout itself and never holds the [Tq, Tk] weights (so
+  // it cannot hand them to keep_weights). It computes in f32 whatever the precision: with bf16
+  // products it is taken only where the weights would be too large to hold.
+  bool blocked = false;
+  if (strided && !keep_weights && ctx.attention_kernel != AttentionKernel::materialized) {
+    const Tensor& kv = config_.cross ? kvp : qp;
+    const ops::MatrixView q = heads_view(qp, H, dh, 0);
+    const ops::MatrixView k = heads_view(kv, H, dh, kb), v = heads_view(kv, H, dh, vb);
+    if (ops::blocked_attention_supported(q, k, v))
+      blocked = ctx.attention_kernel == AttentionKernel::blocked ||
+                attention::prefer_blocked(
+                    B, H, Tq, Tk, dh, mask.causal || !mask.key_lengths.empty(), dropout, precision);
+  }
+  if (strided && bf16 && !blocked) {
     // bf16 products read q, k and v from rounded projections (the backward reads them too).
     qp = for_products(ctx, precision, qp);
     kvp = for_products(ctx, precision, kvp);
   }
-  Tensor probs = ctx.alloc_uninit({B, H, Tq, Tk});  // [B, H, Tq, Tk]: scores, then softmax
-  Tensor context = ctx.alloc_uninit({B, Tq, d});    // [B, Tq, d], written head by head in place
+  Tensor context = ctx.alloc_uninit({B, Tq, d});  // [B, Tq, d], written head by head in place
   m.score_saved = attention::ScoreSaved();
+  m.blocked = false;
   Tensor qh, kh, vh;
   // q [B, H, Tq, dh], k and v [B, H, Tk, dh] in place in the projections (strided scores).
   const Tensor& kv_src = config_.cross ? kvp : qp;
   const ops::MatrixView q = heads_view(qp, H, dh, 0);
-  const ops::MatrixView k = heads_view(kv_src, H, dh, config_.cross ? 0 : 1);
-  ops::MatrixView v = heads_view(kv_src, H, dh, config_.cross ? 1 : 2);
+  const ops::MatrixView k = heads_view(kv_src, H, dh, kb);
+  ops::MatrixView v = heads_view(kv_src, H, dh, vb);
   // Without a mask and dropout, one kernel per (batch, head) does the products and the softmax in
   // cache (f32 only: the bf16 path keeps its rounded products).
-  const bool fused = strided && mask.key_lengths.empty() && !mask.causal &&
-                     !(training && m.dropout.p > 0.f) && !bf16 &&
+  const bool fused = strided && mask.key_lengths.empty() && !mask.causal && !dropout && !bf16 &&
                      ops::fused_attention_supported(q, k);
+  if (blocked) {
+    ops::BlockedAttention& o = m.blocked_options;
+    o = ops::BlockedAttention();
+    o.scale = score_scale(m.score);
+    o.causal = mask.causal;
+    if (!mask.key_lengths.empty()) {  // a copy: the caller's tensor may change before backward
+      o.key_lengths = ctx.alloc_uninit({B}, DType::i32);
+      o.key_lengths.copy_from(mask.key_lengths);
+    }
+    if (dropout) {  // the counters Dropout would reserve for [B, H, Tq, Tk]: the same mask
+      o.dropout = m.dropout.p;
+      o.seed = ctx.rng->seed();
+      o.counter = ctx.rng->reserve(static_cast<uint64_t>(B * H * Tq * Tk));
+    }
+    Tensor lse = ctx.alloc_uninit({B, H, Tq});  // [B, H, Tq]
+    ops::blocked_attention_forward(q, k, v, o, lse, heads_view(context, H, dh, 0));
+    weights_ = Tensor();
+    Tensor y = m.proj->forward(ctx, context);  // [B, Tq, d]
+    m.saved = training;
+    m.strided = m.blocked = true;
+    m.fused = false;
+    m.precision = precision;
+    m.batch = B, m.tq = Tq, m.tk = Tk;
+    m.qh = m.kh = m.vh = m.probs = m.attn = Tensor();
+    if (training) {
+      m.qp = qp, m.kvp = kvp, m.context = context, m.lse = lse;
+    } else {
+      m.qp = m.kvp = m.context = m.lse = Tensor();
+      m.blocked_options.key_lengths = Tensor();
+    }
+    return y;
+  }
+  m.context = m.lse = Tensor();
+  Tensor probs = ctx.alloc_uninit({B, H, Tq, Tk});  // [B, H, Tq, Tk]: scores, then softmax
   if (fused) {
     ops::fused_attention_forward(q, k, v, score_scale(m.score), probs,
                                  heads_view(context, H, dh, 0));
@@ -242,19 +309,24 @@ Tensor MultiHeadAttention::backward(Context& ctx, const Tensor& dy, Tensor* dmem
   const ops::Precision precision = m.precision;
   Tensor dcontext = m.proj->backward(ctx, dy);  // [B, Tq, d]
   // [B, H, Tq, dh]; with bf16 products rounded once for dP and dV.
-  const ops::MatrixView dctx =
-      heads_view(m.fused ? dcontext : for_products(ctx, precision, dcontext), H, dh, 0);
+  const ops::MatrixView dctx = heads_view(
+      m.fused || m.blocked ? dcontext : for_products(ctx, precision, dcontext), H, dh, 0);
   // Gradients of the projections, written head by head in place.
   Tensor dqp = ctx.alloc_uninit(m.qp.shape());                       // [B, Tq, d] or [B, T, 3d]
   Tensor dkvp = cross ? ctx.alloc_uninit(m.kvp.shape()) : Tensor();  // [B, Tk, 2d]
   Tensor& dk_of = cross ? dkvp : dqp;
   const int64_t kb = cross ? 0 : 1, vb = cross ? 1 : 2;
-  if (m.fused) {
+  if (m.fused || m.blocked) {
     const Tensor& kv_src = cross ? m.kvp : m.qp;
-    ops::fused_attention_backward(heads_view(m.qp, H, dh, 0), heads_view(kv_src, H, dh, kb),
-                                  heads_view(kv_src, H, dh, vb), m.probs, dctx,
-                                  score_scale(m.score), heads_view(dqp, H, dh, 0),
-                                  heads_view(dk_of, H, dh, kb), heads_view(dk_of, H, dh, vb));
+    const ops::MatrixView q = heads_view(m.qp, H, dh, 0);
+    const ops::MatrixView k = heads_view(kv_src, H, dh, kb), v = heads_view(kv_src, H, dh, vb);
+    const ops::MatrixView dq = heads_view(dqp, H, dh, 0);
+    const ops::MatrixView dk = heads_view(dk_of, H, dh, kb), dv = heads_view(dk_of, H, dh, vb);
+    if (m.blocked)
+      ops::blocked_attention_backward(q, k, v, heads_view(m.context, H, dh, 0), m.lse, dctx,
+                                      m.blocked_options, dq, dk, dv);
+    else
+      ops::fused_attention_backward(q, k, v, m.probs, dctx, score_scale(m.score), dq, dk, dv);
     if (cross) {
       Tensor dmem = m.kv->backward(ctx, dkvp);  // [B, Tk, d]
       if (dmemory) *dmemory = dmem;

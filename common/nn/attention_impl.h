@@ -54,6 +54,12 @@ void merge_heads(const Tensor& src, int64_t block, Tensor& dst);
 void check_key_lengths(const std::string& layer, const Tensor& key_lengths, int64_t batch,
                        int64_t max_length);
 
+// Whether AttentionKernel::automatic takes the blocked kernel for this shape (attention.cpp says
+// how it was measured). `masked`: a causal or padding mask; `dropout`: attention dropout in
+// training; `precision`: of the other products (the blocked kernel itself is f32).
+bool prefer_blocked(int64_t batch, int64_t heads, int64_t tq, int64_t tk, int64_t head_dim,
+                    bool masked, bool dropout, ops::Precision precision);
+
 }  // namespace attention
 
 struct MultiHeadAttention::Impl {
@@ -70,6 +76,7 @@ struct MultiHeadAttention::Impl {
   bool strided = false;  // the last forward read q, k, v in place (dot and scaled-dot scores)
   bool fused = false;    // ... with ops::fused_attention_forward (no mask, no dropout, f32)
   ops::Precision precision = ops::Precision::f32;  // of the last forward's products
+  bool blocked = false;  // ... with ops::blocked_attention_forward (no weights in memory)
   int64_t batch = 0, tq = 0, tk = 0;
   // strided: self [B, T, 3d] (kvp empty); cross [B, Tq, d] and [B, Tk, 2d]. With bf16 products,
   // their bf16 rounding (what the products read).
@@ -78,6 +85,10 @@ struct MultiHeadAttention::Impl {
   Tensor probs;       // softmax output [B, H, Tq, Tk], f32
   // probs after dropout [B, H, Tq, Tk] (probs itself without dropout); bf16 with bf16 products
   Tensor attn;
+  // Blocked: the context [B, Tq, d], the log-sum-exp of each query [B, H, Tq], and the masks and
+  // dropout draw of the forward (key lengths copied into the arena).
+  Tensor context, lse;
+  ops::BlockedAttention blocked_options;
   attention::ScoreSaved score_saved;
 };
 

@@ -23,6 +23,13 @@
 
 namespace vitk::nn {
 
+// Which kernel computes softmax(q·kᵀ + mask)·v for the dot and scaled-dot scores.
+enum class AttentionKernel {
+  automatic,     // the faster of the two per shape, blocked when [B, H, Tq, Tk] would be large
+  materialized,  // the weights [B, H, Tq, Tk] in memory (fused kernel or products and softmax)
+  blocked,       // ops::blocked_attention_*: memory O(T·d), never the [Tq, Tk] matrix
+};
+
 struct Context {
   bool training = false;
   Arena* arena = nullptr;   // required
@@ -35,6 +42,9 @@ struct Context {
   // layout is faster (ops::prefer_packed_f32) from their packed forms, made once per parameter
   // version. Off by default; the commands that only run a loaded model turn it on.
   bool packed_weights = false;
+  // Tests and benchmarks force one; blocked applies only to f32 dot and scaled-dot scores
+  // without keep_weights, and falls back to materialized otherwise.
+  AttentionKernel attention_kernel = AttentionKernel::automatic;
   Tensor alloc(Shape shape);  // from arena, zero-filled (throws vitk::Error if there is none)
   // From arena, not initialised: for outputs that are overwritten entirely (Arena::alloc_uninit).
   Tensor alloc_uninit(Shape shape, DType dtype = DType::f32);

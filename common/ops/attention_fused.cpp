@@ -23,9 +23,14 @@
 #endif
 
 #include "common/error.h"
+#include "common/ops/attention_tiles.h"
 #include "common/ops/ops.h"
 #include "common/ops/profile.h"
 #include "common/ops/vmath.h"
+
+// GCC 12 reports its own AVX-512 intrinsics (reductions, unpacks, shuffles: an undefined
+// pass-through operand) as "maybe uninitialized" wherever they are inlined: a false positive.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace vitk::ops {
 namespace {
@@ -103,34 +108,6 @@ void gemm_rows(int64_t M, const float* a, int64_t a_rs, int64_t a_ks, const floa
   }
 }
 
-// In-register transpose of a 16×16 block: r[i] holds row i on entry, column i on return.
-inline void transpose16(__m512 r[16]) {
-  __m512 t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    const int a = 4 * i;
-    r[a] = _mm512_shuffle_ps(t[a], t[a + 2], 0x44);
-    r[a + 1] = _mm512_shuffle_ps(t[a], t[a + 2], 0xEE);
-    r[a + 2] = _mm512_shuffle_ps(t[a + 1], t[a + 3], 0x44);
-    r[a + 3] = _mm512_shuffle_ps(t[a + 1], t[a + 3], 0xEE);
-  }
-  for (int k = 0; k < 4; ++k) {
-    t[k] = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x88);
-    t[4 + k] = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xDD);
-    t[8 + k] = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x88);
-    t[12 + k] = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xDD);
-  }
-  for (int k = 0; k < 4; ++k) {
-    r[k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
-    r[8 + k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xDD);
-    r[4 + k] = _mm512_shuffle_f32x4(t[4 + k], t[12 + k], 0x88);
-    r[12 + k] = _mm512_shuffle_f32x4(t[4 + k], t[12 + k], 0xDD);
-  }
-}
-
 // dst [64, n_pad] = src [n, 64]ᵀ (src rows src_rs apart), columns n..n_pad zero; n_pad is a
 // multiple of 16.
 void transpose_padded(const float* src, int64_t src_rs, int64_t n, int64_t n_pad, float* dst) {
@@ -139,7 +116,7 @@ void transpose_padded(const float* src, int64_t src_rs, int64_t n, int64_t n_pad
     for (int64_t c0 = 0; c0 < kHeadDim; c0 += 16) {
       for (int64_t i = 0; i < 16; ++i)
         r[i] = j0 + i < n ? _mm512_loadu_ps(src + (j0 + i) * src_rs + c0) : _mm512_setzero_ps();
-      transpose16(r);
+      detail::transpose16(r);
       for (int64_t i = 0; i < 16; ++i) _mm512_storeu_ps(dst + (c0 + i) * n_pad + j0, r[i]);
     }
 }

@@ -7,16 +7,6 @@
 
 namespace vitk::ops {
 
-uint64_t Rng::hash(uint64_t seed, uint64_t counter) {
-  // splitmix64's output function applied to a state derived from the seed, stepped counter times.
-  auto mix = [](uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  };
-  return mix(mix(seed) + (counter + 1) * 0x9e3779b97f4a7c15ull);
-}
-
 uint64_t Rng::next_u64() {
   return hash(seed_, counter_++);
 }

@@ -159,6 +159,38 @@ void fused_attention_backward(const MatrixView& q, const MatrixView& k, const Ma
                               const Tensor& probs, const MatrixView& dcontext, float scale,
                               const MatrixView& dq, const MatrixView& dk, const MatrixView& dv);
 
+// ---- Blocked ("flash") attention: softmax(scale · q·kᵀ + mask)·v without the [Tq, Tk] matrix ----
+// Per (batch, head) and block of query rows, the keys are visited block by block with a running
+// maximum and sum (online softmax); the forward writes the context and the log-sum-exp of every
+// query row, which is all its backward needs: it recomputes the block scores from q, k and the
+// log-sum-exp (FlashAttention-2). No buffer larger than one block of queries × one block of keys
+// per thread (plus packed copies of one head's q, k, v: O(T · dh)). Results do not depend on the
+// thread count.
+struct BlockedAttention {
+  float scale = 1.f;    // 1/√dh for scaled-dot scores
+  Tensor key_lengths;   // i32 [B], values in [0, Tk]; empty: every key is visible
+  bool causal = false;  // query i sees key j only if j <= i + (Tk − Tq)
+  // Dropout on the attention weights (training): weight (b, h, i, j) is dropped when
+  // Rng::to_uniform(Rng::hash(seed, counter + ((b·H + h)·Tq + i)·Tk + j)) < dropout and the
+  // others are scaled by 1/(1 − dropout): the mask dropout_forward draws for [B, H, Tq, Tk] with
+  // the same seed and first counter.
+  float dropout = 0.f;
+  uint64_t seed = 0, counter = 0;
+};
+// q [B, H, Tq, dh], k and v [B, H, Tk, dh]: f32 views whose rows are contiguous (any dh; dh = 16,
+// 32, ... 128 run without padding). False for anything else.
+bool blocked_attention_supported(const MatrixView& q, const MatrixView& k, const MatrixView& v);
+// context [B, H, Tq, dh] (a view) and lse [B, H, Tq] f32 (log Σ_j exp(score), −inf for a query
+// that sees no key, whose context is 0) are written.
+void blocked_attention_forward(const MatrixView& q, const MatrixView& k, const MatrixView& v,
+                               const BlockedAttention& options, Tensor& lse,
+                               const MatrixView& context);
+// dq, dk, dv (views shaped like q, k, v) overwritten, from the forward's context and lse.
+void blocked_attention_backward(const MatrixView& q, const MatrixView& k, const MatrixView& v,
+                                const MatrixView& context, const Tensor& lse,
+                                const MatrixView& dcontext, const BlockedAttention& options,
+                                const MatrixView& dq, const MatrixView& dk, const MatrixView& dv);
+
 // ---- Softmax over the last axis, with an optional additive mask ----
 // y = softmax(x + mask). x, y [..., N] (y may be x). mask is empty or f32 with the same rank as x
 // and each axis equal to x's or 1 (broadcast), e.g. [B, 1, 1, Tk] for padding, [Tq, Tk] padded to
@@ -207,10 +239,19 @@ class Rng {
     counter_ += n;
     return first;
   }
-  static uint64_t hash(uint64_t seed, uint64_t counter);  // splitmix64 of the pair
+  // splitmix64's output function applied to a state derived from the seed, stepped counter
+  // times. Inline so that loops drawing a mask per element (blocked attention) vectorise.
+  static uint64_t hash(uint64_t seed, uint64_t counter) {
+    return mix(mix(seed) + (counter + 1) * 0x9e3779b97f4a7c15ull);
+  }
   static float to_uniform(uint64_t bits) { return static_cast<float>(bits >> 40) * 0x1p-24f; }
 
  private:
+  static uint64_t mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
   uint64_t seed_ = 0;
   uint64_t counter_ = 0;
 };
