@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -302,4 +303,42 @@ TEST_F(Cli, BenchRefusesUnknownBenchmarkAndPrecision) {
   r = run({"bench", "ops", "--precision", "f16"});
   EXPECT_EQ(r.status, 2);
   EXPECT_TRUE(contains(r.err, "--precision")) << r.err;
+}
+
+// `vitk bench attention-memory`: one row per length, pass and kernel, each from a child process;
+// the materialized kernel's arena holds the [H, T, T] weights that the blocked one never makes.
+TEST_F(Cli, BenchAttentionMemoryPrintsEveryCaseAndRefusesBadLists) {
+  Result r =
+      run({"bench", "attention-memory", "--lengths", "64,256", "--repeats", "1", "--threads", "1"});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  // T pass kernel arena-MB setup-MB peak-MB peak-setup wall-s CPU-s
+  std::map<std::string, double> arena;
+  int rows = 0;
+  for (const std::string& line : vitk::test::lines_of(r.out)) {
+    std::istringstream in(line);
+    std::string t, pass, kernel;
+    double a = 0, setup = 0, peak = 0, added = 0, wall = 0, cpu = 0;
+    if (!(in >> t >> pass >> kernel >> a >> setup >> peak >> added >> wall >> cpu)) continue;
+    ++rows;
+    EXPECT_GT(peak, 0) << line;
+    EXPECT_GE(peak, setup) << line;
+    EXPECT_GT(wall, 0) << line;
+    arena[t + " " + pass + " " + kernel] = a;
+  }
+  EXPECT_EQ(rows, 8) << r.out;  // 2 lengths x 2 passes x 2 kernels
+  // At 256 tokens the weights are 12 x 256 x 256 floats, 3 MB.
+  for (const char* pass : {"forward", "forward+backward"}) {
+    const std::string key = std::string("256 ") + pass;
+    EXPECT_GT(arena[key + " materialized"], arena[key + " blocked"] + 2.5) << r.out;
+  }
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"bench", "attention-memory", "--lengths", "12x"},
+        std::vector<std::string>{"bench", "attention-memory", "--kernels", "quick"},
+        std::vector<std::string>{"bench", "attention", "--clock", "sundial"},
+        std::vector<std::string>{"bench", "attention-memory", "--precision", "bf16"}}) {
+    Result b = run(bad);
+    EXPECT_EQ(b.status, 2) << bad[3] << ": " << b.err;
+    expect_one_error_line(b);
+    EXPECT_TRUE(contains(b.err, bad[3]) || contains(b.err, bad[2])) << b.err;
+  }
 }
