@@ -1,6 +1,7 @@
 #pragma once
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <functional>
 #include <vector>
 
@@ -18,6 +19,14 @@ class Timer {
  private:
   std::chrono::steady_clock::time_point start_;
 };
+
+// CPU seconds of the whole process (all threads). On a shared machine this moves much less with
+// the load than wall time (with OMP_WAIT_POLICY=passive, so that waiting threads sleep).
+inline double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 inline double median(std::vector<double> v) {
   if (v.empty()) return 0;

@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -34,12 +33,6 @@ Tensor random_input(Shape shape, ops::Rng& rng) {
   Tensor t(std::move(shape));
   nn::init_trunc_normal(t, 1.f, rng);
   return t;
-}
-
-double process_cpu_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
 // Wall-clock and process CPU seconds per call, repeated for at least min_seconds of the chosen

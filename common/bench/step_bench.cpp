@@ -1,7 +1,5 @@
 #include "common/bench/step_bench.h"
 
-#include <time.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <ostream>
@@ -11,28 +9,16 @@
 #include "common/timer.h"
 
 namespace vitk::bench {
-namespace {
-
-// CPU seconds of the whole process: on a shared machine a step's CPU time (with
-// OMP_WAIT_POLICY=passive, so that waiting threads sleep) moves much less with the load than
-// its wall time.
-double cpu_seconds() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-}  // namespace
 
 StepResult time_steps(const std::function<void()>& step, const StepTiming& o, std::ostream* log) {
   StepResult r;
   step();  // primitives, arena growth
   for (int round = 0; round < o.rounds; ++round) {
     Timer t;
-    const double cpu0 = cpu_seconds();
+    const double cpu0 = process_cpu_seconds();
     for (int i = 0; i < o.steps; ++i) step();
     r.round_ms.push_back(t.seconds() * 1e3 / o.steps);
-    r.round_cpu_ms.push_back((cpu_seconds() - cpu0) * 1e3 / o.steps);
+    r.round_cpu_ms.push_back((process_cpu_seconds() - cpu0) * 1e3 / o.steps);
     if (log) {
       char line[128];
       std::snprintf(line, sizeof line, "round %d: %.1f ms/step, %.1f CPU ms/step\n", round + 1,
