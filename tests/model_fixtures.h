@@ -23,6 +23,8 @@ inline vit::VitConfig vit_config_of(const FixtureFile& f) {
   c.layers = static_cast<int>(f.attr_int("layers"));
   c.pool = f.attr_string("pool");
   c.norm_eps = static_cast<float>(f.attr_float("norm_eps"));
+  if (f.has_attr("stem_channels"))
+    c.stem_channels = vit::parse_stem_channels(f.attr_string("stem_channels"));
   c.preprocess.mean.assign(static_cast<size_t>(c.channels), 0.5f);
   c.preprocess.std.assign(static_cast<size_t>(c.channels), 0.5f);
   return c;

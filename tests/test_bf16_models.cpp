@@ -109,7 +109,7 @@ TEST_P(Bf16Vit, ForwardAndGradientsAgreeWithF32WithinTheDerivedTolerance) {
   const VitRun f32 = run_vit(model, store, f, ops::Precision::f32);
   const VitRun bf16 = run_vit(model, store, f, ops::Precision::bf16);
 
-  const int products = 6 * c.layers + 2;
+  const int products = 6 * c.layers + 2 + static_cast<int>(c.stem_channels.size());
   const Diff d = diff(bf16.logits, f32.logits);
   const double bound = 2 * kU * products * d.scale;
   std::printf("[ bf16 ] %s logits: max |diff| %.3g (bound %.3g), relative L2 %.3g\n", GetParam(),
@@ -132,7 +132,8 @@ TEST_P(Bf16Vit, ForwardAndGradientsAgreeWithF32WithinTheDerivedTolerance) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Bf16Vit,
                          ::testing::Values("01_token_rgb_square", "02_avg_gray_rect",
-                                           "03_token_gray_rect"),
+                                           "03_token_gray_rect", "04_stem_avg_gray",
+                                           "05_stem_token_rgb_rect"),
                          [](const ::testing::TestParamInfo<const char*>& p) {
                            return std::string("case") + p.param;
                          });

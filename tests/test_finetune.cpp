@@ -241,6 +241,35 @@ TEST(FinetuneLoad, NewHeadIsZeroAndEverythingElseCarriesOver) {
   fs::remove_all(dir);
 }
 
+// A model with a convolutional stem loads at a higher resolution: the stem and the projection
+// are size-free and carry over bit for bit, only pos_embed is resampled; the model then runs at
+// the new size.
+TEST(FinetuneLoad, StemModelRunsAtAHigherResolution) {
+  const std::string dir = temp_dir("vitk_ftstem");
+  const std::string path = dir + "/src.h5";
+  vit::VitConfig src = tiny_config();
+  src.stem_channels = {4, 6};
+  const auto before = save_tiny(path, src);
+
+  vit::LoadedVit m = vit::load_vit(path, 16, 12);
+  EXPECT_TRUE(m.resampled);
+  EXPECT_EQ(m.config.stem_channels, src.stem_channels);
+  EXPECT_EQ(m.params->get("pos_embed").shape, (Shape{1, 13, 8}));  // a 4×3 grid + class token
+  for (const Parameter& p : m.params->params()) {
+    if (p.name == "pos_embed") continue;
+    EXPECT_TRUE(test::bitwise_equal(p.value, before.at(p.name))) << p.name;
+  }
+  Arena arena;
+  nn::Context eval{false, &arena, nullptr};
+  Tensor images({2, 1, 16, 12});
+  images.fill(0.5f);
+  const Tensor logits = m.model->forward(eval, images);
+  EXPECT_EQ(logits.shape(), (Shape{2, 4}));
+  for (int64_t i = 0; i < logits.numel(); ++i) EXPECT_TRUE(std::isfinite(logits.f32()[i]));
+  EXPECT_THROW(vit::load_vit(path, 14, 12), UsageError);  // 14 is not a multiple of patch 4
+  fs::remove_all(dir);
+}
+
 TEST(FinetuneLoad, ResamplingConventionIsRecordedAndOldCheckpointsLoad) {
   // The key's round trip, and a configuration without it (written before it existed) is false.
   vit::VitConfig c = tiny_config();
@@ -828,6 +857,10 @@ TEST_F(FinetuneCli, BadFlagsAndSizesFailBeforeAnythingIsWritten) {
       {{"--labels", "missing.txt"}, 1, "missing.txt"},
       {{}, 2, "--num-classes 2 for a new head"},
       {{"--model.d_model", "64", "--num-classes", "2"}, 2, "--model.d_model 64 differs"},
+      // A stem the source does not have (it has none).
+      {{"--model.stem_channels", "8", "--num-classes", "2"},
+       2,
+       "--model.stem_channels 8 differs from the none of"},
       {{"--model.image_size", "12", "--num-classes", "2"}, 2, "--image-size"},
       {{"--model.drop_path", "1.5", "--num-classes", "2"}, 2, "drop_path"},
       {{"--align-corners=maybe"}, 2, "align-corners"},

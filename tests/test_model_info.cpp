@@ -3,12 +3,14 @@
 
 #include "common/error.h"
 #include "common/nn/model_info.h"
+#include "common/params.h"
+#include "vit/vit.h"
 
 using namespace vitk;
 
 namespace {
 
-nn::ModelSpec vit(int64_t d, int64_t heads, int layers) {
+nn::ModelSpec vit_spec(int64_t d, int64_t heads, int layers) {
   nn::ModelSpec s;
   s.type = "vit";
   s.layer.d_model = d;
@@ -30,15 +32,52 @@ const nn::BlockSize& block(const nn::ModelSize& m, const std::string& name) {
 
 // timm's parameter counts for vit_{tiny,small,base,large}_patch16_224 (1000 classes).
 TEST(ModelInfo, VitParameterCountsMatchTimm) {
-  EXPECT_EQ(nn::model_size(vit(192, 3, 12)).total_params, 5717416);
-  EXPECT_EQ(nn::model_size(vit(384, 6, 12)).total_params, 22050664);
-  EXPECT_EQ(nn::model_size(vit(768, 12, 12)).total_params, 86567656);
-  EXPECT_EQ(nn::model_size(vit(1024, 16, 24)).total_params, 304326632);
+  EXPECT_EQ(nn::model_size(vit_spec(192, 3, 12)).total_params, 5717416);
+  EXPECT_EQ(nn::model_size(vit_spec(384, 6, 12)).total_params, 22050664);
+  EXPECT_EQ(nn::model_size(vit_spec(768, 12, 12)).total_params, 86567656);
+  EXPECT_EQ(nn::model_size(vit_spec(1024, 16, 24)).total_params, 304326632);
+}
+
+// The convolutional stem (vit/vit.h): the count equals the parameters the model registers, and
+// the multiply-adds add each stage's 9·C_in·C_out per output pixel.
+TEST(ModelInfo, VitStemCountsWhatTheModelRegisters) {
+  nn::ModelSpec s = vit_spec(192, 3, 6);
+  s.layer.d_ff = 384;
+  s.image_size = 28;
+  s.patch_size = 4;
+  s.channels = 1;
+  s.num_classes = 10;
+  const nn::ModelSize plain = nn::model_size(s);
+  s.stem_channels = {48, 96};
+  const nn::ModelSize stem = nn::model_size(s);
+  vit::VitConfig c;
+  c.image_height = c.image_width = 28;
+  c.patch_size = 4;
+  c.channels = 1;
+  c.num_classes = 10;
+  c.d_model = 192;
+  c.heads = 3;
+  c.d_ff = 384;
+  c.layers = 6;
+  c.pool = "avg";  // fc_norm instead of norm: the same count
+  c.stem_channels = {48, 96};
+  c.preprocess.mean = {0.5f};
+  c.preprocess.std = {0.5f};
+  ParamStore store;
+  vit::VisionTransformer model(store, c);
+  EXPECT_EQ(stem.total_params, store.numel());
+  EXPECT_EQ(block(stem, "stem stage 1").positions, 14 * 14);
+  EXPECT_EQ(block(stem, "stem stage 2").macs, 48 * 9 * 96);
+  EXPECT_EQ(block(stem, "patch embedding").macs, 96 * 192);
+  const double extra = 14 * 14 * 9 * 48 + 7 * 7 * (48 * 9 * 96 + 96 * 192 - 16 * 192);
+  EXPECT_DOUBLE_EQ(stem.macs_per_sequence - plain.macs_per_sequence, extra);
+  s.stem_channels = {48, 96, 128};  // stride 8 does not divide the patch size 4
+  EXPECT_THROW(nn::model_size(s), UsageError);
 }
 
 TEST(ModelInfo, EncoderBlockIsTwelveDSquaredPlusBiases) {
   for (int64_t d : {64, 512, 768}) {
-    nn::ModelSpec s = vit(d, 8, 1);
+    nn::ModelSpec s = vit_spec(d, 8, 1);
     const auto& enc = block(nn::model_size(s), "encoder layer");
     // qkv 3d² + 3d, proj d² + d, fc1 4d² + 4d, fc2 4d² + d, two layer norms 4d.
     EXPECT_EQ(enc.params, 12 * d * d + 13 * d) << d;
@@ -49,7 +88,7 @@ TEST(ModelInfo, EncoderBlockIsTwelveDSquaredPlusBiases) {
 // The ViT paper's ViT-B/16 costs 17.6 G multiply-adds per 224×224 image; the attention part is
 // 2·T·d per token and layer with T = 197.
 TEST(ModelInfo, VitB16MultiplyAdds) {
-  nn::ModelSize m = nn::model_size(vit(768, 12, 12));
+  nn::ModelSize m = nn::model_size(vit_spec(768, 12, 12));
   EXPECT_NEAR(m.macs_per_sequence / 1e9, 17.56, 0.01);
   EXPECT_DOUBLE_EQ(m.attention_macs_per_sequence, 12.0 * 197 * 2 * 197 * 768);
   EXPECT_EQ(block(m, "encoder layer").attention_macs, 2 * 197 * 768);
@@ -71,10 +110,10 @@ TEST(ModelInfo, TransformerBaseIsAbout65M) {
 }
 
 TEST(ModelInfo, BadSpecsAreUsageErrors) {
-  nn::ModelSpec s = vit(768, 12, 12);
+  nn::ModelSpec s = vit_spec(768, 12, 12);
   s.layer.heads = 7;
   EXPECT_THROW(nn::model_size(s), UsageError);
-  s = vit(768, 12, 12);
+  s = vit_spec(768, 12, 12);
   s.patch_size = 15;
   EXPECT_THROW(nn::model_size(s), UsageError);
   s.type = "rnn";

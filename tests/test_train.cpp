@@ -243,6 +243,18 @@ TEST(VitOptions, BadValuesNameTheOption) {
             std::string::npos);
   EXPECT_NE(usage_error({"--model.mean", "0.5,x,0.5"}).find("--model.mean"), std::string::npos);
   EXPECT_NE(usage_error({"--model.heads", "5"}).find("heads"), std::string::npos);
+  EXPECT_NE(usage_error({"--model.stem_channels", "48,x"}).find("--model.stem_channels"),
+            std::string::npos);
+  // 16 / 2^5: five stride-2 stages are more than the stem allows, three do not divide patch 4
+  EXPECT_NE(usage_error({"--model.stem_channels", "8,8,8,8,8"}).find("--model.stem_channels"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--model.patch_size", "4", "--model.image_size", "32",
+                         "--model.stem_channels", "8,8,8"})
+                .find("--model.stem_channels"),
+            std::string::npos);
+  EXPECT_EQ(usage_error({"--model.patch_size", "4", "--model.image_size", "32",
+                         "--model.stem_channels", "8,8"}),
+            "");
   EXPECT_NE(usage_error({"--model.type", "transformer"}).find("--model.type"), std::string::npos);
   EXPECT_NE(usage_error({"--model.channels", "1"}).find("mean"), std::string::npos)
       << "one channel with three mean values";
@@ -587,6 +599,12 @@ TEST_F(TrainCli, ResumeContinuesExactlyWithEveryRandomPart) {
   Result b3 = train("parts", with({"--resume", "parts/last.h5"}), "b3");
   ASSERT_EQ(b3.status, 0) << b3.out << b3.err;
   EXPECT_TRUE(contains(b3.out, "epoch 2/2, batch 5/8, step 13")) << b3.out;
+  // A resumed run keeps its model: a stem the checkpoint does not have is refused.
+  Result stem =
+      train("parts", with({"--resume", "parts/last.h5", "--model.stem_channels", "4"}), "stem");
+  EXPECT_EQ(stem.status, 2) << stem.out << stem.err;
+  EXPECT_TRUE(contains(stem.err, "--model.stem_channels 4 differs from the checkpoint's none"))
+      << stem.err;
 
   const std::vector<std::string> buffers{"exp_avg", "exp_avg_sq", "ema"};
   CheckpointBytes full = read_all((dir_ / "full/last.h5").string(), buffers);
@@ -661,6 +679,7 @@ TEST_F(TrainCli, BadOptionsAndPathsFailBeforeAnythingIsWritten) {
       {{"--data", data, "--model-ema-decay", "1"}, 2, "--model-ema-decay"},
       {{"--data", data, "--model.patch_size", "5"}, 2, "model.patch_size"},
       {{"--data", data, "--model.num_classes", "7"}, 2, "--model.num_classes"},
+      {{"--data", data, "--model.stem_channels", "0"}, 2, "--model.stem_channels"},
       {{"--data", data, "--batch-size", "1000"}, 2, "--batch-size"},
       {{"--data", data, "--bogus", "1"}, 2, "--bogus"},
       {{"--data", data, "--lr", "abc"}, 2, "--lr"},
@@ -780,7 +799,9 @@ TEST_F(TrainCli, PresetRunsOnIdxFilesAndEvalTakesTheSameConfig) {
   Result r = run({"train", "--config", preset, "--data", "idx", "--output", "o", "--batch-size",
                   "16", "--max-steps", "2", "--threads", "2"});
   ASSERT_EQ(r.status, 0) << r.out << r.err;
-  EXPECT_TRUE(contains(r.out, "model: vit 28x28x1, patch 4 (49 patches + class token), d_model "))
+  EXPECT_TRUE(contains(r.out,
+                       "model: vit 28x28x1, patch 4 (49 patches + class token), conv stem 48,96 "
+                       "(3x3 stride 2, LayerNorm, GELU), d_model "))
       << r.out;
   EXPECT_TRUE(contains(r.out, "stopped at step 2")) << r.out;
   Result e = run({"eval", "--config", preset, "--model", "o/last.h5", "--data", "idx"}, "eval");

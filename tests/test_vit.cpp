@@ -2,7 +2,8 @@
 // names, central finite differences of L = Σ w·logits w.r.t. the images and every parameter (both
 // pools, rectangular images, with and without dropout and stochastic depth), configuration and
 // shape errors, the statistics of init(), and an eval forward that is deterministic and does not
-// depend on the rest of the batch.
+// depend on the rest of the batch; the convolutional stem: window extraction against its
+// definition, folding as its adjoint, names, finite differences, init, configuration.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -266,28 +267,34 @@ TEST_P(VitGradientTest, BackwardThroughDropoutAndDropPathMatchesFiniteDifference
 INSTANTIATE_TEST_SUITE_P(Pools, VitGradientTest, ::testing::Values("token", "avg"),
                          [](const auto& p) { return std::string(p.param); });
 
+// Also with a convolutional stem, which skips its first stage's data product without d(images).
 TEST(VitGradientTest, GradientsAccumulateAndInputGradientIsOptional) {
-  const VitConfig c = tiny_config("avg", 3, 4, 4, 2);
-  ParamStore store;
-  VisionTransformer model(store, c);
-  store.finalize();
-  std::mt19937 gen(4);
-  randomize(store, gen);
-  Tensor images = random_tensor({3, 3, 4, 4}, gen), dlogits = random_tensor({3, 3}, gen);
-  Arena arena;
-  nn::Context ctx{true, &arena, nullptr};
-  store.zero_grad();
-  model.forward(ctx, images);
-  Tensor dimages;
-  model.backward(ctx, dlogits, &dimages);
-  const Tensor once = store.grads().clone(), dimages_once = dimages.clone();
-  model.backward(ctx, dlogits);  // the same forward, again, without d(images)
-  std::vector<double> doubled = to_double(once);
-  for (auto& v : doubled) v *= 2;
-  EXPECT_TRUE(all_close(store.grads(), doubled, 1e-6, 1e-6));
-  EXPECT_GT(ops::l2_norm(once), 0.0);
-  model.backward(ctx, dlogits, &dimages);
-  EXPECT_TRUE(bitwise_equal(dimages, dimages_once));  // input gradients are overwritten
+  VitConfig with_stem = tiny_config("avg", 1, 8, 8, 4);
+  with_stem.stem_channels = {6, 4};
+  for (const VitConfig& c : {tiny_config("avg", 3, 4, 4, 2), with_stem}) {
+    SCOPED_TRACE(c.stem_channels.empty() ? "without a stem" : "with a stem");
+    ParamStore store;
+    VisionTransformer model(store, c);
+    store.finalize();
+    std::mt19937 gen(4);
+    randomize(store, gen);
+    Tensor images = random_tensor({3, c.channels, c.image_height, c.image_width}, gen);
+    const Tensor dlogits = random_tensor({3, 3}, gen);
+    Arena arena;
+    nn::Context ctx{true, &arena, nullptr};
+    store.zero_grad();
+    model.forward(ctx, images);
+    Tensor dimages;
+    model.backward(ctx, dlogits, &dimages);
+    const Tensor once = store.grads().clone(), dimages_once = dimages.clone();
+    model.backward(ctx, dlogits);  // the same forward, again, without d(images)
+    std::vector<double> doubled = to_double(once);
+    for (auto& v : doubled) v *= 2;
+    EXPECT_TRUE(all_close(store.grads(), doubled, 1e-6, 1e-6));
+    EXPECT_GT(ops::l2_norm(once), 0.0);
+    model.backward(ctx, dlogits, &dimages);
+    EXPECT_TRUE(bitwise_equal(dimages, dimages_once));  // input gradients are overwritten
+  }
 }
 
 // ---- Errors ----
@@ -489,3 +496,236 @@ TEST(VitEvalTest, TrainingForwardWithoutDropoutEqualsEval) {
 }
 
 }  // namespace
+
+// ---- The convolutional stem (vit.h: stem_channels) ----
+
+namespace {
+
+// Windows by the definition: cols[b, oy·Wo + ox, (c·K + i)·K + j] = x[b, c, oy·S − pad + i,
+// ox·S − pad + j], 0 outside.
+std::vector<double> naive_windows(const Tensor& x, bool channels_last, int64_t K, int64_t S,
+                                  int64_t pad) {
+  const int64_t B = x.dim(0), C = channels_last ? x.dim(3) : x.dim(1);
+  const int64_t H = channels_last ? x.dim(1) : x.dim(2), W = channels_last ? x.dim(2) : x.dim(3);
+  const int64_t Ho = (H + 2 * pad - K) / S + 1, Wo = (W + 2 * pad - K) / S + 1;
+  std::vector<double> out;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t oy = 0; oy < Ho; ++oy)
+      for (int64_t ox = 0; ox < Wo; ++ox)
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t i = 0; i < K; ++i)
+            for (int64_t j = 0; j < K; ++j) {
+              const int64_t y = oy * S - pad + i, xx = ox * S - pad + j;
+              if (y < 0 || y >= H || xx < 0 || xx >= W) {
+                out.push_back(0);
+                continue;
+              }
+              const int64_t at =
+                  channels_last ? ((b * H + y) * W + xx) * C + c : ((b * C + c) * H + y) * W + xx;
+              out.push_back(x.f32()[at]);
+            }
+  return out;
+}
+
+double dot(const Tensor& a, const Tensor& b) {
+  double s = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) s += double(a.f32()[i]) * b.f32()[i];
+  return s;
+}
+
+struct WindowCase {
+  bool channels_last;
+  int64_t B, C, H, W, K, S, pad;
+};
+
+void PrintTo(const WindowCase& k, std::ostream* os) {
+  *os << (k.channels_last ? "NHWC " : "NCHW ") << k.B << "x" << k.C << "x" << k.H << "x" << k.W
+      << ", K " << k.K << ", S " << k.S << ", pad " << k.pad;
+}
+
+class WindowTest : public ::testing::TestWithParam<WindowCase> {};
+
+// extract_windows against the definition; fold_windows is its adjoint:
+// <extract(x), y> = <x, fold(y)> for random x and y.
+TEST_P(WindowTest, ExtractMatchesTheDefinitionAndFoldIsItsAdjoint) {
+  const WindowCase k = GetParam();
+  std::mt19937 gen(11);
+  const Shape in_shape = k.channels_last ? Shape{k.B, k.H, k.W, k.C} : Shape{k.B, k.C, k.H, k.W};
+  const Tensor x = random_tensor(in_shape, gen);
+  const int64_t Ho = (k.H + 2 * k.pad - k.K) / k.S + 1, Wo = (k.W + 2 * k.pad - k.K) / k.S + 1;
+  Tensor cols = garbage_tensor({k.B, Ho * Wo, k.C * k.K * k.K});
+  vit::extract_windows(x, k.channels_last, k.K, k.S, k.pad, cols);
+  EXPECT_TRUE(all_close(cols, naive_windows(x, k.channels_last, k.K, k.S, k.pad), 0, 0));
+
+  const Tensor y = random_tensor(cols.shape(), gen);
+  Tensor folded = garbage_tensor(in_shape);
+  vit::fold_windows(y, k.channels_last, k.K, k.S, k.pad, folded);
+  const double lhs = dot(cols, y), rhs = dot(x, folded);
+  EXPECT_NEAR(lhs, rhs, 1e-9 * (1 + std::fabs(lhs)) + 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, WindowTest,
+    ::testing::Values(WindowCase{false, 2, 1, 28, 28, 3, 2, 1},  // the stem's first stage
+                      WindowCase{true, 2, 5, 14, 14, 3, 2, 1},   // its second
+                      WindowCase{true, 1, 3, 7, 6, 3, 2, 1},     // odd sizes
+                      WindowCase{false, 2, 3, 5, 7, 3, 1, 1},    // stride 1, "same"
+                      WindowCase{true, 2, 4, 8, 12, 2, 2, 0},    // the projection after a stem
+                      WindowCase{true, 1, 6, 4, 4, 1, 1, 0}),    // 1×1
+    [](const auto& p) {
+      const WindowCase& k = p.param;
+      return std::string(k.channels_last ? "NHWC" : "NCHW") + "_C" + std::to_string(k.C) + "_" +
+             std::to_string(k.H) + "x" + std::to_string(k.W) + "_K" + std::to_string(k.K) + "S" +
+             std::to_string(k.S) + "P" + std::to_string(k.pad);
+    });
+
+TEST(WindowTest, NonOverlappingWindowsArePatches) {
+  std::mt19937 gen(12);
+  const Tensor images = random_tensor({2, 3, 8, 12}, gen);
+  Tensor windows({2, 6, 48}), patches({2, 6, 48});
+  vit::extract_windows(images, false, 4, 4, 0, windows);
+  vit::extract_patches(images, 4, patches);
+  EXPECT_TRUE(bitwise_equal(windows, patches));
+}
+
+TEST(WindowTest, ShapesThatDoNotFitThrowNamingThem) {
+  Tensor x({1, 2, 6, 6}), cols({1, 9, 18});  // 3×3 stride 2 pad 1 on 6×6: 3×3 windows of 2·9
+  EXPECT_NO_THROW(vit::extract_windows(x, false, 3, 2, 1, cols));
+  Tensor wrong({1, 9, 17});
+  try {
+    vit::extract_windows(x, false, 3, 2, 1, wrong);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[1, 9, 18]"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(vit::fold_windows(wrong, false, 3, 2, 1, x), Error);
+  EXPECT_THROW(vit::extract_windows(x, false, 3, 2, 3, cols), Error);  // padding ≥ kernel
+  EXPECT_THROW(vit::extract_windows(x, false, 0, 2, 0, cols), Error);
+  Tensor small({1, 2, 1, 1});
+  EXPECT_THROW(vit::extract_windows(small, false, 3, 1, 0, cols), Error);
+}
+
+// Two stages and a 1×1 projection on grey 8×8 images (the Fashion-MNIST shape, smaller), one
+// stage and a 2×2 projection on RGB 8×4 images.
+VitConfig stem_config(const std::string& pool) {
+  VitConfig c = pool == "avg" ? tiny_config(pool, 1, 8, 8, 4) : tiny_config(pool, 3, 8, 4, 4);
+  c.stem_channels = pool == "avg" ? std::vector<int64_t>{6, 4} : std::vector<int64_t>{5};
+  return c;
+}
+
+}  // namespace
+
+TEST(VitStemTest, NamesShapesAndDecay) {
+  const VitConfig c = stem_config("avg");
+  ParamStore store;
+  VisionTransformer model(store, c);
+  const std::vector<std::string> names = names_of(store);
+  const std::vector<std::string> first(names.begin() + 2, names.begin() + 12);
+  EXPECT_EQ(first, (std::vector<std::string>{
+                       "patch_embed.stem.0.conv.weight", "patch_embed.stem.0.conv.bias",
+                       "patch_embed.stem.0.norm.weight", "patch_embed.stem.0.norm.bias",
+                       "patch_embed.stem.1.conv.weight", "patch_embed.stem.1.conv.bias",
+                       "patch_embed.stem.1.norm.weight", "patch_embed.stem.1.norm.bias",
+                       "patch_embed.proj.weight", "patch_embed.proj.bias"}));
+  EXPECT_EQ(store.get("patch_embed.stem.0.conv.weight").shape, (Shape{6, 1, 3, 3}));
+  EXPECT_EQ(store.get("patch_embed.stem.1.conv.weight").shape, (Shape{4, 6, 3, 3}));
+  EXPECT_EQ(store.get("patch_embed.proj.weight").shape, (Shape{8, 4, 1, 1}));
+  EXPECT_EQ(store.get("pos_embed").shape, (Shape{1, 5, 8}));  // the grid stays 8/4 × 8/4
+  EXPECT_TRUE(store.get("patch_embed.stem.1.conv.weight").decay);
+  EXPECT_FALSE(store.get("patch_embed.stem.1.conv.bias").decay);
+  EXPECT_FALSE(store.get("patch_embed.stem.1.norm.weight").decay);
+}
+
+class VitStemGradientTest : public ::testing::TestWithParam<const char*> {};  // pool
+
+TEST_P(VitStemGradientTest, BackwardMatchesFiniteDifferences) {
+  const VitConfig c = stem_config(GetParam());
+  ParamStore store;
+  VisionTransformer model(store, c);
+  store.finalize();
+  std::mt19937 gen(21);
+  randomize(store, gen);
+  Tensor images = random_tensor({2, c.channels, c.image_height, c.image_width}, gen);
+  // A LayerNorm over a few channels bends sharply: a smaller step than the default 1e-2.
+  GradientRun run;
+  run.options.h = 2e-3;
+  expect_gradients(model, store, images, run);
+}
+
+INSTANTIATE_TEST_SUITE_P(Pools, VitStemGradientTest, ::testing::Values("token", "avg"),
+                         [](const auto& p) { return std::string(p.param); });
+
+TEST(VitStemTest, InitIsPyTorchsConvDefault) {
+  VitConfig c = stem_config("avg");
+  c.stem_channels = {32, 64};
+  c.image_height = c.image_width = 16;
+  ParamStore store;
+  VisionTransformer model(store, c);
+  store.finalize();
+  store.values().fill(42.f);
+  ops::Rng rng(5);
+  model.init(rng);
+  // uniform ±1/√fan_in for weight and bias: fan-in 1·9, 32·9 and 64·1·1 (the projection)
+  const std::vector<std::pair<std::string, double>> bounds = {
+      {"patch_embed.stem.0.conv.", 1 / 3.0},
+      {"patch_embed.stem.1.conv.", 1 / std::sqrt(288.0)},
+      {"patch_embed.proj.", 1 / 8.0}};
+  for (const auto& [prefix, bound] : bounds)
+    for (const char* part : {"weight", "bias"}) {
+      const Stats s = stats_of(store.get(prefix + part).value);
+      EXPECT_LE(s.max_abs, bound) << prefix << part;
+      EXPECT_GT(s.max_abs, 0.8 * bound) << prefix << part;
+    }
+  const Stats gain = stats_of(store.get("patch_embed.stem.1.norm.weight").value);
+  EXPECT_EQ(gain.mean, 1.0);
+  EXPECT_EQ(stats_of(store.get("patch_embed.stem.1.norm.bias").value).max_abs, 0.0);
+}
+
+TEST(VitStemTest, ConfigurationRoundTripsAndBadStemsNameTheOption) {
+  VitConfig c = stem_config("avg");
+  const auto map = vit::to_config_map(c);
+  ASSERT_EQ(map.count("stem_channels"), 1u);
+  EXPECT_EQ(map.at("stem_channels"), "6,4");
+  EXPECT_EQ(vit::from_config_map(map, "test").stem_channels, c.stem_channels);
+  EXPECT_EQ(vit::to_config_map(tiny_config("avg", 1, 8, 8, 4)).at("stem_channels"), "none");
+  auto old_checkpoint = map;  // written before the stem existed: no stem
+  old_checkpoint.erase("stem_channels");
+  EXPECT_TRUE(vit::from_config_map(old_checkpoint, "old.h5").stem_channels.empty());
+
+  EXPECT_EQ(vit::parse_stem_channels("48, 96"), (std::vector<int64_t>{48, 96}));
+  EXPECT_EQ(vit::parse_stem_channels("48 96"), (std::vector<int64_t>{48, 96}));
+  EXPECT_TRUE(vit::parse_stem_channels("none").empty());
+  EXPECT_TRUE(vit::parse_stem_channels("").empty());
+  for (const char* bad : {"0", "-3", "48,x", "none,4", "1e3", "1234567"})
+    EXPECT_THROW(vit::parse_stem_channels(bad), UsageError) << bad;
+  auto bad_map = map;
+  bad_map["stem_channels"] = "3,,x";
+  try {
+    vit::from_config_map(bad_map, "ckpt.h5");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("stem_channels"), std::string::npos) << e.what();
+  }
+
+  c.stem_channels = {3, 4, 5};  // stride 8 does not divide the patch size 4
+  expect_usage_error(c, "stem_channels");
+  c.stem_channels = {3, 0};
+  expect_usage_error(c, "stem_channels");
+}
+
+TEST(VitStemTest, EvalIsBatchIndependent) {
+  const VitConfig c = stem_config("token");
+  ParamStore store;
+  VisionTransformer model(store, c);
+  store.finalize();
+  std::mt19937 gen(23);
+  randomize(store, gen);
+  Tensor images = random_tensor({3, 3, 8, 4}, gen);
+  Arena arena;
+  nn::Context eval{false, &arena, nullptr};
+  const Tensor all = model.forward(eval, images).clone();
+  Tensor one({1, 3, 8, 4});
+  std::copy(images.f32() + 96, images.f32() + 192, one.f32());
+  const Tensor single = model.forward(eval, one);
+  for (int64_t j = 0; j < 3; ++j) EXPECT_NEAR(single.f32()[j], all.f32()[3 + j], 1e-5);
+}

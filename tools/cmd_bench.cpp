@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "common/ops/ops.h"
 #include "tools/cli.h"
+#include "vit/vit.h"
 
 namespace vitk::tools {
 namespace {
@@ -164,6 +165,11 @@ int run_bench(const po::variables_map& vm) {
       vo.batch = batch;
       vo.precision = precision;
       vo.drop_path = vm["drop-path"].as<float>();
+      try {
+        vo.stem_channels = vit::parse_stem_channels(vm["stem-channels"].as<std::string>());
+      } catch (const UsageError& e) {
+        throw UsageError(std::string("--stem-channels: ") + e.what());
+      }
       bench::print_vit_step(std::cout, vo, bench::run_vit_step_bench(vo, &std::cerr));
     } else {
       bench::MtStepOptions mo;
@@ -212,7 +218,7 @@ void register_bench_commands(Registry& registry) {
       "vitk bench ops --threads 2 --repeats 11 --precision bf16\n"
       "vitk bench layers   # seconds per call; see tests/bench/core_vs_pytorch.py\n"
       "vitk bench vit-step --threads 2 --repeats 5 --steps 10   # the Fashion-MNIST ViT\n"
-      "vitk bench vit-step --precision bf16 --repeats 3\n"
+      "vitk bench vit-step --precision bf16 --repeats 3 [--stem-channels 48,96]\n"
       "vitk bench mt-step --repeats 3 --steps 5   # transformer-small, 128 x 32 tokens; see "
       "tests/bench/mt_train_vs_pytorch.py\n"
       "vitk bench compare -- --quick   # vitk against PyTorch: runs tests/bench/compare.py\n"
@@ -240,6 +246,8 @@ void register_bench_commands(Registry& registry) {
         "vit-step, mt-step: batch size (images or sentences)")(
         "drop-path", po::value<float>()->default_value(0.f, "0")->value_name("P"),
         "vit-step: stochastic depth of the last block")(
+        "stem-channels", po::value<std::string>()->default_value("none")->value_name("LIST"),
+        "vit-step: a convolutional stem with these channels (configs/vit-fmnist.ini: 48,96)")(
         "length", po::value<int>()->default_value(32)->value_name("N"),
         "mt-step: tokens of every source and target sentence")(
         "no-breakdown", po::bool_switch(), "vit-step, mt-step: skip the profiled round")(

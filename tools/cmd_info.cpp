@@ -3,8 +3,10 @@
 #include <cstdio>
 #include <iostream>
 
+#include "common/error.h"
 #include "common/nn/model_info.h"
 #include "tools/cli.h"
+#include "vit/vit.h"
 
 namespace vitk::tools {
 namespace {
@@ -38,6 +40,11 @@ nn::ModelSpec spec_from(const po::variables_map& vm) {
   s.patch_size = vm["model.patch_size"].as<int64_t>();
   s.channels = vm["model.channels"].as<int64_t>();
   s.num_classes = vm["model.num_classes"].as<int64_t>();
+  try {
+    s.stem_channels = vit::parse_stem_channels(vm["model.stem_channels"].as<std::string>());
+  } catch (const UsageError& e) {
+    throw UsageError(std::string("--model.") + e.what());
+  }
   return s;
 }
 
@@ -103,6 +110,8 @@ void register_info_commands(Registry& registry) {
         "model.image_size", po::value<int64_t>()->default_value(224), "vit: image side")(
         "model.patch_size", po::value<int64_t>()->default_value(16), "vit: patch side")(
         "model.channels", po::value<int64_t>()->default_value(3), "vit: image channels")(
+        "model.stem_channels", po::value<std::string>()->default_value("none"),
+        "vit: convolutional stem, channels of its 3x3 stride-2 stages (e.g. 48,96)")(
         "model.num_classes", po::value<int64_t>()->default_value(1000), "vit: classes");
   };
   c.run = run_info;

@@ -58,11 +58,14 @@ void add_vit_options(po::options_description& options, const vit::VitConfig& d,
   auto integer = [&](int64_t x) { return value(x, std::to_string(x)); };
   auto real = [&](float x) { return value(x, float_text(x)); };
   auto text = [&](const std::string& x) { return value(x, x); };
-  options.add_options()                                                               //
-      ("model.type", text("vit"), "model type: vit")                                  //
-      ("model.image_size", text(size)->value_name("N|HxW"),                           //
-       "input image size: one side, or height x width")                               //
-      ("model.patch_size", integer(d.patch_size), "patch side")                       //
+  options.add_options()                                          //
+      ("model.type", text("vit"), "model type: vit")             //
+      ("model.image_size", text(size)->value_name("N|HxW"),      //
+       "input image size: one side, or height x width")          //
+      ("model.patch_size", integer(d.patch_size), "patch side")  //
+      ("model.stem_channels", text(vit::stem_channels_text(d.stem_channels)),
+       "convolutional stem: channels of its 3x3 stride-2 stages, comma-separated (none: the "
+       "patch projection sees the pixels)")                                           //
       ("model.channels", integer(d.channels), "image channels: 1 (grey) or 3 (RGB)")  //
       ("model.num_classes", po::value<int64_t>(),
        "classes of the head (default: the number of classes in the data)")                   //
@@ -115,6 +118,13 @@ vit::VitConfig vit_config_from(const po::variables_map& vm, vit::VitConfig c, bo
     }
   }
   if (given(vm, "patch_size")) c.patch_size = get<int64_t>(vm, "patch_size");
+  if (given(vm, "stem_channels")) {
+    try {
+      c.stem_channels = vit::parse_stem_channels(get<std::string>(vm, "stem_channels"));
+    } catch (const UsageError& e) {
+      throw UsageError(std::string("--model.") + e.what());
+    }
+  }
   if (given(vm, "channels")) c.channels = get<int64_t>(vm, "channels");
   if (given(vm, "num_classes")) c.num_classes = get<int64_t>(vm, "num_classes");
   if (given(vm, "d_model")) c.d_model = get<int64_t>(vm, "d_model");

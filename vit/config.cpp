@@ -35,6 +35,31 @@ std::pair<int64_t, int64_t> parse_image_size(const std::string& text) {
   return {one(text.substr(0, x)), one(text.substr(x + 1))};
 }
 
+std::vector<int64_t> parse_stem_channels(const std::string& text) {
+  std::string spaced = text;
+  for (char& c : spaced)
+    if (c == ',') c = ' ';
+  std::istringstream in(spaced);
+  std::vector<int64_t> out;
+  std::vector<std::string> words;
+  for (std::string word; in >> word;) words.push_back(word);
+  if (words.size() == 1 && words[0] == "none") return {};
+  for (const std::string& word : words) {
+    if (word.size() > 6 || word.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoll(word) <= 0)
+      throw UsageError("stem_channels '" + text +
+                       "': expected positive channel counts separated by commas, or none");
+    out.push_back(std::stoll(word));
+  }
+  return out;
+}
+
+std::string stem_channels_text(const std::vector<int64_t>& channels) {
+  std::string s;
+  for (int64_t c : channels) s += (s.empty() ? "" : ",") + std::to_string(c);
+  return s.empty() ? "none" : s;
+}
+
 nn::LayerConfig VitConfig::layer_config(int block) const {
   nn::LayerConfig c;
   c.d_model = d_model;
@@ -60,6 +85,13 @@ void VitConfig::validate() const {
   need(image_height % patch_size == 0 && image_width % patch_size == 0,
        "patch_size " + std::to_string(patch_size) + " does not divide the image size " +
            std::to_string(image_height) + "x" + std::to_string(image_width));
+  need(stem_channels.size() <= 4,
+       "stem_channels: at most 4 stages, got " + std::to_string(stem_channels.size()));
+  for (int64_t c : stem_channels) need(c > 0, "stem_channels must be positive");
+  need(patch_size % stem_stride() == 0,
+       "stem_channels: " + std::to_string(stem_channels.size()) + " stride-2 stages (stride " +
+           std::to_string(stem_stride()) + ") do not divide patch_size " +
+           std::to_string(patch_size));
   need(channels == 1 || channels == 3, "channels must be 1 or 3, got " + std::to_string(channels));
   need(num_classes >= 1, "num_classes must be at least 1");
   need(d_model > 0 && heads > 0 && d_model % heads == 0,
@@ -99,6 +131,7 @@ std::map<std::string, std::string> to_config_map(const VitConfig& c) {
   m["mean"] = floats_text(c.preprocess.mean);
   m["std"] = floats_text(c.preprocess.std);
   m["pos_embed_align_corners"] = c.pos_embed_align_corners ? "true" : "false";
+  m["stem_channels"] = stem_channels_text(c.stem_channels);  // "none" without a stem
   return m;
 }
 
@@ -153,7 +186,13 @@ VitConfig from_config_map(const std::map<std::string, std::string>& map,
       c.preprocess.std = r.reals(key, value);
     else if (key == "pos_embed_align_corners")
       c.pos_embed_align_corners = r.boolean(key, value);
-    else
+    else if (key == "stem_channels") {
+      try {
+        c.stem_channels = parse_stem_channels(value);
+      } catch (const UsageError& e) {
+        throw Error(r.where(key) + ": " + e.what());
+      }
+    } else
       throw Error(source + ": unknown model setting '" + key + "'");
   }
   try {

@@ -273,7 +273,9 @@ void Run::build_model() {
     // The model is the checkpoint's; a setting given now must agree with it. When fine-tuning,
     // the size and the classes of the [model] settings are those of the model fine-tuned from
     // (--image-size and --num-classes are checked below).
-    const auto now = to_config_map(o_.model), then = meta.config;
+    // Both sides as text of a parsed configuration, so that keys an older checkpoint lacks
+    // compare as their defaults.
+    const auto now = to_config_map(o_.model), then = to_config_map(cfg_);
     for (const std::string& key : o_.model_keys_given) {
       if (o_.finetune.enabled && (key == "image_size" || key == "num_classes")) continue;
       auto a = now.find(key), b = then.find(key);
@@ -504,9 +506,12 @@ void Run::log_setup() {
     L << "warning: the validation images are the training images (give --val-data, or a data "
          "root with train/ and val/ folders)\n";
   L << "model: vit " << c.image_height << "x" << c.image_width << "x" << c.channels << ", patch "
-    << c.patch_size << " (" << c.patches() << " patches + class token), d_model " << c.d_model
-    << ", " << c.layers << " layers, " << c.heads << " heads, d_ff " << c.d_ff << ", pool "
-    << c.pool << ", dropout " << format_general(c.dropout) << ", drop_path "
+    << c.patch_size << " (" << c.patches() << " patches + class token)"
+    << (c.stem_channels.empty() ? ""
+                                : ", conv stem " + stem_channels_text(c.stem_channels) +
+                                      " (3x3 stride 2, LayerNorm, GELU)")
+    << ", d_model " << c.d_model << ", " << c.layers << " layers, " << c.heads << " heads, d_ff "
+    << c.d_ff << ", pool " << c.pool << ", dropout " << format_general(c.dropout) << ", drop_path "
     << format_general(c.drop_path) << "\n";
   L << "parameters: " << grouped(params_->numel()) << "\n";
   L << "input: " << c.preprocess.resize << " resize, crop fraction "

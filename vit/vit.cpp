@@ -2,6 +2,9 @@
 //
 // Forward (training keeps what backward needs):
 //   patches = extract_patches(images)                    [B, N, K]   K = C·P·P, N = Hp·Wp
+// or, with a convolutional stem of n stages (vit.h), channels-last maps m_0 = images,
+//   m_i     = gelu(norm_i(windows3x3/2(m_(i-1)) · W_iᵀ + b_i))   [B, H/2^i, W/2^i, c_i]
+//   patches = extract_windows(m_n, kernel = stride = P/2ⁿ)       [B, N, c_n·(P/2ⁿ)²]
 //   emb     = patches · Wpatchᵀ + b                      [B, N, d]   Wpatch [d, C, P, P] as [d, K]
 //   x       = dropout([cls; emb] + pos_embed)            [B, T, d]   T = N + 1
 //   h       = blocks(x)                                  [B, T, d]
@@ -31,6 +34,15 @@ struct VisionTransformer::Impl {
   Parameter* pos_embed = nullptr;    // [1, T, d]
   Parameter* proj_weight = nullptr;  // [d, C, P, P]
   Parameter* proj_bias = nullptr;    // [d]
+  struct StemStage {
+    Parameter* weight = nullptr;  // [c_i, c_(i-1), 3, 3]
+    Parameter* bias = nullptr;    // [c_i]
+    std::optional<nn::LayerNorm> norm;
+    int64_t in_channels = 0, out_channels = 0;
+    Tensor cols;  // kept by a training forward: the 3×3 windows of the stage's input
+    Tensor pre;   // kept: the normalised map before GELU [B, h·w, c_i]
+  };
+  std::vector<StemStage> stem;
   nn::Dropout pos_drop;
   std::vector<nn::EncoderLayer> blocks;
   std::optional<nn::LayerNorm> norm;     // pool "token"
@@ -50,7 +62,20 @@ VisionTransformer::Impl::Impl(ParamStore& params, const VitConfig& c)
   first_param = params.params().size();
   cls_token = &params.add("cls_token", {1, 1, d}, /*decay=*/false);
   pos_embed = &params.add("pos_embed", {1, c.tokens(), d}, /*decay=*/false);
-  proj_weight = &params.add("patch_embed.proj.weight", {d, c.channels, c.patch_size, c.patch_size});
+  int64_t in_channels = c.channels;
+  stem.resize(c.stem_channels.size());
+  for (size_t i = 0; i < stem.size(); ++i) {
+    const std::string prefix = "patch_embed.stem." + std::to_string(i);
+    const int64_t out_channels = c.stem_channels[i];
+    stem[i].weight = &params.add(prefix + ".conv.weight", {out_channels, in_channels, 3, 3});
+    stem[i].bias = &params.add(prefix + ".conv.bias", {out_channels}, /*decay=*/false);
+    stem[i].norm.emplace(params, prefix + ".norm", out_channels, c.norm_eps);
+    stem[i].in_channels = in_channels;
+    stem[i].out_channels = out_channels;
+    in_channels = out_channels;
+  }
+  proj_weight = &params.add("patch_embed.proj.weight",
+                            {d, c.proj_channels(), c.proj_kernel(), c.proj_kernel()});
   proj_bias = &params.add("patch_embed.proj.bias", {d}, /*decay=*/false);
   blocks.reserve(static_cast<size_t>(c.layers));
   for (int i = 0; i < c.layers; ++i)
@@ -78,10 +103,15 @@ void VisionTransformer::init(ops::Rng& rng) {
   if (!m.store.finalized()) throw Error("vit: init() needs ParamStore::finalize() first");
   const VitConfig& c = config_;
   // PyTorch's Conv2d default (kaiming_uniform with a = √5): uniform ±1/√fan_in, bias likewise.
-  const float bound = 1.f / std::sqrt(static_cast<float>(c.channels * c.patch_size * c.patch_size));
-  auto uniform = [&](Tensor& t) {
+  auto uniform = [&](Tensor& t, int64_t fan_in) {
+    const float bound = 1.f / std::sqrt(static_cast<float>(fan_in));
     float* v = t.f32();
     for (int64_t i = 0; i < t.numel(); ++i) v[i] = (2.f * rng.uniform() - 1.f) * bound;
+  };
+  auto stem_stage = [&](const Parameter* p) -> const Impl::StemStage* {
+    for (const auto& s : m.stem)
+      if (p == s.weight || p == s.bias) return &s;
+    return nullptr;
   };
   for (size_t i = m.first_param; i < m.end_param; ++i) {
     Parameter& p = m.store.params()[i];
@@ -90,7 +120,9 @@ void VisionTransformer::init(ops::Rng& rng) {
       float* v = p.value.f32();
       for (int64_t j = 0; j < p.numel(); ++j) v[j] = static_cast<float>(rng.normal() * 1e-6);
     } else if (&p == m.proj_weight || &p == m.proj_bias) {
-      uniform(p.value);
+      uniform(p.value, c.proj_channels() * c.proj_kernel() * c.proj_kernel());
+    } else if (const Impl::StemStage* s = stem_stage(&p)) {
+      uniform(p.value, s->in_channels * 9);  // the stem's convolutions, as PyTorch's Conv2d
     } else if (&p == m.pos_embed || (weight && p.shape.size() == 2)) {
       nn::init_trunc_normal(p.value, 0.02f, rng);  // pos_embed and every Linear weight
     } else if (weight) {
@@ -207,11 +239,33 @@ Tensor VisionTransformer::forward(nn::Context& ctx, const Tensor& images) {
                 std::to_string(c.channels) + ", " + std::to_string(c.image_height) + ", " +
                 std::to_string(c.image_width) + "] (the model's channels and image size)");
   const int64_t B = images.dim(0), N = c.patches(), T = c.tokens(), d = c.d_model;
-  const int64_t K = c.channels * c.patch_size * c.patch_size;
+  const int64_t K = c.proj_channels() * c.proj_kernel() * c.proj_kernel();
   m.trained = false;  // until this forward has succeeded
 
   Tensor patches = ctx.alloc_uninit({B, N, K});  // [B, N, K]
-  extract_patches(images, c.patch_size, patches);
+  if (m.stem.empty()) {
+    extract_patches(images, c.patch_size, patches);
+  } else {
+    Tensor map = images;  // [B, C, H, W], then channels-last [B, h, w, c_i]
+    int64_t h = c.image_height, w = c.image_width;
+    for (size_t i = 0; i < m.stem.size(); ++i) {
+      Impl::StemStage& s = m.stem[i];
+      const int64_t ho = (h - 1) / 2 + 1, wo = (w - 1) / 2 + 1;  // 3×3, stride 2, padding 1
+      Tensor cols = ctx.alloc_uninit({B, ho * wo, s.in_channels * 9});
+      extract_windows(map, /*channels_last=*/i > 0, 3, 2, 1, cols);
+      Tensor y = ctx.alloc_uninit({B, ho * wo, s.out_channels});
+      ops::linear_forward(cols, nn::weight_of(*s.weight, ctx, {s.out_channels, s.in_channels * 9}),
+                          s.bias->value, y, ctx.precision);
+      Tensor pre = s.norm->forward(ctx, y);
+      Tensor act = ctx.alloc_uninit(pre.shape());
+      ops::activation_forward(ops::Activation::gelu, pre, act);
+      s.cols = ctx.training ? cols : Tensor();
+      s.pre = ctx.training ? pre : Tensor();
+      map = act.reshaped({B, ho, wo, s.out_channels});
+      h = ho, w = wo;
+    }
+    extract_windows(map, /*channels_last=*/true, c.proj_kernel(), c.proj_kernel(), 0, patches);
+  }
   Tensor emb = ctx.alloc_uninit({B, N, d});  // [B, N, d]
   ops::linear_forward(patches, nn::weight_of(*m.proj_weight, ctx, {d, K}), m.proj_bias->value, emb,
                       ctx.precision);
@@ -240,7 +294,7 @@ void VisionTransformer::backward(nn::Context& ctx, const Tensor& dlogits, Tensor
   const VitConfig& c = config_;
   if (!m.trained) throw Error("vit: backward without a training forward");
   const int64_t B = m.batch, N = c.patches(), T = c.tokens(), d = c.d_model;
-  const int64_t K = c.channels * c.patch_size * c.patch_size;
+  const int64_t K = c.proj_channels() * c.proj_kernel() * c.proj_kernel();
   if (dlogits.dtype() != DType::f32 || dlogits.shape() != Shape{B, c.num_classes})
     throw Error("vit: dlogits " + shape_str(dlogits.shape()) + " should be f32 " +
                 shape_str({B, c.num_classes}) + " like the logits of the last forward");
@@ -257,15 +311,41 @@ void VisionTransformer::backward(nn::Context& ctx, const Tensor& dlogits, Tensor
   split_token_grads(dx, m.cls_token->grad, m.pos_embed->grad, demb);
   Tensor dw = m.proj_weight->grad.reshaped({d, K});
   ops::linear_backward_weights(m.patches, demb, dw, m.proj_bias->grad, m.precision);
-  if (dimages) {
-    Tensor dpatches = ctx.alloc_uninit({B, N, K});  // [B, N, K]
-    nn::Context at_forward = ctx;
-    at_forward.precision = m.precision;
-    ops::linear_backward_data(demb, nn::weight_of(*m.proj_weight, at_forward, {d, K}), dpatches,
-                              m.precision);
+  if (!dimages && m.stem.empty()) return;
+  nn::Context at_forward = ctx;
+  at_forward.precision = m.precision;
+  Tensor dpatches = ctx.alloc_uninit({B, N, K});  // [B, N, K]
+  ops::linear_backward_data(demb, nn::weight_of(*m.proj_weight, at_forward, {d, K}), dpatches,
+                            m.precision);
+  if (m.stem.empty()) {
     *dimages = ctx.alloc_uninit({B, c.channels, c.image_height, c.image_width});
     fold_patches(dpatches, c.patch_size, *dimages);
+    return;
   }
+  // The stem's map sizes, from the image down.
+  std::vector<int64_t> hs{c.image_height}, ws{c.image_width};
+  for (size_t i = 0; i < m.stem.size(); ++i)
+    hs.push_back((hs.back() - 1) / 2 + 1), ws.push_back((ws.back() - 1) / 2 + 1);
+  const size_t n = m.stem.size();
+  Tensor dmap = ctx.alloc_uninit({B, hs[n], ws[n], c.proj_channels()});
+  fold_windows(dpatches, /*channels_last=*/true, c.proj_kernel(), c.proj_kernel(), 0, dmap);
+  for (size_t i = n; i-- > 0;) {
+    Impl::StemStage& s = m.stem[i];
+    Tensor dact = dmap.reshaped(s.pre.shape());  // [B, h·w, c_i]
+    ops::activation_backward(ops::Activation::gelu, s.pre, dact, dact);
+    Tensor dy = s.norm->backward(ctx, dact);
+    Tensor dw_stage = s.weight->grad.reshaped({s.out_channels, s.in_channels * 9});
+    ops::linear_backward_weights(s.cols, dy, dw_stage, s.bias->grad, m.precision);
+    if (i == 0 && !dimages) break;
+    Tensor dcols = ctx.alloc_uninit(s.cols.shape());
+    ops::linear_backward_data(
+        dy, nn::weight_of(*s.weight, at_forward, {s.out_channels, s.in_channels * 9}), dcols,
+        m.precision);
+    dmap = i > 0 ? ctx.alloc_uninit({B, hs[i], ws[i], s.in_channels})
+                 : ctx.alloc_uninit({B, c.channels, c.image_height, c.image_width});
+    fold_windows(dcols, /*channels_last=*/i > 0, 3, 2, 1, dmap);
+  }
+  if (dimages) *dimages = dmap;  // the last fold wrote the images' gradient
 }
 
 }  // namespace vitk::vit

@@ -8,6 +8,16 @@
 // Parameter names and shapes are timm's, so that timm checkpoints map one to one:
 //   cls_token [1, 1, d]        pos_embed [1, 1 + Hp·Wp, d]
 //   patch_embed.proj.weight [d, C, P, P]   patch_embed.proj.bias [d]
+//
+// Optionally (stem_channels = c1,c2,...; not a timm option) a convolutional stem replaces the
+// P×P patch projection's view of raw pixels, as in Xiao et al. 2021 ("Early convolutions help
+// transformers see better"): each stem stage is a 3×3 stride-2 convolution with padding 1
+// (channels c_i), a LayerNorm over the channels (ε = norm_eps) and GELU, so n stages halve the
+// image n times; the patch projection then covers P/2ⁿ × P/2ⁿ of the last stage's map, and the
+// patch grid (H/P × W/P) is unchanged. Parameters, named as a PyTorch nn.Sequential would:
+//   patch_embed.stem.<i>.conv.weight [c_i, c_(i-1), 3, 3]  .conv.bias [c_i]
+//   patch_embed.stem.<i>.norm.weight [c_i]                 .norm.bias [c_i]
+//   patch_embed.proj.weight [d, c_n, P/2ⁿ, P/2ⁿ]
 //   blocks.<i>.norm1 / attn.qkv / attn.proj / norm2 / mlp.fc1 / mlp.fc2
 //   norm (pool = "token")  or  fc_norm (pool = "avg", applied after pooling)
 //   head.weight [classes, d]   head.bias [classes]
@@ -25,6 +35,7 @@ namespace vitk::vit {
 struct VitConfig {
   int64_t image_height = 224, image_width = 224;  // any size the patch size divides
   int64_t patch_size = 16;
+  std::vector<int64_t> stem_channels;  // empty: no stem (the projection sees the pixels)
   int64_t channels = 3;
   int64_t num_classes = 1000;
   int64_t d_model = 768;
@@ -45,21 +56,28 @@ struct VitConfig {
   int64_t grid_width() const { return image_width / patch_size; }
   int64_t patches() const { return grid_height() * grid_width(); }
   int64_t tokens() const { return patches() + 1; }  // with the class token
-  nn::LayerConfig layer_config(int block) const;    // the core's settings for block i
+  // The stem's total stride (2ⁿ), the patch projection's kernel (P/2ⁿ) and input channels.
+  int64_t stem_stride() const { return int64_t{1} << stem_channels.size(); }
+  int64_t proj_kernel() const { return patch_size / stem_stride(); }
+  int64_t proj_channels() const { return stem_channels.empty() ? channels : stem_channels.back(); }
+  nn::LayerConfig layer_config(int block) const;  // the core's settings for block i
   void validate() const;  // vitk::UsageError naming the model option at fault
 };
 
 // The configuration as text, for checkpoint attributes and the [model] section of a config file:
 // keys "type" (= "vit"), "image_size" ("224" or "224x160", height x width), "patch_size",
 // "channels", "num_classes", "d_model", "heads", "d_ff", "layers", "norm_eps", "pool", "dropout",
-// "attention_dropout", "drop_path", "resize", "crop_fraction", "interpolation", "mean", "std"
+// "attention_dropout", "drop_path", "stem_channels" (comma-separated, or "none"), "resize", "crop_fraction", "interpolation", "mean", "std"
 // (comma-separated), "pos_embed_align_corners" ("true" | "false"). Floats are written so that
 // they read back exactly.
 std::map<std::string, std::string> to_config_map(const VitConfig& config);
 // The reverse. Missing keys keep their defaults (checkpoints written before a key existed load
-// as they did: no "pos_embed_align_corners" means false); an unknown key, a bad value or a type
+// as they did: no "pos_embed_align_corners" means false, no "stem_channels" no stem); an unknown key, a bad value or a type
 // other than "vit" throws vitk::Error naming `source` (e.g. the checkpoint path) and the key.
 VitConfig from_config_map(const std::map<std::string, std::string>& map, const std::string& source);
+// "48,96" or "48 96" -> {48, 96}; "" or "none" -> {}. vitk::UsageError otherwise.
+std::vector<int64_t> parse_stem_channels(const std::string& text);
+std::string stem_channels_text(const std::vector<int64_t>& channels);  // "48,96"
 // "224" -> {224, 224}; "224x160" -> {224, 160}. vitk::UsageError otherwise.
 std::pair<int64_t, int64_t> parse_image_size(const std::string& text);
 
@@ -96,5 +114,17 @@ void extract_patches(const Tensor& images, int64_t patch, Tensor& patches);
 // The inverse (and the gradient) of extract_patches: patches [B, (H/P)·(W/P), C·P·P] -> images
 // [B, C, H, W], overwritten; the images' shape gives C, H and W.
 void fold_patches(const Tensor& patches, int64_t patch, Tensor& images);
+
+// The windows of a K×K, stride-S convolution with zero padding `pad` (im2col): input
+// [B, C, H, W] (channels_last false) or [B, H, W, C] (true) -> cols [B, Ho·Wo, C·K·K] with
+// Ho = (H + 2·pad − K)/S + 1 (likewise Wo), each window flattened in (c, i, j) order so that a
+// Conv2d weight [C', C, K, K] read as [C', C·K·K] is the convolution; outside the input: 0.
+// vitk::Error naming the shapes when they do not fit.
+void extract_windows(const Tensor& input, bool channels_last, int64_t kernel, int64_t stride,
+                     int64_t pad, Tensor& cols);
+// Its adjoint (the gradient): input = Σ over windows of cols, overwritten; the input's shape
+// gives the sizes. Overlapping windows add up.
+void fold_windows(const Tensor& cols, bool channels_last, int64_t kernel, int64_t stride,
+                  int64_t pad, Tensor& input);
 
 }  // namespace vitk::vit

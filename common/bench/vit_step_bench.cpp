@@ -9,7 +9,7 @@
 namespace vitk::bench {
 namespace {
 
-vit::VitConfig recipe(float drop_path) {
+vit::VitConfig recipe(float drop_path, const std::vector<int64_t>& stem_channels) {
   vit::VitConfig c;
   c.image_height = c.image_width = 28;
   c.patch_size = 4;
@@ -20,6 +20,7 @@ vit::VitConfig recipe(float drop_path) {
   c.d_ff = 768;
   c.layers = 6;
   c.drop_path = drop_path;
+  c.stem_channels = stem_channels;
   c.preprocess.mean = {0.2860f};
   c.preprocess.std = {0.3530f};
   return c;
@@ -28,7 +29,7 @@ vit::VitConfig recipe(float drop_path) {
 }  // namespace
 
 StepResult run_vit_step_bench(const VitStepOptions& o, std::ostream* log) {
-  const vit::VitConfig config = recipe(o.drop_path);
+  const vit::VitConfig config = recipe(o.drop_path, o.stem_channels);
   ParamStore params;
   vit::VisionTransformer model(params, config);
   params.finalize();
@@ -80,9 +81,12 @@ StepResult run_vit_step_bench(const VitStepOptions& o, std::ostream* log) {
 }
 
 void print_vit_step(std::ostream& out, const VitStepOptions& o, const StepResult& r) {
-  print_step_result(out, "vit-step",
-                    "batch " + std::to_string(o.batch) + ", " + ops::precision_name(o.precision),
-                    static_cast<double>(o.batch), "images", r);
+  print_step_result(
+      out, "vit-step",
+      "batch " + std::to_string(o.batch) + ", " + ops::precision_name(o.precision) +
+          (o.stem_channels.empty() ? std::string()
+                                   : ", conv stem " + vit::stem_channels_text(o.stem_channels)),
+      static_cast<double>(o.batch), "images", r);
 }
 
 }  // namespace vitk::bench

@@ -3,6 +3,7 @@
 // ViT of the Fashion-MNIST recipe (width 192, depth 6, 3 heads, MLP 768, patch 4, 28×28×1, batch
 // 128), on random images, with an optional per-part breakdown of where the time goes.
 #include <iosfwd>
+#include <vector>
 
 #include "common/bench/step_bench.h"
 #include "common/ops/ops.h"
@@ -14,6 +15,7 @@ struct VitStepOptions {
   float drop_path = 0.f;  // the recipe's config uses 0.05; PyTorch's script has none
   StepTiming timing;
   ops::Precision precision = ops::Precision::f32;  // of the matrix products
+  std::vector<int64_t> stem_channels;              // a convolutional stem (vit/vit.h); none
 };
 
 StepResult run_vit_step_bench(const VitStepOptions& options, std::ostream* log = nullptr);

@@ -31,6 +31,10 @@ void check(const ModelSpec& s) {
                      " is not a multiple of heads " + std::to_string(l.heads));
   if (s.type != "vit" && s.type != "transformer" && s.type != "encoder")
     throw UsageError("model.type must be vit, transformer or encoder, not '" + s.type + "'");
+  if (s.type == "vit" && s.patch_size % (int64_t{1} << s.stem_channels.size()))
+    throw UsageError("model: patch_size " + std::to_string(s.patch_size) +
+                     " is not a multiple of the stem's stride " +
+                     std::to_string(int64_t{1} << s.stem_channels.size()));
   if (s.type == "vit" && (s.patch_size <= 0 || s.image_size % s.patch_size))
     throw UsageError("model: patch_size " + std::to_string(s.patch_size) +
                      " must divide image_size " + std::to_string(s.image_size));
@@ -60,8 +64,20 @@ ModelSize model_size(const ModelSpec& spec) {
         {std::move(name), count, params, macs, attention_macs, std::move(note), positions});
   };
   if (spec.type == "vit") {
-    const int64_t patch = spec.patch_size * spec.patch_size * spec.channels;
-    add("patch embedding", 1, patch * d + d, patch * d, tokens - 1, 0, "P²·C·d per patch");
+    // The stem's 3×3 stride-2 stages (conv, LayerNorm, GELU), then the projection over
+    // P/2ⁿ × P/2ⁿ of the last stage's map.
+    int64_t channels = spec.channels, side = spec.image_size;
+    for (size_t i = 0; i < spec.stem_channels.size(); ++i) {
+      const int64_t out = spec.stem_channels[i];
+      side = (side - 1) / 2 + 1;
+      add("stem stage " + std::to_string(i + 1), 1, channels * 9 * out + 3 * out,
+          channels * 9 * out, side * side, 0, "3·3·C_in·C_out per output pixel");
+      channels = out;
+    }
+    const int64_t kernel = spec.patch_size >> spec.stem_channels.size();
+    const int64_t patch = kernel * kernel * channels;
+    add("patch embedding", 1, patch * d + d, patch * d, tokens - 1, 0,
+        spec.stem_channels.empty() ? "P²·C·d per patch" : "(P/2ⁿ)²·c_n·d per patch");
     add("class token + positions", 1, d + tokens * d, 0, 0, 0, "");
   } else if (spec.vocab_size > 0) {
     const int copies = spec.tied_embeddings ? 1 : (spec.type == "transformer" ? 3 : 2);

@@ -22,6 +22,7 @@ struct ModelSpec {
   int64_t vocab_size = 0;         // transformer/encoder: shared vocabulary (0: no embeddings)
   bool tied_embeddings = true;    // source, target and output embeddings share one matrix
   int64_t image_size = 224, patch_size = 16, channels = 3, num_classes = 1000;  // vit
+  std::vector<int64_t> stem_channels;  // vit: the convolutional stem's stages (vit/vit.h)
 };
 
 struct BlockSize {

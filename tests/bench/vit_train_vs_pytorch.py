@@ -115,6 +115,7 @@ def vitk_run(vitk, config, threads, steps, batch, out):
            "--max-steps", str(steps), "--batch-size", str(batch), "--threads", str(threads)]
     for key, value in RECIPE.items():
         cmd += [f"--model.{key}", str(value)]
+    cmd += ["--model.stem_channels", "none"]  # the preset's stem is not part of the recipe
     start = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     return time.perf_counter() - start

@@ -11,7 +11,10 @@ computation: PatchEmbed (a P x P stride-P Conv2d, flattened to tokens), a class 
 learned positions added, pre-norm Blocks (norm1, attn with a fused qkv and proj, norm2, mlp with
 fc1, exact GELU, fc2; LayerNorm eps 1e-6), then either the final norm and the class token
 (global_pool="token") or the mean of the patch tokens and fc_norm (global_pool="avg"), and the
-head. Dropout and stochastic depth are 0, as in timm's eval, so the run is deterministic.
+head. The cases with "stem_channels" add vitk's convolutional stem in front of the patch
+projection (not a timm model; vit/vit.h): per stage a 3x3 stride-2 Conv2d with padding 1, a
+LayerNorm over the channels and GELU, as an nn.Sequential under patch_embed.stem. Dropout and
+stochastic depth are 0, as in timm's eval, so the run is deterministic.
 
 Each case draws random parameters and images from a fixed seed, computes the logits, the mean
 cross-entropy against random targets and its gradients w.r.t. the images and every parameter.
@@ -21,7 +24,8 @@ PyTorch's own float32 run is from it).
 
 One HDF5 file per case holds:
   attributes           the configuration (image_height, image_width, patch_size, channels,
-                       num_classes, d_model, heads, d_ff, layers, pool, norm_eps), batch, seed,
+                       num_classes, d_model, heads, d_ff, layers, pool, norm_eps and, with a
+                       stem, stem_channels as "c1,c2"), batch, seed,
                        torch_version, torch_float32_{max_abs,error}_{logits,dimages,dparams}
   param/<timm name>    the parameters (vitk registers the same names)
   input/images         [B, C, H, W]
@@ -47,12 +51,39 @@ DEFAULT_OUT = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "vit
 
 
 # ---- timm's VisionTransformer, reduced to what vitk implements ----
-class PatchEmbed(nn.Module):
-    def __init__(self, patch, channels, dim):
+class ChannelNorm(nn.LayerNorm):
+    """LayerNorm over the channels of a [B, C, H, W] map."""
+
+    def forward(self, x):
+        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+class StemStage(nn.Module):
+    def __init__(self, channels_in, channels_out):
         super().__init__()
+        self.conv = nn.Conv2d(channels_in, channels_out, kernel_size=3, stride=2, padding=1)
+        self.norm = ChannelNorm(channels_out, eps=EPS)
+        self.act = nn.GELU()
+
+    def forward(self, x):
+        return self.act(self.norm(self.conv(x)))
+
+
+class PatchEmbed(nn.Module):
+    def __init__(self, patch, channels, dim, stem_channels=()):
+        super().__init__()
+        if stem_channels:
+            stages, c = [], channels
+            for out in stem_channels:
+                stages.append(StemStage(c, out))
+                c = out
+            self.stem = nn.Sequential(*stages)
+            channels, patch = c, patch >> len(stem_channels)
         self.proj = nn.Conv2d(channels, dim, kernel_size=patch, stride=patch)
 
     def forward(self, x):  # [B, C, H, W] -> [B, Hp * Wp, d], patches in row-major grid order
+        if hasattr(self, "stem"):
+            x = self.stem(x)
         return self.proj(x).flatten(2).transpose(1, 2)
 
 
@@ -102,7 +133,8 @@ class VisionTransformer(nn.Module):
         d = cfg["d_model"]
         patches = (cfg["image_height"] // cfg["patch_size"]) * (cfg["image_width"] // cfg["patch_size"])
         self.pool = cfg["pool"]
-        self.patch_embed = PatchEmbed(cfg["patch_size"], cfg["channels"], d)
+        stem = [int(c) for c in cfg["stem_channels"].split(",")] if "stem_channels" in cfg else []
+        self.patch_embed = PatchEmbed(cfg["patch_size"], cfg["channels"], d, stem)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, d))
         self.pos_embed = nn.Parameter(torch.zeros(1, patches + 1, d))
         self.blocks = nn.Sequential(*[Block(d, cfg["heads"], cfg["d_ff"])
@@ -201,10 +233,13 @@ def write_case(out, name, seed, cfg, batch):
           f"PyTorch's float32 result: {worst:.3f} of the tolerance")
 
 
-def config(pool, channels, height, width, patch, layers, classes):
-    return {"image_height": height, "image_width": width, "patch_size": patch,
-            "channels": channels, "num_classes": classes, "d_model": 16, "heads": 4, "d_ff": 32,
-            "layers": layers, "pool": pool}
+def config(pool, channels, height, width, patch, layers, classes, stem=None):
+    cfg = {"image_height": height, "image_width": width, "patch_size": patch,
+           "channels": channels, "num_classes": classes, "d_model": 16, "heads": 4, "d_ff": 32,
+           "layers": layers, "pool": pool}
+    if stem:
+        cfg["stem_channels"] = stem
+    return cfg
 
 
 def main():
@@ -218,6 +253,11 @@ def main():
     write_case(args.out, "01_token_rgb_square.h5", 201, config("token", 3, 8, 8, 2, 2, 5), 3)
     write_case(args.out, "02_avg_gray_rect.h5", 202, config("avg", 1, 8, 12, 4, 2, 4), 3)
     write_case(args.out, "03_token_gray_rect.h5", 203, config("token", 1, 6, 10, 2, 1, 3), 2)
+    # Two stem stages and a 1x1 projection (the Fashion-MNIST shape), one stage and a 2x2 one.
+    write_case(args.out, "04_stem_avg_gray.h5", 204,
+               config("avg", 1, 12, 8, 4, 1, 4, stem="6,5"), 3)
+    write_case(args.out, "05_stem_token_rgb_rect.h5", 205,
+               config("token", 3, 8, 12, 4, 1, 3, stem="4"), 2)
 
 
 if __name__ == "__main__":
