@@ -67,13 +67,14 @@ struct VitConfig {
 // The configuration as text, for checkpoint attributes and the [model] section of a config file:
 // keys "type" (= "vit"), "image_size" ("224" or "224x160", height x width), "patch_size",
 // "channels", "num_classes", "d_model", "heads", "d_ff", "layers", "norm_eps", "pool", "dropout",
-// "attention_dropout", "drop_path", "stem_channels" (comma-separated, or "none"), "resize", "crop_fraction", "interpolation", "mean", "std"
-// (comma-separated), "pos_embed_align_corners" ("true" | "false"). Floats are written so that
-// they read back exactly.
+// "attention_dropout", "drop_path", "stem_channels" (comma-separated, or "none"), "resize",
+// "crop_fraction", "interpolation", "mean", "std" (comma-separated), "pos_embed_align_corners"
+// ("true" | "false"). Floats are written so that they read back exactly.
 std::map<std::string, std::string> to_config_map(const VitConfig& config);
 // The reverse. Missing keys keep their defaults (checkpoints written before a key existed load
-// as they did: no "pos_embed_align_corners" means false, no "stem_channels" no stem); an unknown key, a bad value or a type
-// other than "vit" throws vitk::Error naming `source` (e.g. the checkpoint path) and the key.
+// as they did: no "pos_embed_align_corners" means false, no "stem_channels" no stem); an unknown
+// key, a bad value or a type other than "vit" throws vitk::Error naming `source` (e.g. the
+// checkpoint path) and the key.
 VitConfig from_config_map(const std::map<std::string, std::string>& map, const std::string& source);
 // "48,96" or "48 96" -> {48, 96}; "" or "none" -> {}. vitk::UsageError otherwise.
 std::vector<int64_t> parse_stem_channels(const std::string& text);
