@@ -72,6 +72,7 @@ namespace {
 
 struct WindowGeometry {
   int64_t B, C, H, W, Ho, Wo;
+  int64_t K, S, pad;       // kernel, stride, zero padding
   int64_t sb, sc, sh, sw;  // element strides of the input
 };
 
@@ -95,6 +96,7 @@ WindowGeometry check_windows(const char* op, const Tensor& input, bool channels_
   if (g.H + 2 * pad < kernel || g.W + 2 * pad < kernel) fail("the kernel is larger than the input");
   g.Ho = (g.H + 2 * pad - kernel) / stride + 1;
   g.Wo = (g.W + 2 * pad - kernel) / stride + 1;
+  g.K = kernel, g.S = stride, g.pad = pad;
   const Shape want{g.B, g.Ho * g.Wo, g.C * kernel * kernel};
   if (cols.shape() != want) fail("cols should be " + shape_str(want));
   if (channels_last)
@@ -104,62 +106,60 @@ WindowGeometry check_windows(const char* op, const Tensor& input, bool channels_
   return g;
 }
 
+// Calls visit(col, pixel) for every tap (i, j) of the windows in output row oy of image b: col
+// indexes cols at (b, oy·Wo + ox, (0·K + i)·K + j) (channel c adds c·K·K), pixel the input at
+// (b, 0, y, x) (channel c adds c·sc), or −1 where the tap falls in the zero padding. Extraction
+// and folding walk the same taps; only what they do at each differs.
+template <typename Visit>
+void for_each_window_tap(const WindowGeometry& g, int64_t b, int64_t oy, Visit&& visit) {
+  const int64_t row = g.C * g.K * g.K;
+  for (int64_t ox = 0; ox < g.Wo; ++ox) {
+    const int64_t window = (b * g.Ho * g.Wo + oy * g.Wo + ox) * row;
+    for (int64_t i = 0; i < g.K; ++i) {
+      const int64_t y = oy * g.S - g.pad + i;
+      for (int64_t j = 0; j < g.K; ++j) {
+        const int64_t x = ox * g.S - g.pad + j;
+        const bool inside = y >= 0 && y < g.H && x >= 0 && x < g.W;
+        visit(window + i * g.K + j, inside ? b * g.sb + y * g.sh + x * g.sw : int64_t{-1});
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void extract_windows(const Tensor& input, bool channels_last, int64_t kernel, int64_t stride,
                      int64_t pad, Tensor& cols) {
   const WindowGeometry g =
       check_windows("extract_windows", input, channels_last, kernel, stride, pad, cols);
-  const int64_t K = kernel, KK = K * K, row = g.C * KK;
+  const int64_t KK = g.K * g.K;
   const float* src = input.f32();
   float* dst = cols.f32();
 #pragma omp parallel for collapse(2) schedule(static) if (cols.numel() > 65536)
   for (int64_t b = 0; b < g.B; ++b)
     for (int64_t oy = 0; oy < g.Ho; ++oy)
-      for (int64_t ox = 0; ox < g.Wo; ++ox) {
-        float* out = dst + (b * g.Ho * g.Wo + oy * g.Wo + ox) * row;
-        const float* in = src + b * g.sb;
-        for (int64_t i = 0; i < K; ++i) {
-          const int64_t y = oy * stride - pad + i;
-          for (int64_t j = 0; j < K; ++j) {
-            const int64_t x = ox * stride - pad + j;
-            if (y < 0 || y >= g.H || x < 0 || x >= g.W) {
-              for (int64_t c = 0; c < g.C; ++c) out[c * KK + i * K + j] = 0.f;
-              continue;
-            }
-            const float* pixel = in + y * g.sh + x * g.sw;
-            for (int64_t c = 0; c < g.C; ++c) out[c * KK + i * K + j] = pixel[c * g.sc];
-          }
-        }
-      }
+      for_each_window_tap(g, b, oy, [&](int64_t col, int64_t pixel) {
+        for (int64_t c = 0; c < g.C; ++c)
+          dst[col + c * KK] = pixel < 0 ? 0.f : src[pixel + c * g.sc];
+      });
 }
 
 void fold_windows(const Tensor& cols, bool channels_last, int64_t kernel, int64_t stride,
                   int64_t pad, Tensor& input) {
   const WindowGeometry g =
       check_windows("fold_windows", input, channels_last, kernel, stride, pad, cols);
-  const int64_t K = kernel, KK = K * K, row = g.C * KK;
+  const int64_t KK = g.K * g.K;
   const float* src = cols.f32();
   float* dst = input.f32();
   // Windows overlap, so one thread per image: each image's sums run in a fixed order.
 #pragma omp parallel for schedule(static) if (cols.numel() > 65536)
   for (int64_t b = 0; b < g.B; ++b) {
-    float* out = dst + b * g.sb;
-    std::fill(out, out + g.sb, 0.f);
+    std::fill(dst + b * g.sb, dst + (b + 1) * g.sb, 0.f);
     for (int64_t oy = 0; oy < g.Ho; ++oy)
-      for (int64_t ox = 0; ox < g.Wo; ++ox) {
-        const float* window = src + (b * g.Ho * g.Wo + oy * g.Wo + ox) * row;
-        for (int64_t i = 0; i < K; ++i) {
-          const int64_t y = oy * stride - pad + i;
-          if (y < 0 || y >= g.H) continue;
-          for (int64_t j = 0; j < K; ++j) {
-            const int64_t x = ox * stride - pad + j;
-            if (x < 0 || x >= g.W) continue;
-            float* pixel = out + y * g.sh + x * g.sw;
-            for (int64_t c = 0; c < g.C; ++c) pixel[c * g.sc] += window[c * KK + i * K + j];
-          }
-        }
-      }
+      for_each_window_tap(g, b, oy, [&](int64_t col, int64_t pixel) {
+        if (pixel < 0) return;
+        for (int64_t c = 0; c < g.C; ++c) dst[pixel + c * g.sc] += src[col + c * KK];
+      });
   }
 }
 
