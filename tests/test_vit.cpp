@@ -225,15 +225,20 @@ VitConfig gradient_config(const std::string& pool) {
   return pool == "token" ? tiny_config(pool, 3, 6, 4, 2) : tiny_config(pool, 1, 4, 6, 2);
 }
 
-TEST_P(VitGradientTest, BackwardMatchesFiniteDifferences) {
-  const VitConfig c = gradient_config(GetParam());
+// A model of config `c` with randomize()d parameters (generator seeded with `seed`) on two random
+// images, checked by expect_gradients.
+void expect_model_gradients(const VitConfig& c, unsigned seed, const GradientRun& run) {
   ParamStore store;
   VisionTransformer model(store, c);
   store.finalize();
-  std::mt19937 gen(2);
+  std::mt19937 gen(seed);
   randomize(store, gen);
   Tensor images = random_tensor({2, c.channels, c.image_height, c.image_width}, gen);
-  expect_gradients(model, store, images, GradientRun{});
+  expect_gradients(model, store, images, run);
+}
+
+TEST_P(VitGradientTest, BackwardMatchesFiniteDifferences) {
+  expect_model_gradients(gradient_config(GetParam()), 2, GradientRun{});
 }
 
 // Dropout after the positions, in the MLP, on the residual branches and on the attention
@@ -639,17 +644,10 @@ TEST(VitStemTest, NamesShapesAndDecay) {
 class VitStemGradientTest : public ::testing::TestWithParam<const char*> {};  // pool
 
 TEST_P(VitStemGradientTest, BackwardMatchesFiniteDifferences) {
-  const VitConfig c = stem_config(GetParam());
-  ParamStore store;
-  VisionTransformer model(store, c);
-  store.finalize();
-  std::mt19937 gen(21);
-  randomize(store, gen);
-  Tensor images = random_tensor({2, c.channels, c.image_height, c.image_width}, gen);
   // A LayerNorm over a few channels bends sharply: a smaller step than the default 1e-2.
   GradientRun run;
   run.options.h = 2e-3;
-  expect_gradients(model, store, images, run);
+  expect_model_gradients(stem_config(GetParam()), 21, run);
 }
 
 INSTANTIATE_TEST_SUITE_P(Pools, VitStemGradientTest, ::testing::Values("token", "avg"),
