@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include <opencv2/imgproc.hpp>
 
@@ -112,6 +113,27 @@ cv::Mat random_resized_crop(const cv::Mat& image, int64_t height, int64_t width,
 void random_hflip(cv::Mat& image, float p, ops::Rng& rng) {
   // One draw whatever p is, so that the draws after it do not depend on p.
   if (rng.uniform() < p) cv::flip(image, image, 1);
+}
+
+void random_translate(float* chw, int64_t channels, int64_t height, int64_t width, int64_t pad,
+                      const float* fill, ops::Rng& rng) {
+  if (pad <= 0) return;
+  const int64_t top = randint(rng, 0, 2 * pad), left = randint(rng, 0, 2 * pad);
+  const int64_t dy = top - pad, dx = left - pad;  // output (y, x) is input (y + dy, x + dx)
+  std::vector<float> row(static_cast<size_t>(width));
+  for (int64_t c = 0; c < channels; ++c) {
+    float* plane = chw + c * height * width;
+    // Rows in the order that never overwrites a source row before it is read.
+    for (int64_t k = 0; k < height; ++k) {
+      const int64_t y = dy > 0 ? k : height - 1 - k;
+      const int64_t sy = y + dy;
+      std::fill(row.begin(), row.end(), fill[c]);
+      if (sy >= 0 && sy < height)
+        for (int64_t x = std::max<int64_t>(0, -dx); x < std::min(width, width - dx); ++x)
+          row[static_cast<size_t>(x)] = plane[sy * width + x + dx];
+      std::copy(row.begin(), row.end(), plane + y * width);
+    }
+  }
 }
 
 void random_erasing(float* chw, int64_t channels, int64_t height, int64_t width, float p,

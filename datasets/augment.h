@@ -18,6 +18,9 @@ struct AugmentOptions {
   std::array<float, 2> scale{0.08f, 1.f};
   std::array<float, 2> ratio{3.f / 4.f, 4.f / 3.f};
   float hflip = 0.5f;  // probability (timm --hflip)
+  // Random crop after padding (torchvision's RandomCrop(size, padding=N), fill 0): the image
+  // shifted by whole pixels, up to crop_padding on each axis, the uncovered border black.
+  int64_t crop_padding = 0;
   // Random erasing (timm --reprob, mode "pixel"): one rectangle of area (0.02, 1/3) of the image
   // and log-uniform aspect (0.3, 1/0.3), filled with N(0, 1) noise in normalised space.
   float reprob = 0.f;
@@ -39,6 +42,11 @@ cv::Mat random_resized_crop(const cv::Mat& image, int64_t height, int64_t width,
                             int interpolation, ops::Rng& rng);
 // Mirrors left-right with probability p (in place).
 void random_hflip(cv::Mat& image, float p, ops::Rng& rng);
+// torchvision's RandomCrop(size, padding=pad, fill=0) on normalised chw [C, H, W] floats, in
+// place: pads `pad` pixels of fill[c] (a black pixel, normalised) on every side and keeps the
+// H × W window at a uniform top, left in [0, 2·pad]. Two draws when pad > 0, none at 0.
+void random_translate(float* chw, int64_t channels, int64_t height, int64_t width, int64_t pad,
+                      const float* fill, ops::Rng& rng);
 // On normalised chw [C, H, W] floats, in place, with probability p.
 void random_erasing(float* chw, int64_t channels, int64_t height, int64_t width, float p,
                     ops::Rng& rng);

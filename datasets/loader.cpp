@@ -62,6 +62,7 @@ struct Loader::Impl {
   int64_t classes = 0;
   int64_t per_epoch = 0;
   int interpolation = 0;
+  std::vector<float> black;  // a black pixel, normalised: random_translate's fill
 
   std::mutex mu;
   std::condition_variable work_cv, ready_cv;
@@ -104,12 +105,20 @@ Loader::Loader(const Dataset& data, LoaderOptions options)
   if (o.prefetch < 1) throw UsageError("prefetch must be at least 1");
   o.preprocess.validate(o.channels);
   s.interpolation = vit::parse_interpolation(o.preprocess.interpolation);
+  for (int c = 0; c < o.channels; ++c)
+    s.black.push_back(-o.preprocess.mean[static_cast<size_t>(c)] /
+                      o.preprocess.std[static_cast<size_t>(c)]);
   if (o.training) {
     const AugmentOptions& a = o.augment;
     check_pair(a.scale, "--scale");
     check_pair(a.ratio, "--ratio");
     check_range(a.hflip, 0.f, 1.f, "--hflip");
     check_range(a.reprob, 0.f, 1.f, "--reprob");
+    if (a.crop_padding < 0 || a.crop_padding >= std::min(o.height, o.width))
+      throw UsageError("--crop-padding must be in [0, " +
+                       std::to_string(std::min(o.height, o.width)) + ") for " +
+                       std::to_string(o.height) + "x" + std::to_string(o.width) + " images, got " +
+                       std::to_string(a.crop_padding));
     check_range(a.mixup, 0.f, 1e6f, "--mixup");
     check_range(a.cutmix, 0.f, 1e6f, "--cutmix");
     check_range(a.mixup_prob, 0.f, 1.f, "--mixup-prob");
@@ -296,7 +305,8 @@ int64_t Loader::Impl::replacement(int64_t ep, int64_t idx, int64_t k) const {
   return static_cast<int64_t>((static_cast<uint64_t>(idx) + 1 + (k - kRandomReplacements)) % n);
 }
 
-// load → to_channels → (training) crop, flip, normalise, erase | (eval) the eval transform.
+// load → to_channels → (training) crop, flip, normalise, shift (--crop-padding), erase | (eval)
+// the eval transform.
 // OpenCV's exceptions here come from the sample's data, so they make it unreadable; anything else
 // propagates.
 bool Loader::Impl::try_sample(int64_t src, ops::Rng rng, float* dst, std::string& why) const {
@@ -322,6 +332,7 @@ bool Loader::Impl::try_sample(int64_t src, ops::Rng rng, float* dst, std::string
       vit::preprocess_image(image, opt.preprocess, h, w, dst);
       if (rng.uniform() < a.hflip) flip_chw(dst, c * h, w);  // the draw random_hflip makes
     }
+    random_translate(dst, c, h, w, a.crop_padding, black.data(), rng);
     random_erasing(dst, c, h, w, a.reprob, rng);
     return true;
   } catch (const cv::Exception& e) {

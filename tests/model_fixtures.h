@@ -25,6 +25,8 @@ inline vit::VitConfig vit_config_of(const FixtureFile& f) {
   c.norm_eps = static_cast<float>(f.attr_float("norm_eps"));
   if (f.has_attr("stem_channels"))
     c.stem_channels = vit::parse_stem_channels(f.attr_string("stem_channels"));
+  if (f.has_attr("stem_strides"))
+    c.stem_strides = vit::parse_stem_strides(f.attr_string("stem_strides"));
   c.preprocess.mean.assign(static_cast<size_t>(c.channels), 0.5f);
   c.preprocess.std.assign(static_cast<size_t>(c.channels), 0.5f);
   return c;

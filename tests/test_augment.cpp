@@ -133,6 +133,53 @@ TEST(RandomHflip, ProbabilityAndDeterminism) {
   }
 }
 
+// torchvision's RandomCrop(size, padding): pad with the fill on every side, keep the window at
+// (top, left); as a definition on chw floats.
+std::vector<float> padded_crop(const std::vector<float>& x, int64_t c, int64_t h, int64_t w,
+                               int64_t pad, int64_t top, int64_t left, const float* fill) {
+  std::vector<float> out(x.size());
+  for (int64_t ch = 0; ch < c; ++ch)
+    for (int64_t y = 0; y < h; ++y)
+      for (int64_t xx = 0; xx < w; ++xx) {
+        const int64_t sy = y + top - pad, sx = xx + left - pad;  // in the unpadded image
+        const bool inside = sy >= 0 && sy < h && sx >= 0 && sx < w;
+        out[(ch * h + y) * w + xx] = inside ? x[(ch * h + sy) * w + sx] : fill[ch];
+      }
+  return out;
+}
+
+TEST(RandomTranslate, IsAPaddedCropAtAUniformOffset) {
+  const int64_t c = 2, h = 7, w = 9, pad = 2;
+  const float fill[2] = {-0.5f, -2.f};
+  std::vector<float> base(static_cast<size_t>(c * h * w));
+  for (size_t i = 0; i < base.size(); ++i) base[i] = static_cast<float>(i) + 1.f;  // distinct
+  std::vector<int> counts(25, 0);
+  for (int seed = 0; seed < 1000; ++seed) {
+    std::vector<float> x = base;
+    ops::Rng rng(seed);
+    random_translate(x.data(), c, h, w, pad, fill, rng);
+    int matches = 0;
+    for (int64_t top = 0; top <= 2 * pad; ++top)
+      for (int64_t left = 0; left <= 2 * pad; ++left)
+        if (x == padded_crop(base, c, h, w, pad, top, left, fill))
+          ++matches, ++counts[static_cast<size_t>(top * 5 + left)];
+    ASSERT_EQ(matches, 1) << "seed " << seed;
+  }
+  for (int n : counts) {  // 40 expected per offset
+    EXPECT_GT(n, 15);
+    EXPECT_LT(n, 70);
+  }
+  // Same seed, same shift; padding 0 changes nothing and draws nothing.
+  std::vector<float> a = base, b = base, z = base;
+  ops::Rng ra(7), rb(7), rz(7), untouched(7);
+  random_translate(a.data(), c, h, w, pad, fill, ra);
+  random_translate(b.data(), c, h, w, pad, fill, rb);
+  EXPECT_EQ(a, b);
+  random_translate(z.data(), c, h, w, 0, fill, rz);
+  EXPECT_EQ(z, base);
+  EXPECT_EQ(rz.next_u64(), untouched.next_u64());
+}
+
 TEST(RandomErasing, OneNoiseBoxOfTheRightSize) {
   const int64_t c = 3, h = 32, w = 40;
   std::vector<float> base(c * h * w, 5.f);  // no N(0, 1) draw is exactly 5

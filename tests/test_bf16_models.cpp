@@ -133,7 +133,7 @@ TEST_P(Bf16Vit, ForwardAndGradientsAgreeWithF32WithinTheDerivedTolerance) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, Bf16Vit,
                          ::testing::Values("01_token_rgb_square", "02_avg_gray_rect",
                                            "03_token_gray_rect", "04_stem_avg_gray",
-                                           "05_stem_token_rgb_rect"),
+                                           "05_stem_token_rgb_rect", "06_stem_strides_avg_rgb"),
                          [](const ::testing::TestParamInfo<const char*>& p) {
                            return std::string("case") + p.param;
                          });

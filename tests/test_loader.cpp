@@ -99,6 +99,7 @@ LoaderOptions augmented(int prefetch) {
   o.seed = 17;
   o.augment.scale = {0.35f, 1.f};
   o.augment.reprob = 0.25f;
+  o.augment.crop_padding = 2;
   o.augment.mixup = 0.8f;
   o.augment.cutmix = 1.f;
   o.prefetch = prefetch;
@@ -255,6 +256,53 @@ TEST(Loader, TrainingPipelineIsCropFlipNormalise) {
       EXPECT_EQ(std::vector<float>(got, got + want.size()), want) << i;
     }
   }
+}
+
+// --crop-padding: each training image is the eval transform shifted by at most N pixels on each
+// axis, with black (normalised) where the shift uncovered the border.
+TEST(Loader, CropPaddingShiftsTheImageOverABlackBorder) {
+  Synthetic data(8, 8, 12, 12);
+  LoaderOptions o;
+  o.batch_size = 8;
+  o.height = o.width = 12;
+  o.channels = 3;
+  o.training = true;
+  o.augment.random_resized_crop = false;
+  o.augment.hflip = 0.f;
+  o.augment.crop_padding = 3;
+  Loader loader(data, o);
+  const std::vector<Batch> batches = epoch(loader, 0);
+  ASSERT_EQ(batches.size(), 1u);
+  const Batch& b = batches[0];
+  const int64_t n = 3 * 12 * 12;
+  int shifted = 0;
+  for (int64_t row = 0; row < 8; ++row) {
+    const int64_t i = b.labels.i32()[row];
+    cv::Mat m;
+    std::string why;
+    ASSERT_TRUE(data.load(i, m, why));
+    std::vector<float> plain_image(n);
+    vit::preprocess_image(vit::to_channels(m, 3), o.preprocess, 12, 12, plain_image.data());
+    const float* got = b.images.f32() + row * n;
+    int matches = 0;
+    for (int64_t dy = -3; dy <= 3; ++dy)
+      for (int64_t dx = -3; dx <= 3; ++dx) {
+        bool same = true;
+        for (int64_t c = 0; c < 3 && same; ++c) {
+          const float black = -o.preprocess.mean[c] / o.preprocess.std[c];
+          for (int64_t y = 0; y < 12 && same; ++y)
+            for (int64_t x = 0; x < 12 && same; ++x) {
+              const int64_t sy = y + dy, sx = x + dx;
+              const bool inside = sy >= 0 && sy < 12 && sx >= 0 && sx < 12;
+              same = got[(c * 12 + y) * 12 + x] ==
+                     (inside ? plain_image[(c * 12 + sy) * 12 + sx] : black);
+            }
+        }
+        if (same) ++matches, shifted += (dy != 0 || dx != 0);
+      }
+    EXPECT_GE(matches, 1) << "row " << row << " is not a shift of image " << i;
+  }
+  EXPECT_GT(shifted, 0);
 }
 
 TEST(Loader, SameSeedAndEpochGiveIdenticalBatchesWhateverThePrefetch) {
@@ -456,6 +504,16 @@ TEST(Loader, OptionsAndSizesAreChecked) {
   o = plain(true, 2);
   o.augment.reprob = 1.5f;
   EXPECT_THROW((Loader{data, o}), UsageError);
+  for (int64_t pad : {-1, 12}) {  // 12 x 12 images: a shift must leave some of the image
+    o = plain(true, 2);
+    o.augment.crop_padding = pad;
+    try {
+      Loader l(data, o);
+      ADD_FAILURE() << "no error for --crop-padding " << pad;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("--crop-padding"), std::string::npos) << e.what();
+    }
+  }
   o = plain(true, 2);
   o.channels = 2;
   EXPECT_THROW((Loader{data, o}), UsageError);

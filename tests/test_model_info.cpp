@@ -73,6 +73,20 @@ TEST(ModelInfo, VitStemCountsWhatTheModelRegisters) {
   EXPECT_DOUBLE_EQ(stem.macs_per_sequence - plain.macs_per_sequence, extra);
   s.stem_channels = {48, 96, 128};  // stride 8 does not divide the patch size 4
   EXPECT_THROW(nn::model_size(s), UsageError);
+
+  // A stride-1 first stage works at the image's size, and the count still matches the model.
+  s.stem_channels = c.stem_channels = {32, 48, 96};
+  s.stem_strides = c.stem_strides = {1, 2, 2};
+  const nn::ModelSize strided = nn::model_size(s);
+  ParamStore strided_store;
+  vit::VisionTransformer strided_model(strided_store, c);
+  EXPECT_EQ(strided.total_params, strided_store.numel());
+  EXPECT_EQ(block(strided, "stem stage 1").positions, 28 * 28);
+  EXPECT_EQ(block(strided, "stem stage 2").positions, 14 * 14);
+  EXPECT_EQ(block(strided, "stem stage 3").positions, 7 * 7);
+  EXPECT_EQ(block(strided, "patch embedding").macs, 96 * 192);
+  s.stem_strides = {1, 2};  // two strides for three stages
+  EXPECT_THROW(nn::model_size(s), UsageError);
 }
 
 TEST(ModelInfo, EncoderBlockIsTwelveDSquaredPlusBiases) {

@@ -165,7 +165,7 @@ TEST_P(ParityVit, MatchesPyTorch) {
 INSTANTIATE_TEST_SUITE_P(Vit, ParityVit,
                          ::testing::Values("01_token_rgb_square", "02_avg_gray_rect",
                                            "03_token_gray_rect", "04_stem_avg_gray",
-                                           "05_stem_token_rgb_rect"),
+                                           "05_stem_token_rgb_rect", "06_stem_strides_avg_rgb"),
                          [](const ::testing::TestParamInfo<const char*>& param) {
                            return std::string("case") + param.param;
                          });

@@ -255,6 +255,16 @@ TEST(VitOptions, BadValuesNameTheOption) {
   EXPECT_EQ(usage_error({"--model.patch_size", "4", "--model.image_size", "32",
                          "--model.stem_channels", "8,8"}),
             "");
+  // Strides: 1 or 2 each, one per stage; a stride-1 stage makes room for one more stage.
+  EXPECT_NE(usage_error({"--model.stem_channels", "8,8", "--model.stem_strides", "1,3"})
+                .find("--model.stem_strides"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--model.stem_channels", "8,8", "--model.stem_strides", "1"})
+                .find("stem_strides"),
+            std::string::npos);
+  EXPECT_EQ(usage_error({"--model.patch_size", "4", "--model.image_size", "32",
+                         "--model.stem_channels", "8,8,8", "--model.stem_strides", "1,2,2"}),
+            "");
   EXPECT_NE(usage_error({"--model.type", "transformer"}).find("--model.type"), std::string::npos);
   EXPECT_NE(usage_error({"--model.channels", "1"}).find("mean"), std::string::npos)
       << "one channel with three mean values";
@@ -801,7 +811,7 @@ TEST_F(TrainCli, PresetRunsOnIdxFilesAndEvalTakesTheSameConfig) {
   ASSERT_EQ(r.status, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.out,
                        "model: vit 28x28x1, patch 4 (49 patches + class token), conv stem 48,96 "
-                       "(3x3 stride 2, LayerNorm, GELU), d_model "))
+                       "(3x3, strides 2,2, LayerNorm, GELU), d_model "))
       << r.out;
   EXPECT_TRUE(contains(r.out, "stopped at step 2")) << r.out;
   Result e = run({"eval", "--config", preset, "--model", "o/last.h5", "--data", "idx"}, "eval");

@@ -611,10 +611,17 @@ TEST(WindowTest, ShapesThatDoNotFitThrowNamingThem) {
 }
 
 // Two stages and a 1×1 projection on grey 8×8 images (the Fashion-MNIST shape, smaller), one
-// stage and a 2×2 projection on RGB 8×4 images.
-VitConfig stem_config(const std::string& pool) {
-  VitConfig c = pool == "avg" ? tiny_config(pool, 1, 8, 8, 4) : tiny_config(pool, 3, 8, 4, 4);
-  c.stem_channels = pool == "avg" ? std::vector<int64_t>{6, 4} : std::vector<int64_t>{5};
+// stage and a 2×2 projection on RGB 8×4 images; "strides": stride-1 stages around a stride-2
+// one (grey 8×8 -> 8×8 -> 4×4 -> 4×4), then a 2×2 projection.
+VitConfig stem_config(const std::string& kind) {
+  if (kind == "strides") {
+    VitConfig c = tiny_config("avg", 1, 8, 8, 4);
+    c.stem_channels = {4, 5, 3};
+    c.stem_strides = {1, 2, 1};
+    return c;
+  }
+  VitConfig c = kind == "avg" ? tiny_config(kind, 1, 8, 8, 4) : tiny_config(kind, 3, 8, 4, 4);
+  c.stem_channels = kind == "avg" ? std::vector<int64_t>{6, 4} : std::vector<int64_t>{5};
   return c;
 }
 
@@ -641,7 +648,31 @@ TEST(VitStemTest, NamesShapesAndDecay) {
   EXPECT_FALSE(store.get("patch_embed.stem.1.norm.weight").decay);
 }
 
-class VitStemGradientTest : public ::testing::TestWithParam<const char*> {};  // pool
+TEST(VitStemTest, StrideOneStagesKeepTheMapSize) {
+  const VitConfig c = stem_config("strides");
+  EXPECT_EQ(c.stem_stride(), 2);
+  EXPECT_EQ(c.proj_kernel(), 2);
+  ParamStore store;
+  VisionTransformer model(store, c);
+  EXPECT_EQ(store.get("patch_embed.stem.0.conv.weight").shape, (Shape{4, 1, 3, 3}));
+  EXPECT_EQ(store.get("patch_embed.stem.2.conv.weight").shape, (Shape{3, 5, 3, 3}));
+  EXPECT_EQ(store.get("patch_embed.proj.weight").shape, (Shape{8, 3, 2, 2}));
+  EXPECT_EQ(store.get("pos_embed").shape, (Shape{1, 5, 8}));
+  store.finalize();
+  std::mt19937 gen(24);
+  randomize(store, gen);
+  Arena arena;
+  nn::Context eval{false, &arena, nullptr};
+  const Tensor logits = model.forward(eval, random_tensor({2, 1, 8, 8}, gen));
+  EXPECT_EQ(logits.shape(), (Shape{2, c.num_classes}));
+
+  // Strides given as 2 for every stage are the default, not a different model.
+  VitConfig explicit_twos = stem_config("avg"), implicit = stem_config("avg");
+  explicit_twos.stem_strides = {2, 2};
+  EXPECT_EQ(vit::to_config_map(explicit_twos), vit::to_config_map(implicit));
+}
+
+class VitStemGradientTest : public ::testing::TestWithParam<const char*> {};  // stem_config kind
 
 TEST_P(VitStemGradientTest, BackwardMatchesFiniteDifferences) {
   // A LayerNorm over a few channels bends sharply: a smaller step than the default 1e-2.
@@ -650,7 +681,7 @@ TEST_P(VitStemGradientTest, BackwardMatchesFiniteDifferences) {
   expect_model_gradients(stem_config(GetParam()), 21, run);
 }
 
-INSTANTIATE_TEST_SUITE_P(Pools, VitStemGradientTest, ::testing::Values("token", "avg"),
+INSTANTIATE_TEST_SUITE_P(Pools, VitStemGradientTest, ::testing::Values("token", "avg", "strides"),
                          [](const auto& p) { return std::string(p.param); });
 
 TEST(VitStemTest, InitIsPyTorchsConvDefault) {
@@ -688,6 +719,7 @@ TEST(VitStemTest, ConfigurationRoundTripsAndBadStemsNameTheOption) {
   EXPECT_EQ(vit::to_config_map(tiny_config("avg", 1, 8, 8, 4)).at("stem_channels"), "none");
   auto old_checkpoint = map;  // written before the stem existed: no stem
   old_checkpoint.erase("stem_channels");
+  old_checkpoint.erase("stem_strides");
   EXPECT_TRUE(vit::from_config_map(old_checkpoint, "old.h5").stem_channels.empty());
 
   EXPECT_EQ(vit::parse_stem_channels("48, 96"), (std::vector<int64_t>{48, 96}));
@@ -709,6 +741,50 @@ TEST(VitStemTest, ConfigurationRoundTripsAndBadStemsNameTheOption) {
   expect_usage_error(c, "stem_channels");
   c.stem_channels = {3, 0};
   expect_usage_error(c, "stem_channels");
+}
+
+TEST(VitStemTest, StridesRoundTripAndBadStridesNameTheOption) {
+  const VitConfig c = stem_config("strides");
+  const auto map = vit::to_config_map(c);
+  EXPECT_EQ(map.at("stem_strides"), "1,2,1");
+  EXPECT_EQ(vit::from_config_map(map, "test").stem_strides, c.stem_strides);
+  EXPECT_EQ(vit::to_config_map(stem_config("avg")).at("stem_strides"), "2,2");
+  EXPECT_EQ(vit::to_config_map(tiny_config("avg", 1, 8, 8, 4)).at("stem_strides"), "none");
+  auto old_checkpoint = vit::to_config_map(stem_config("avg"));  // before strides: all 2
+  old_checkpoint.erase("stem_strides");
+  const VitConfig old = vit::from_config_map(old_checkpoint, "old.h5");
+  EXPECT_EQ(old.stem_stride(), 4);
+  EXPECT_EQ(old.proj_kernel(), 1);
+
+  EXPECT_EQ(vit::parse_stem_strides("1, 2"), (std::vector<int64_t>{1, 2}));
+  EXPECT_TRUE(vit::parse_stem_strides("none").empty());
+  for (const char* bad : {"0", "3", "2,x", "-1", "4,1"}) {
+    try {
+      vit::parse_stem_strides(bad);
+      ADD_FAILURE() << "no error for " << bad;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("stem_strides"), std::string::npos) << e.what();
+    }
+  }
+  auto bad_map = map;
+  bad_map["stem_strides"] = "1,3,1";
+  try {
+    vit::from_config_map(bad_map, "ckpt.h5");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("ckpt.h5"), std::string::npos) << what;
+    EXPECT_NE(what.find("stem_strides"), std::string::npos) << what;
+  }
+
+  VitConfig wrong = c;
+  wrong.stem_strides = {1, 2};  // two strides for three stages
+  expect_usage_error(wrong, "stem_strides");
+  wrong.stem_strides = {2, 2, 2};  // stride 8 does not divide the patch size 4
+  expect_usage_error(wrong, "stem_channels");
+  wrong.stem_strides = {1, 1, 1};  // stride 1: a 4×4 projection after the stem
+  EXPECT_NO_THROW(wrong.validate());
+  EXPECT_EQ(wrong.proj_kernel(), 4);
 }
 
 TEST(VitStemTest, EvalIsBatchIndependent) {

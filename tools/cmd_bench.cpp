@@ -170,6 +170,11 @@ int run_bench(const po::variables_map& vm) {
       } catch (const UsageError& e) {
         throw UsageError(std::string("--stem-channels: ") + e.what());
       }
+      try {
+        vo.stem_strides = vit::parse_stem_strides(vm["stem-strides"].as<std::string>());
+      } catch (const UsageError& e) {
+        throw UsageError(std::string("--stem-strides: ") + e.what());
+      }
       bench::print_vit_step(std::cout, vo, bench::run_vit_step_bench(vo, &std::cerr));
     } else {
       bench::MtStepOptions mo;
@@ -248,6 +253,8 @@ void register_bench_commands(Registry& registry) {
         "vit-step: stochastic depth of the last block")(
         "stem-channels", po::value<std::string>()->default_value("none")->value_name("LIST"),
         "vit-step: a convolutional stem with these channels (configs/vit-fmnist.ini: 48,96)")(
+        "stem-strides", po::value<std::string>()->default_value("none")->value_name("LIST"),
+        "vit-step: the stem stages' strides, 1 or 2 each (none: 2 for every stage)")(
         "length", po::value<int>()->default_value(32)->value_name("N"),
         "mt-step: tokens of every source and target sentence")(
         "no-breakdown", po::bool_switch(), "vit-step, mt-step: skip the profiled round")(

@@ -42,6 +42,7 @@ nn::ModelSpec spec_from(const po::variables_map& vm) {
   s.num_classes = vm["model.num_classes"].as<int64_t>();
   try {
     s.stem_channels = vit::parse_stem_channels(vm["model.stem_channels"].as<std::string>());
+    s.stem_strides = vit::parse_stem_strides(vm["model.stem_strides"].as<std::string>());
   } catch (const UsageError& e) {
     throw UsageError(std::string("--model.") + e.what());
   }
@@ -111,7 +112,9 @@ void register_info_commands(Registry& registry) {
         "model.patch_size", po::value<int64_t>()->default_value(16), "vit: patch side")(
         "model.channels", po::value<int64_t>()->default_value(3), "vit: image channels")(
         "model.stem_channels", po::value<std::string>()->default_value("none"),
-        "vit: convolutional stem, channels of its 3x3 stride-2 stages (e.g. 48,96)")(
+        "vit: convolutional stem, channels of its 3x3 stages (e.g. 48,96)")(
+        "model.stem_strides", po::value<std::string>()->default_value("none"),
+        "vit: the stem stages' strides, 1 or 2 each (none: 2 for every stage)")(
         "model.num_classes", po::value<int64_t>()->default_value(1000), "vit: classes");
   };
   c.run = run_info;

@@ -163,11 +163,14 @@ void add_train_options(po::options_description& o, TrainCommand command) {
       ("scale", words("0.08", "1"), "random resized crop: range of the area fraction")         //
       ("ratio", words("0.75", "1.3333333"), "random resized crop: range of the aspect ratio")  //
       ("no-aug", po::bool_switch(),
-       "no random crop, flip or erasing: the eval transform (Mixup/CutMix still apply)")        //
-      ("hflip", po::value<float>()->default_value(0.5f, "0.5"), "horizontal flip probability")  //
-      ("reprob", po::value<float>()->default_value(0.f, "0"), "random erasing probability")     //
-      ("mixup", po::value<float>()->default_value(0.f, "0"), "Mixup alpha (0: off)")            //
-      ("cutmix", po::value<float>()->default_value(0.f, "0"), "CutMix alpha (0: off)")          //
+       "no random crop, flip, shift or erasing: the eval transform (Mixup/CutMix still apply)")  //
+      ("hflip", po::value<float>()->default_value(0.5f, "0.5"), "horizontal flip probability")   //
+      ("crop-padding", po::value<int64_t>()->default_value(0)->value_name("N"),
+       "random crop after padding N black pixels on each side (torchvision's RandomCrop "
+       "padding): shifts the image by up to N pixels; 0: off")                               //
+      ("reprob", po::value<float>()->default_value(0.f, "0"), "random erasing probability")  //
+      ("mixup", po::value<float>()->default_value(0.f, "0"), "Mixup alpha (0: off)")         //
+      ("cutmix", po::value<float>()->default_value(0.f, "0"), "CutMix alpha (0: off)")       //
       ("mixup-prob", po::value<float>()->default_value(1.f, "1"),
        "probability of mixing a batch when Mixup or CutMix is on")  //
       ("mixup-switch-prob", po::value<float>()->default_value(0.5f, "0.5"),
@@ -229,7 +232,9 @@ vit::TrainOptions train_options(const po::variables_map& vm, TrainCommand comman
   a.ratio = two_floats(vm, "ratio");
   a.hflip = vm["hflip"].as<float>();
   a.reprob = vm["reprob"].as<float>();
-  if (vm["no-aug"].as<bool>()) a.random_resized_crop = false, a.hflip = 0.f, a.reprob = 0.f;
+  a.crop_padding = vm["crop-padding"].as<int64_t>();
+  if (vm["no-aug"].as<bool>())
+    a.random_resized_crop = false, a.hflip = 0.f, a.reprob = 0.f, a.crop_padding = 0;
   a.mixup = vm["mixup"].as<float>();
   a.cutmix = vm["cutmix"].as<float>();
   a.mixup_prob = vm["mixup-prob"].as<float>();

@@ -64,8 +64,10 @@ void add_vit_options(po::options_description& options, const vit::VitConfig& d,
        "input image size: one side, or height x width")          //
       ("model.patch_size", integer(d.patch_size), "patch side")  //
       ("model.stem_channels", text(vit::stem_channels_text(d.stem_channels)),
-       "convolutional stem: channels of its 3x3 stride-2 stages, comma-separated (none: the "
-       "patch projection sees the pixels)")                                           //
+       "convolutional stem: channels of its 3x3 stages, comma-separated (none: the "
+       "patch projection sees the pixels)")  //
+      ("model.stem_strides", po::value<std::string>()->value_name("S1,S2,..."),
+       "the stem stages' strides, 1 or 2 each (default: 2 for every stage)")          //
       ("model.channels", integer(d.channels), "image channels: 1 (grey) or 3 (RGB)")  //
       ("model.num_classes", po::value<int64_t>(),
        "classes of the head (default: the number of classes in the data)")                   //
@@ -121,6 +123,13 @@ vit::VitConfig vit_config_from(const po::variables_map& vm, vit::VitConfig c, bo
   if (given(vm, "stem_channels")) {
     try {
       c.stem_channels = vit::parse_stem_channels(get<std::string>(vm, "stem_channels"));
+    } catch (const UsageError& e) {
+      throw UsageError(std::string("--model.") + e.what());
+    }
+  }
+  if (given(vm, "stem_strides")) {
+    try {
+      c.stem_strides = vit::parse_stem_strides(get<std::string>(vm, "stem_strides"));
     } catch (const UsageError& e) {
       throw UsageError(std::string("--model.") + e.what());
     }

@@ -35,7 +35,10 @@ std::pair<int64_t, int64_t> parse_image_size(const std::string& text) {
   return {one(text.substr(0, x)), one(text.substr(x + 1))};
 }
 
-std::vector<int64_t> parse_stem_channels(const std::string& text) {
+namespace {
+// "48,96" or "48 96" -> {48, 96}; "" or "none" -> {}; otherwise a UsageError naming `key`.
+std::vector<int64_t> parse_count_list(const std::string& text, const std::string& key,
+                                      const std::string& expected) {
   std::string spaced = text;
   for (char& c : spaced)
     if (c == ',') c = ' ';
@@ -47,17 +50,40 @@ std::vector<int64_t> parse_stem_channels(const std::string& text) {
   for (const std::string& word : words) {
     if (word.size() > 6 || word.find_first_not_of("0123456789") != std::string::npos ||
         std::stoll(word) <= 0)
-      throw UsageError("stem_channels '" + text +
-                       "': expected positive channel counts separated by commas, or none");
+      throw UsageError(key + " '" + text + "': expected " + expected + ", or none");
     out.push_back(std::stoll(word));
   }
   return out;
 }
 
-std::string stem_channels_text(const std::vector<int64_t>& channels) {
+std::string count_list_text(const std::vector<int64_t>& counts) {
   std::string s;
-  for (int64_t c : channels) s += (s.empty() ? "" : ",") + std::to_string(c);
+  for (int64_t c : counts) s += (s.empty() ? "" : ",") + std::to_string(c);
   return s.empty() ? "none" : s;
+}
+}  // namespace
+
+std::vector<int64_t> parse_stem_channels(const std::string& text) {
+  return parse_count_list(text, "stem_channels", "positive channel counts separated by commas");
+}
+
+std::string stem_channels_text(const std::vector<int64_t>& channels) {
+  return count_list_text(channels);
+}
+
+std::vector<int64_t> parse_stem_strides(const std::string& text) {
+  const std::string expected = "strides 1 or 2 separated by commas";
+  std::vector<int64_t> out = parse_count_list(text, "stem_strides", expected);
+  for (int64_t s : out)
+    if (s != 1 && s != 2) throw UsageError("stem_strides '" + text + "': expected " + expected);
+  return out;
+}
+
+std::string stem_strides_text(const VitConfig& config) {
+  std::vector<int64_t> strides;
+  for (size_t i = 0; i < config.stem_channels.size(); ++i)
+    strides.push_back(config.stem_stage_stride(i));
+  return count_list_text(strides);
 }
 
 nn::LayerConfig VitConfig::layer_config(int block) const {
@@ -88,9 +114,13 @@ void VitConfig::validate() const {
   need(stem_channels.size() <= 4,
        "stem_channels: at most 4 stages, got " + std::to_string(stem_channels.size()));
   for (int64_t c : stem_channels) need(c > 0, "stem_channels must be positive");
+  need(stem_strides.empty() || stem_strides.size() == stem_channels.size(),
+       "stem_strides: " + std::to_string(stem_strides.size()) + " strides for " +
+           std::to_string(stem_channels.size()) + " stem_channels stages (give one per stage)");
+  for (int64_t s : stem_strides) need(s == 1 || s == 2, "stem_strides must be 1 or 2");
   need(patch_size % stem_stride() == 0,
-       "stem_channels: " + std::to_string(stem_channels.size()) + " stride-2 stages (stride " +
-           std::to_string(stem_stride()) + ") do not divide patch_size " +
+       "stem_channels: the stem's total stride " + std::to_string(stem_stride()) +
+           " (the product of its stem_strides) does not divide patch_size " +
            std::to_string(patch_size));
   need(channels == 1 || channels == 3, "channels must be 1 or 3, got " + std::to_string(channels));
   need(num_classes >= 1, "num_classes must be at least 1");
@@ -132,6 +162,7 @@ std::map<std::string, std::string> to_config_map(const VitConfig& c) {
   m["std"] = floats_text(c.preprocess.std);
   m["pos_embed_align_corners"] = c.pos_embed_align_corners ? "true" : "false";
   m["stem_channels"] = stem_channels_text(c.stem_channels);  // "none" without a stem
+  m["stem_strides"] = stem_strides_text(c);                  // one per stage, or "none"
   return m;
 }
 
@@ -189,6 +220,12 @@ VitConfig from_config_map(const std::map<std::string, std::string>& map,
     else if (key == "stem_channels") {
       try {
         c.stem_channels = parse_stem_channels(value);
+      } catch (const UsageError& e) {
+        throw Error(r.where(key) + ": " + e.what());
+      }
+    } else if (key == "stem_strides") {
+      try {
+        c.stem_strides = parse_stem_strides(value);
       } catch (const UsageError& e) {
         throw Error(r.where(key) + ": " + e.what());
       }

@@ -507,9 +507,10 @@ void Run::log_setup() {
          "root with train/ and val/ folders)\n";
   L << "model: vit " << c.image_height << "x" << c.image_width << "x" << c.channels << ", patch "
     << c.patch_size << " (" << c.patches() << " patches + class token)"
-    << (c.stem_channels.empty() ? ""
-                                : ", conv stem " + stem_channels_text(c.stem_channels) +
-                                      " (3x3 stride 2, LayerNorm, GELU)")
+    << (c.stem_channels.empty()
+            ? ""
+            : ", conv stem " + stem_channels_text(c.stem_channels) + " (3x3, strides " +
+                  stem_strides_text(c) + ", LayerNorm, GELU)")
     << ", d_model " << c.d_model << ", " << c.layers << " layers, " << c.heads << " heads, d_ff "
     << c.d_ff << ", pool " << c.pool << ", dropout " << format_general(c.dropout) << ", drop_path "
     << format_general(c.drop_path) << "\n";
@@ -567,7 +568,9 @@ void Run::log_setup() {
       << format_general(a.ratio[1]);
   else
     L << "eval transform (no random crop)";
-  L << ", hflip " << format_general(a.hflip) << ", reprob " << format_general(a.reprob) << "\n";
+  L << ", hflip " << format_general(a.hflip);
+  if (a.crop_padding > 0) L << ", crop-padding " << a.crop_padding;
+  L << ", reprob " << format_general(a.reprob) << "\n";
   L << "EMA of weights: "
     << (o_.model_ema ? "decay " + format_general(o_.model_ema_decay, 6) : std::string("off"))
     << "\n";
@@ -901,6 +904,8 @@ void TrainOptions::validate() const {
                      format_general(a.ratio[0]) + " " + format_general(a.ratio[1]));
   need(a.hflip >= 0 && a.hflip <= 1, "hflip", "a probability in [0, 1]", a.hflip);
   need(a.reprob >= 0 && a.reprob <= 1, "reprob", "a probability in [0, 1]", a.reprob);
+  if (a.crop_padding < 0)
+    throw UsageError("--crop-padding must be >= 0 (0: off), got " + std::to_string(a.crop_padding));
   need(a.mixup >= 0 && std::isfinite(a.mixup), "mixup", ">= 0 (0: off)", a.mixup);
   need(a.cutmix >= 0 && std::isfinite(a.cutmix), "cutmix", ">= 0 (0: off)", a.cutmix);
   need(a.mixup_prob >= 0 && a.mixup_prob <= 1, "mixup-prob", "a probability in [0, 1]",

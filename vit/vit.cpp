@@ -3,8 +3,9 @@
 // Forward (training keeps what backward needs):
 //   patches = extract_patches(images)                    [B, N, K]   K = C·P·P, N = Hp·Wp
 // or, with a convolutional stem of n stages (vit.h), channels-last maps m_0 = images,
-//   m_i     = gelu(norm_i(windows3x3/2(m_(i-1)) · W_iᵀ + b_i))   [B, H/2^i, W/2^i, c_i]
-//   patches = extract_windows(m_n, kernel = stride = P/2ⁿ)       [B, N, c_n·(P/2ⁿ)²]
+//   m_i     = gelu(norm_i(windows3x3/s_i(m_(i-1)) · W_iᵀ + b_i))  [B, h_i, w_i, c_i]
+//             (h_i = ⌈h_(i-1)/s_i⌉, stride s_i 1 or 2, padding 1)
+//   patches = extract_windows(m_n, kernel = stride = P/S)        [B, N, c_n·(P/S)²]  S = ∏ s_i
 //   emb     = patches · Wpatchᵀ + b                      [B, N, d]   Wpatch [d, C, P, P] as [d, K]
 //   x       = dropout([cls; emb] + pos_embed)            [B, T, d]   T = N + 1
 //   h       = blocks(x)                                  [B, T, d]
@@ -38,7 +39,7 @@ struct VisionTransformer::Impl {
     Parameter* weight = nullptr;  // [c_i, c_(i-1), 3, 3]
     Parameter* bias = nullptr;    // [c_i]
     std::optional<nn::LayerNorm> norm;
-    int64_t in_channels = 0, out_channels = 0;
+    int64_t in_channels = 0, out_channels = 0, stride = 2;
     Tensor cols;  // kept by a training forward: the 3×3 windows of the stage's input
     Tensor pre;   // kept: the normalised map before GELU [B, h·w, c_i]
   };
@@ -72,6 +73,7 @@ VisionTransformer::Impl::Impl(ParamStore& params, const VitConfig& c)
     stem[i].norm.emplace(params, prefix + ".norm", out_channels, c.norm_eps);
     stem[i].in_channels = in_channels;
     stem[i].out_channels = out_channels;
+    stem[i].stride = c.stem_stage_stride(i);
     in_channels = out_channels;
   }
   proj_weight = &params.add("patch_embed.proj.weight",
@@ -250,9 +252,10 @@ Tensor VisionTransformer::forward(nn::Context& ctx, const Tensor& images) {
     int64_t h = c.image_height, w = c.image_width;
     for (size_t i = 0; i < m.stem.size(); ++i) {
       Impl::StemStage& s = m.stem[i];
-      const int64_t ho = (h - 1) / 2 + 1, wo = (w - 1) / 2 + 1;  // 3×3, stride 2, padding 1
+      // 3×3, stride 1 or 2, padding 1
+      const int64_t ho = (h - 1) / s.stride + 1, wo = (w - 1) / s.stride + 1;
       Tensor cols = ctx.alloc_uninit({B, ho * wo, s.in_channels * 9});
-      extract_windows(map, /*channels_last=*/i > 0, 3, 2, 1, cols);
+      extract_windows(map, /*channels_last=*/i > 0, 3, s.stride, 1, cols);
       Tensor y = ctx.alloc_uninit({B, ho * wo, s.out_channels});
       ops::linear_forward(cols, nn::weight_of(*s.weight, ctx, {s.out_channels, s.in_channels * 9}),
                           s.bias->value, y, ctx.precision);
@@ -325,7 +328,8 @@ void VisionTransformer::backward(nn::Context& ctx, const Tensor& dlogits, Tensor
   // The stem's map sizes, from the image down.
   std::vector<int64_t> hs{c.image_height}, ws{c.image_width};
   for (size_t i = 0; i < m.stem.size(); ++i)
-    hs.push_back((hs.back() - 1) / 2 + 1), ws.push_back((ws.back() - 1) / 2 + 1);
+    hs.push_back((hs.back() - 1) / m.stem[i].stride + 1),
+        ws.push_back((ws.back() - 1) / m.stem[i].stride + 1);
   const size_t n = m.stem.size();
   Tensor dmap = ctx.alloc_uninit({B, hs[n], ws[n], c.proj_channels()});
   fold_windows(dpatches, /*channels_last=*/true, c.proj_kernel(), c.proj_kernel(), 0, dmap);
@@ -343,7 +347,7 @@ void VisionTransformer::backward(nn::Context& ctx, const Tensor& dlogits, Tensor
         m.precision);
     dmap = i > 0 ? ctx.alloc_uninit({B, hs[i], ws[i], s.in_channels})
                  : ctx.alloc_uninit({B, c.channels, c.image_height, c.image_width});
-    fold_windows(dcols, /*channels_last=*/i > 0, 3, 2, 1, dmap);
+    fold_windows(dcols, /*channels_last=*/i > 0, 3, s.stride, 1, dmap);
   }
   if (dimages) *dimages = dmap;  // the last fold wrote the images' gradient
 }

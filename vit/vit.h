@@ -11,13 +11,14 @@
 //
 // Optionally (stem_channels = c1,c2,...; not a timm option) a convolutional stem replaces the
 // P×P patch projection's view of raw pixels, as in Xiao et al. 2021 ("Early convolutions help
-// transformers see better"): each stem stage is a 3×3 stride-2 convolution with padding 1
-// (channels c_i), a LayerNorm over the channels (ε = norm_eps) and GELU, so n stages halve the
-// image n times; the patch projection then covers P/2ⁿ × P/2ⁿ of the last stage's map, and the
-// patch grid (H/P × W/P) is unchanged. Parameters, named as a PyTorch nn.Sequential would:
+// transformers see better"): each stem stage is a 3×3 convolution with padding 1 (channels c_i,
+// stride s_i = 2, or 1 as set by stem_strides = s1,s2,...), a LayerNorm over the channels
+// (ε = norm_eps) and GELU, so the stages shrink the image by S = ∏ s_i; the patch projection
+// then covers P/S × P/S of the last stage's map, and the patch grid (H/P × W/P) is unchanged.
+// Parameters, named as a PyTorch nn.Sequential would:
 //   patch_embed.stem.<i>.conv.weight [c_i, c_(i-1), 3, 3]  .conv.bias [c_i]
 //   patch_embed.stem.<i>.norm.weight [c_i]                 .norm.bias [c_i]
-//   patch_embed.proj.weight [d, c_n, P/2ⁿ, P/2ⁿ]
+//   patch_embed.proj.weight [d, c_n, P/S, P/S]
 //   blocks.<i>.norm1 / attn.qkv / attn.proj / norm2 / mlp.fc1 / mlp.fc2
 //   norm (pool = "token")  or  fc_norm (pool = "avg", applied after pooling)
 //   head.weight [classes, d]   head.bias [classes]
@@ -36,6 +37,7 @@ struct VitConfig {
   int64_t image_height = 224, image_width = 224;  // any size the patch size divides
   int64_t patch_size = 16;
   std::vector<int64_t> stem_channels;  // empty: no stem (the projection sees the pixels)
+  std::vector<int64_t> stem_strides;   // each stage's stride, 1 or 2; empty: all 2
   int64_t channels = 3;
   int64_t num_classes = 1000;
   int64_t d_model = 768;
@@ -56,8 +58,16 @@ struct VitConfig {
   int64_t grid_width() const { return image_width / patch_size; }
   int64_t patches() const { return grid_height() * grid_width(); }
   int64_t tokens() const { return patches() + 1; }  // with the class token
-  // The stem's total stride (2ⁿ), the patch projection's kernel (P/2ⁿ) and input channels.
-  int64_t stem_stride() const { return int64_t{1} << stem_channels.size(); }
+  // Stage i's stride, the stem's total stride S (their product: 2ⁿ with n stride-2 stages), the
+  // patch projection's kernel (P/S) and input channels.
+  int64_t stem_stage_stride(size_t i) const {
+    return i < stem_strides.size() ? stem_strides[i] : 2;  // validate() rejects a short list
+  }
+  int64_t stem_stride() const {
+    int64_t s = 1;
+    for (size_t i = 0; i < stem_channels.size(); ++i) s *= stem_stage_stride(i);
+    return s;
+  }
   int64_t proj_kernel() const { return patch_size / stem_stride(); }
   int64_t proj_channels() const { return stem_channels.empty() ? channels : stem_channels.back(); }
   nn::LayerConfig layer_config(int block) const;  // the core's settings for block i
@@ -67,7 +77,8 @@ struct VitConfig {
 // The configuration as text, for checkpoint attributes and the [model] section of a config file:
 // keys "type" (= "vit"), "image_size" ("224" or "224x160", height x width), "patch_size",
 // "channels", "num_classes", "d_model", "heads", "d_ff", "layers", "norm_eps", "pool", "dropout",
-// "attention_dropout", "drop_path", "stem_channels" (comma-separated, or "none"), "resize",
+// "attention_dropout", "drop_path", "stem_channels", "stem_strides" (comma-separated, or "none"; a
+// checkpoint without "stem_strides" has stride-2 stages), "resize",
 // "crop_fraction", "interpolation", "mean", "std" (comma-separated), "pos_embed_align_corners"
 // ("true" | "false"). Floats are written so that they read back exactly.
 std::map<std::string, std::string> to_config_map(const VitConfig& config);
@@ -79,6 +90,9 @@ VitConfig from_config_map(const std::map<std::string, std::string>& map, const s
 // "48,96" or "48 96" -> {48, 96}; "" or "none" -> {}. vitk::UsageError otherwise.
 std::vector<int64_t> parse_stem_channels(const std::string& text);
 std::string stem_channels_text(const std::vector<int64_t>& channels);  // "48,96"
+// "1,2,2" -> {1, 2, 2}; "" or "none" -> {}; each 1 or 2, vitk::UsageError otherwise.
+std::vector<int64_t> parse_stem_strides(const std::string& text);
+std::string stem_strides_text(const VitConfig& config);  // every stage's stride, "2,2"; "none"
 // "224" -> {224, 224}; "224x160" -> {224, 160}. vitk::UsageError otherwise.
 std::pair<int64_t, int64_t> parse_image_size(const std::string& text);
 

@@ -9,7 +9,7 @@
 namespace vitk::bench {
 namespace {
 
-vit::VitConfig recipe(float drop_path, const std::vector<int64_t>& stem_channels) {
+vit::VitConfig recipe(const VitStepOptions& o) {
   vit::VitConfig c;
   c.image_height = c.image_width = 28;
   c.patch_size = 4;
@@ -19,8 +19,9 @@ vit::VitConfig recipe(float drop_path, const std::vector<int64_t>& stem_channels
   c.heads = 3;
   c.d_ff = 768;
   c.layers = 6;
-  c.drop_path = drop_path;
-  c.stem_channels = stem_channels;
+  c.drop_path = o.drop_path;
+  c.stem_channels = o.stem_channels;
+  c.stem_strides = o.stem_strides;
   c.preprocess.mean = {0.2860f};
   c.preprocess.std = {0.3530f};
   return c;
@@ -29,7 +30,8 @@ vit::VitConfig recipe(float drop_path, const std::vector<int64_t>& stem_channels
 }  // namespace
 
 StepResult run_vit_step_bench(const VitStepOptions& o, std::ostream* log) {
-  const vit::VitConfig config = recipe(o.drop_path, o.stem_channels);
+  const vit::VitConfig config = recipe(o);
+  config.validate();
   ParamStore params;
   vit::VisionTransformer model(params, config);
   params.finalize();
@@ -85,7 +87,8 @@ void print_vit_step(std::ostream& out, const VitStepOptions& o, const StepResult
       out, "vit-step",
       "batch " + std::to_string(o.batch) + ", " + ops::precision_name(o.precision) +
           (o.stem_channels.empty() ? std::string()
-                                   : ", conv stem " + vit::stem_channels_text(o.stem_channels)),
+                                   : ", conv stem " + vit::stem_channels_text(o.stem_channels) +
+                                         " (strides " + vit::stem_strides_text(recipe(o)) + ")"),
       static_cast<double>(o.batch), "images", r);
 }
 

@@ -16,6 +16,7 @@ struct VitStepOptions {
   StepTiming timing;
   ops::Precision precision = ops::Precision::f32;  // of the matrix products
   std::vector<int64_t> stem_channels;              // a convolutional stem (vit/vit.h); none
+  std::vector<int64_t> stem_strides;               // its strides (empty: 2 for each stage)
 };
 
 StepResult run_vit_step_bench(const VitStepOptions& options, std::ostream* log = nullptr);

@@ -22,6 +22,16 @@ int64_t count_linear_macs(const ParamStore& store, const std::string& prefix) {
   return n;
 }
 
+int64_t stem_stage_stride(const ModelSpec& s, size_t i) {
+  return i < s.stem_strides.size() ? s.stem_strides[i] : 2;  // check() rejects a short list
+}
+
+int64_t stem_total_stride(const ModelSpec& s) {
+  int64_t stride = 1;
+  for (size_t i = 0; i < s.stem_channels.size(); ++i) stride *= stem_stage_stride(s, i);
+  return stride;
+}
+
 void check(const ModelSpec& s) {
   const auto& l = s.layer;
   if (l.d_model <= 0 || l.heads <= 0 || l.d_ff <= 0)
@@ -31,10 +41,13 @@ void check(const ModelSpec& s) {
                      " is not a multiple of heads " + std::to_string(l.heads));
   if (s.type != "vit" && s.type != "transformer" && s.type != "encoder")
     throw UsageError("model.type must be vit, transformer or encoder, not '" + s.type + "'");
-  if (s.type == "vit" && s.patch_size % (int64_t{1} << s.stem_channels.size()))
+  if (s.type == "vit" && !s.stem_strides.empty() && s.stem_strides.size() != s.stem_channels.size())
+    throw UsageError("model: " + std::to_string(s.stem_strides.size()) + " stem_strides for " +
+                     std::to_string(s.stem_channels.size()) + " stem_channels stages");
+  if (s.type == "vit" && s.patch_size % stem_total_stride(s))
     throw UsageError("model: patch_size " + std::to_string(s.patch_size) +
                      " is not a multiple of the stem's stride " +
-                     std::to_string(int64_t{1} << s.stem_channels.size()));
+                     std::to_string(stem_total_stride(s)));
   if (s.type == "vit" && (s.patch_size <= 0 || s.image_size % s.patch_size))
     throw UsageError("model: patch_size " + std::to_string(s.patch_size) +
                      " must divide image_size " + std::to_string(s.image_size));
@@ -64,20 +77,20 @@ ModelSize model_size(const ModelSpec& spec) {
         {std::move(name), count, params, macs, attention_macs, std::move(note), positions});
   };
   if (spec.type == "vit") {
-    // The stem's 3×3 stride-2 stages (conv, LayerNorm, GELU), then the projection over
-    // P/2ⁿ × P/2ⁿ of the last stage's map.
+    // The stem's 3×3 stages of stride 1 or 2 (conv, LayerNorm, GELU), then the projection over
+    // P/S × P/S of the last stage's map (S: the stem's total stride).
     int64_t channels = spec.channels, side = spec.image_size;
     for (size_t i = 0; i < spec.stem_channels.size(); ++i) {
       const int64_t out = spec.stem_channels[i];
-      side = (side - 1) / 2 + 1;
+      side = (side - 1) / stem_stage_stride(spec, i) + 1;
       add("stem stage " + std::to_string(i + 1), 1, channels * 9 * out + 3 * out,
           channels * 9 * out, side * side, 0, "3·3·C_in·C_out per output pixel");
       channels = out;
     }
-    const int64_t kernel = spec.patch_size >> spec.stem_channels.size();
+    const int64_t kernel = spec.patch_size / stem_total_stride(spec);
     const int64_t patch = kernel * kernel * channels;
     add("patch embedding", 1, patch * d + d, patch * d, tokens - 1, 0,
-        spec.stem_channels.empty() ? "P²·C·d per patch" : "(P/2ⁿ)²·c_n·d per patch");
+        spec.stem_channels.empty() ? "P²·C·d per patch" : "(P/S)²·c_n·d per patch");
     add("class token + positions", 1, d + tokens * d, 0, 0, 0, "");
   } else if (spec.vocab_size > 0) {
     const int copies = spec.tied_embeddings ? 1 : (spec.type == "transformer" ? 3 : 2);

@@ -23,6 +23,7 @@ struct ModelSpec {
   bool tied_embeddings = true;    // source, target and output embeddings share one matrix
   int64_t image_size = 224, patch_size = 16, channels = 3, num_classes = 1000;  // vit
   std::vector<int64_t> stem_channels;  // vit: the convolutional stem's stages (vit/vit.h)
+  std::vector<int64_t> stem_strides;   // vit: their strides, 1 or 2 (empty: all 2)
 };
 
 struct BlockSize {

@@ -12,8 +12,9 @@ learned positions added, pre-norm Blocks (norm1, attn with a fused qkv and proj,
 fc1, exact GELU, fc2; LayerNorm eps 1e-6), then either the final norm and the class token
 (global_pool="token") or the mean of the patch tokens and fc_norm (global_pool="avg"), and the
 head. The cases with "stem_channels" add vitk's convolutional stem in front of the patch
-projection (not a timm model; vit/vit.h): per stage a 3x3 stride-2 Conv2d with padding 1, a
-LayerNorm over the channels and GELU, as an nn.Sequential under patch_embed.stem. Dropout and
+projection (not a timm model; vit/vit.h): per stage a 3x3 Conv2d with padding 1 and stride 2 (or
+the stage's entry in "stem_strides"), a LayerNorm over the channels and GELU, as an
+nn.Sequential under patch_embed.stem. Dropout and
 stochastic depth are 0, as in timm's eval, so the run is deterministic.
 
 Each case draws random parameters and images from a fixed seed, computes the logits, the mean
@@ -25,7 +26,8 @@ PyTorch's own float32 run is from it).
 One HDF5 file per case holds:
   attributes           the configuration (image_height, image_width, patch_size, channels,
                        num_classes, d_model, heads, d_ff, layers, pool, norm_eps and, with a
-                       stem, stem_channels as "c1,c2"), batch, seed,
+                       stem, stem_channels as "c1,c2" and maybe stem_strides as "1,2"),
+                       batch, seed,
                        torch_version, torch_float32_{max_abs,error}_{logits,dimages,dparams}
   param/<timm name>    the parameters (vitk registers the same names)
   input/images         [B, C, H, W]
@@ -59,9 +61,9 @@ class ChannelNorm(nn.LayerNorm):
 
 
 class StemStage(nn.Module):
-    def __init__(self, channels_in, channels_out):
+    def __init__(self, channels_in, channels_out, stride):
         super().__init__()
-        self.conv = nn.Conv2d(channels_in, channels_out, kernel_size=3, stride=2, padding=1)
+        self.conv = nn.Conv2d(channels_in, channels_out, kernel_size=3, stride=stride, padding=1)
         self.norm = ChannelNorm(channels_out, eps=EPS)
         self.act = nn.GELU()
 
@@ -70,15 +72,16 @@ class StemStage(nn.Module):
 
 
 class PatchEmbed(nn.Module):
-    def __init__(self, patch, channels, dim, stem_channels=()):
+    def __init__(self, patch, channels, dim, stem_channels=(), stem_strides=()):
         super().__init__()
         if stem_channels:
             stages, c = [], channels
-            for out in stem_channels:
-                stages.append(StemStage(c, out))
-                c = out
+            for i, out in enumerate(stem_channels):
+                stride = stem_strides[i] if stem_strides else 2
+                stages.append(StemStage(c, out, stride))
+                c, patch = out, patch // stride
             self.stem = nn.Sequential(*stages)
-            channels, patch = c, patch >> len(stem_channels)
+            channels = c
         self.proj = nn.Conv2d(channels, dim, kernel_size=patch, stride=patch)
 
     def forward(self, x):  # [B, C, H, W] -> [B, Hp * Wp, d], patches in row-major grid order
@@ -134,7 +137,8 @@ class VisionTransformer(nn.Module):
         patches = (cfg["image_height"] // cfg["patch_size"]) * (cfg["image_width"] // cfg["patch_size"])
         self.pool = cfg["pool"]
         stem = [int(c) for c in cfg["stem_channels"].split(",")] if "stem_channels" in cfg else []
-        self.patch_embed = PatchEmbed(cfg["patch_size"], cfg["channels"], d, stem)
+        strides = [int(s) for s in cfg["stem_strides"].split(",")] if "stem_strides" in cfg else []
+        self.patch_embed = PatchEmbed(cfg["patch_size"], cfg["channels"], d, stem, strides)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, d))
         self.pos_embed = nn.Parameter(torch.zeros(1, patches + 1, d))
         self.blocks = nn.Sequential(*[Block(d, cfg["heads"], cfg["d_ff"])
@@ -233,12 +237,14 @@ def write_case(out, name, seed, cfg, batch):
           f"PyTorch's float32 result: {worst:.3f} of the tolerance")
 
 
-def config(pool, channels, height, width, patch, layers, classes, stem=None):
+def config(pool, channels, height, width, patch, layers, classes, stem=None, strides=None):
     cfg = {"image_height": height, "image_width": width, "patch_size": patch,
            "channels": channels, "num_classes": classes, "d_model": 16, "heads": 4, "d_ff": 32,
            "layers": layers, "pool": pool}
     if stem:
         cfg["stem_channels"] = stem
+    if strides:
+        cfg["stem_strides"] = strides
     return cfg
 
 
@@ -258,6 +264,9 @@ def main():
                config("avg", 1, 12, 8, 4, 1, 4, stem="6,5"), 3)
     write_case(args.out, "05_stem_token_rgb_rect.h5", 205,
                config("token", 3, 8, 12, 4, 1, 3, stem="4"), 2)
+    # Stride-1 stages around a stride-2 one (12x8 -> 12x8 -> 6x4 -> 6x4), then a 2x2 projection.
+    write_case(args.out, "06_stem_strides_avg_rgb.h5", 206,
+               config("avg", 3, 12, 8, 4, 1, 3, stem="8,8,6", strides="1,2,1"), 2)
 
 
 if __name__ == "__main__":
