@@ -87,6 +87,7 @@ VitRun run_vit(vit::VisionTransformer& model, ParamStore& store, const FixtureFi
   nn::Context ctx{true, &arena, nullptr};
   ctx.precision = precision;
   store.zero_grad();
+  if (f.has("input/kept")) model.force_kept_patches(f.read_i32("input/kept"));  // patch_drop
   VitRun r;
   r.logits = model.forward(ctx, images).clone();
   Tensor dlogits = ctx.alloc(r.logits.shape());
@@ -130,13 +131,12 @@ TEST_P(Bf16Vit, ForwardAndGradientsAgreeWithF32WithinTheDerivedTolerance) {
   EXPECT_GT(worst, 1e-6);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Bf16Vit,
-                         ::testing::Values("01_token_rgb_square", "02_avg_gray_rect",
-                                           "03_token_gray_rect", "04_stem_avg_gray",
-                                           "05_stem_token_rgb_rect", "06_stem_strides_avg_rgb"),
-                         [](const ::testing::TestParamInfo<const char*>& p) {
-                           return std::string("case") + p.param;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, Bf16Vit,
+    ::testing::Values("01_token_rgb_square", "02_avg_gray_rect", "03_token_gray_rect",
+                      "04_stem_avg_gray", "05_stem_token_rgb_rect", "06_stem_strides_avg_rgb",
+                      "07_patch_drop_avg_gray", "08_patch_drop_stem_token_rgb"),
+    [](const ::testing::TestParamInfo<const char*>& p) { return std::string("case") + p.param; });
 
 class Bf16Seq2Seq : public ::testing::TestWithParam<std::string> {};
 

@@ -3,7 +3,8 @@
 // images, targets, the logits, the mean cross-entropy and its gradients w.r.t. the images and
 // every parameter (computed in float64, stored as float32). Each case builds vitk's model from
 // the file's configuration, checks that its parameter names are exactly the fixture's, loads
-// them, runs forward and backward in training mode (dropout 0) and compares everything with the
+// them, runs forward and backward in training mode (dropout 0; with patch_drop, replaying the
+// fixture's draw of kept patches) and compares everything with the
 // tolerance rule of the core's parity test (test_parity_core.cpp):
 //   |vitk − PyTorch| ≤ 1e-5·|PyTorch| + 1e-6·max(1, max|PyTorch| over the tensor).
 #include <gtest/gtest.h>
@@ -133,7 +134,14 @@ TEST_P(ParityVit, MatchesPyTorch) {
   const Tensor targets = f.read_i32("input/targets");
   Arena arena;
   nn::Context ctx{true, &arena, nullptr};
+  // Patch dropout: replay the fixture's draw (without it, a forward with no Rng would throw).
+  const bool dropped = f.has("input/kept");
+  if (dropped) model.force_kept_patches(f.read_i32("input/kept"));
   const Tensor logits = model.forward(ctx, images);  // [B, classes]
+  if (dropped) {
+    ASSERT_EQ(model.kept_patches().shape(), f.read_i32("input/kept").shape());
+    EXPECT_EQ(model.kept_patches().dim(1), config.kept_patches());
+  }
   Errors e_logits = compare("logits", logits, f.read_f32("output/logits"));
   const ops::CrossEntropyStats loss = ops::cross_entropy_forward(logits, targets);
   const double want_loss = f.read_f32("output/loss").f32()[0];
@@ -165,7 +173,9 @@ TEST_P(ParityVit, MatchesPyTorch) {
 INSTANTIATE_TEST_SUITE_P(Vit, ParityVit,
                          ::testing::Values("01_token_rgb_square", "02_avg_gray_rect",
                                            "03_token_gray_rect", "04_stem_avg_gray",
-                                           "05_stem_token_rgb_rect", "06_stem_strides_avg_rgb"),
+                                           "05_stem_token_rgb_rect", "06_stem_strides_avg_rgb",
+                                           "07_patch_drop_avg_gray",
+                                           "08_patch_drop_stem_token_rgb"),
                          [](const ::testing::TestParamInfo<const char*>& param) {
                            return std::string("case") + param.param;
                          });

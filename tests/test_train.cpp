@@ -211,7 +211,7 @@ TEST(VitOptions, GivenOptionsOverrideTheBase) {
   auto vm = parse_model_options({"--model.image_size", "28", "--model.patch_size", "4",
                                  "--model.channels", "1", "--model.mean", "0.286", "--model.std",
                                  "0.353", "--model.d_model", "64", "--model.heads", "2",
-                                 "--model.drop_path", "0.1"});
+                                 "--model.drop_path", "0.1", "--model.patch_drop", "0.25"});
   vit::VitConfig base;
   base.layers = 3;  // not given: kept
   const vit::VitConfig c = tools::vit_config_from(vm, base);
@@ -223,10 +223,11 @@ TEST(VitOptions, GivenOptionsOverrideTheBase) {
   EXPECT_EQ(c.heads, 2);
   EXPECT_EQ(c.layers, 3);
   EXPECT_FLOAT_EQ(c.drop_path, 0.1f);
+  EXPECT_FLOAT_EQ(c.patch_drop, 0.25f);
   ASSERT_EQ(c.preprocess.mean.size(), 1u);
   EXPECT_FLOAT_EQ(c.preprocess.std[0], 0.353f);
   auto given = tools::given_vit_options(vm);
-  EXPECT_EQ(given.size(), 8u);
+  EXPECT_EQ(given.size(), 9u);
   EXPECT_NE(std::find(given.begin(), given.end(), "patch_size"), given.end());
 }
 
@@ -563,7 +564,8 @@ TEST_F(TrainCli, LearnsTheTexturesAndEvalReportsIt) {
 }
 
 TEST_F(TrainCli, ResumeContinuesExactlyWithEveryRandomPart) {
-  // Random crop, flips, erasing, Mixup and CutMix (soft targets), dropout, drop-path and the EMA:
+  // Random crop, flips, erasing, Mixup and CutMix (soft targets), dropout, drop-path, patch
+  // dropout and the EMA:
   // every random draw and every state a resume must restore.
   const std::vector<std::string> opts{"--epochs",
                                       "2",
@@ -584,6 +586,8 @@ TEST_F(TrainCli, ResumeContinuesExactlyWithEveryRandomPart) {
                                       "0.1",
                                       "--model.drop_path",
                                       "0.1",
+                                      "--model.patch_drop",
+                                      "0.25",
                                       "--model-ema",
                                       "--model-ema-decay",
                                       "0.9",

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <ostream>
 #include <random>
 #include <string>
@@ -312,6 +313,20 @@ void expect_usage_error(const VitConfig& c, const std::string& option) {
     ADD_FAILURE() << "no error for a bad " << option;
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find(option), std::string::npos) << e.what();
+  }
+}
+
+// A checkpoint's settings with `key` set to `value`: the error names the file and the key.
+void expect_map_error(std::map<std::string, std::string> map, const std::string& key,
+                      const std::string& value) {
+  map[key] = value;
+  try {
+    vit::from_config_map(map, "ckpt.h5");
+    ADD_FAILURE() << "no error for " << key << " = " << value;
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("ckpt.h5"), std::string::npos) << what;
+    EXPECT_NE(what.find(key), std::string::npos) << what;
   }
 }
 
@@ -728,14 +743,7 @@ TEST(VitStemTest, ConfigurationRoundTripsAndBadStemsNameTheOption) {
   EXPECT_TRUE(vit::parse_stem_channels("").empty());
   for (const char* bad : {"0", "-3", "48,x", "none,4", "1e3", "1234567"})
     EXPECT_THROW(vit::parse_stem_channels(bad), UsageError) << bad;
-  auto bad_map = map;
-  bad_map["stem_channels"] = "3,,x";
-  try {
-    vit::from_config_map(bad_map, "ckpt.h5");
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("stem_channels"), std::string::npos) << e.what();
-  }
+  expect_map_error(map, "stem_channels", "3,,x");
 
   c.stem_channels = {3, 4, 5};  // stride 8 does not divide the patch size 4
   expect_usage_error(c, "stem_channels");
@@ -766,16 +774,7 @@ TEST(VitStemTest, StridesRoundTripAndBadStridesNameTheOption) {
       EXPECT_NE(std::string(e.what()).find("stem_strides"), std::string::npos) << e.what();
     }
   }
-  auto bad_map = map;
-  bad_map["stem_strides"] = "1,3,1";
-  try {
-    vit::from_config_map(bad_map, "ckpt.h5");
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("ckpt.h5"), std::string::npos) << what;
-    EXPECT_NE(what.find("stem_strides"), std::string::npos) << what;
-  }
+  expect_map_error(map, "stem_strides", "1,3,1");
 
   VitConfig wrong = c;
   wrong.stem_strides = {1, 2};  // two strides for three stages
@@ -802,4 +801,239 @@ TEST(VitStemTest, EvalIsBatchIndependent) {
   std::copy(images.f32() + 96, images.f32() + 192, one.f32());
   const Tensor single = model.forward(eval, one);
   for (int64_t j = 0; j < 3; ++j) EXPECT_NEAR(single.f32()[j], all.f32()[3 + j], 1e-5);
+}
+
+// ---- Patch dropout (vit.h: patch_drop) ----
+
+namespace {
+
+// No stem, no dropout: a patch token depends on its own pixels only.
+VitConfig patch_drop_config(const std::string& pool, float patch_drop) {
+  VitConfig c = tiny_config(pool, 1, 4, 6, 2);  // 2×3 = 6 patches
+  c.patch_drop = patch_drop;
+  return c;
+}
+
+// Patch p of image b of [B, 1, 4, 6] images set to `value`.
+void fill_patch(Tensor& images, int64_t b, int64_t p, float value) {
+  const int64_t gy = p / 3, gx = p % 3;
+  for (int64_t i = 0; i < 2; ++i)
+    for (int64_t j = 0; j < 2; ++j) images.f32()[(b * 4 + gy * 2 + i) * 6 + gx * 2 + j] = value;
+}
+
+}  // namespace
+
+TEST(VitPatchDropTest, KeepsTimmsCountOfPatches) {
+  VitConfig c;
+  c.image_height = c.image_width = 28;
+  c.patch_size = 4;  // 49 patches
+  EXPECT_EQ(c.kept_patches(), 49);
+  c.patch_drop = 0.25f;
+  EXPECT_EQ(c.kept_patches(), 36);  // int(49 · 0.75) = int(36.75)
+  c.patch_drop = 0.5f;
+  EXPECT_EQ(c.kept_patches(), 24);
+  c.patch_drop = 0.99f;
+  EXPECT_EQ(c.kept_patches(), 1);  // int(0.49) = 0, at least one
+  c.image_height = 10;
+  c.image_width = 4;
+  c.patch_size = 2;     // 10 patches
+  c.patch_drop = 0.3f;  // 0.30000001 as a float: still int(10 · 0.7) = 7, as timm's 0.3
+  EXPECT_EQ(c.kept_patches(), 7);
+  c.patch_drop = 0.35f;
+  EXPECT_EQ(c.kept_patches(), 6);  // int(6.5)
+}
+
+TEST(VitPatchDropTest, EachImageKeepsADistinctUniformSubsetAndEvalKeepsAll) {
+  const VitConfig c = patch_drop_config("avg", 0.5f);  // keeps 3 of 6
+  ParamStore store;
+  VisionTransformer model(store, c);
+  store.finalize();
+  ops::Rng init(1);
+  model.init(init);
+  std::mt19937 gen(5);
+  const Tensor images = random_tensor({16, 1, 4, 6}, gen);
+  Arena arena;
+  ops::Rng rng(11);
+  nn::Context train{true, &arena, &rng};
+  std::vector<int64_t> count(6, 0);
+  std::vector<std::vector<int32_t>> first_rows;
+  const int kForwards = 250;  // 4,000 images
+  for (int f = 0; f < kForwards; ++f) {
+    arena.reset();
+    model.forward(train, images);
+    const Tensor& kept = model.kept_patches();
+    ASSERT_EQ(kept.shape(), (Shape{16, 3}));
+    for (int64_t b = 0; b < 16; ++b) {
+      std::vector<int32_t> row(kept.i32() + b * 3, kept.i32() + b * 3 + 3);
+      for (int32_t i : row) {
+        ASSERT_GE(i, 0);
+        ASSERT_LT(i, 6);
+        ++count[static_cast<size_t>(i)];
+      }
+      std::sort(row.begin(), row.end());
+      EXPECT_EQ(std::adjacent_find(row.begin(), row.end()), row.end()) << "a patch kept twice";
+      if (f == 0) first_rows.push_back(row);
+    }
+  }
+  // Each patch is kept with probability 1/2: 2,000 of 4,000 expected, standard deviation 32.
+  for (int64_t i = 0; i < 6; ++i) EXPECT_NEAR(count[static_cast<size_t>(i)], 2000, 160) << i;
+  // The images of one batch do not share a draw.
+  int same = 0;
+  for (size_t b = 1; b < first_rows.size(); ++b) same += first_rows[b] == first_rows[0];
+  EXPECT_LT(same, 8);
+
+  // The same generator state gives the same draw; eval keeps every patch.
+  ops::Rng a(3), b(3);
+  nn::Context ta{true, &arena, &a}, tb{true, &arena, &b};
+  const Tensor ya = model.forward(ta, images).clone();
+  const Tensor kept_a = model.kept_patches();
+  const Tensor yb = model.forward(tb, images).clone();
+  EXPECT_TRUE(bitwise_equal(ya, yb));
+  EXPECT_TRUE(std::equal(kept_a.i32(), kept_a.i32() + kept_a.numel(), model.kept_patches().i32()));
+  nn::Context eval{false, &arena, nullptr};
+  model.forward(eval, images);
+  EXPECT_TRUE(model.kept_patches().empty());
+}
+
+TEST(VitPatchDropTest, DroppedPatchesReachNeitherTheLogitsNorTheGradients) {
+  for (const char* pool : {"token", "avg"}) {
+    SCOPED_TRACE(pool);
+    const VitConfig c = patch_drop_config(pool, 0.5f);
+    ParamStore store;
+    VisionTransformer model(store, c);
+    store.finalize();
+    std::mt19937 gen(9);
+    randomize(store, gen);
+    Tensor images = random_tensor({2, 1, 4, 6}, gen);
+    Arena arena;
+    auto run = [&](const Tensor& x) {
+      arena.reset();
+      ops::Rng rng(21);  // the same draw every time
+      nn::Context train{true, &arena, &rng};
+      return model.forward(train, x).clone();
+    };
+    const Tensor y = run(images);
+    const std::vector<int32_t> kept(model.kept_patches().i32(), model.kept_patches().i32() + 3);
+    int32_t dropped = 0;
+    while (std::find(kept.begin(), kept.end(), dropped) != kept.end()) ++dropped;
+
+    // d(images) is exactly 0 on image 0's dropped patches, not on its kept ones.
+    {
+      ops::Rng rng(21);
+      nn::Context train{true, &arena, &rng};
+      arena.reset();
+      model.forward(train, images);
+      Tensor dimages;
+      model.backward(train, random_tensor({2, 3}, gen), &dimages);
+      for (int32_t p = 0; p < 6; ++p) {
+        double norm = 0;
+        for (int64_t i = 0; i < 2; ++i)
+          for (int64_t j = 0; j < 2; ++j)
+            norm += std::fabs(dimages.f32()[((p / 3) * 2 + i) * 6 + (p % 3) * 2 + j]);
+        const bool is_kept = std::find(kept.begin(), kept.end(), p) != kept.end();
+        if (is_kept)
+          EXPECT_GT(norm, 0) << "kept patch " << p;
+        else
+          EXPECT_EQ(norm, 0) << "dropped patch " << p;
+      }
+    }
+
+    Tensor changed = images.clone();
+    fill_patch(changed, 0, dropped, 7.f);
+    EXPECT_TRUE(bitwise_equal(run(changed), y)) << "dropped patch " << dropped << " was seen";
+    changed = images.clone();
+    fill_patch(changed, 0, kept[0], 7.f);
+    const Tensor y_kept = run(changed);
+    EXPECT_FALSE(all_close(y_kept.rows(0, 1), y.rows(0, 1), 1e-4, 0));
+    EXPECT_TRUE(bitwise_equal(y_kept.rows(1, 2), y.rows(1, 2)));  // image 1 is untouched
+  }
+}
+
+// The blocks and both poolings do not depend on the order of the kept tokens.
+TEST(VitPatchDropTest, TheOrderOfTheKeptPatchesDoesNotMatter) {
+  for (const char* pool : {"token", "avg"}) {
+    SCOPED_TRACE(pool);
+    const VitConfig c = patch_drop_config(pool, 0.25f);  // keeps int(4.5) = 4 of 6
+    ParamStore store;
+    VisionTransformer model(store, c);
+    store.finalize();
+    std::mt19937 gen(13);
+    randomize(store, gen);
+    const Tensor images = random_tensor({2, 1, 4, 6}, gen);
+    Arena arena;
+    nn::Context train{true, &arena, nullptr};  // no Rng: only forced draws can run
+    Tensor order({2, 4}, DType::i32), reversed({2, 4}, DType::i32);
+    const int32_t rows[2][4] = {{0, 2, 3, 5}, {4, 1, 0, 3}};
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t k = 0; k < 4; ++k) {
+        order.i32()[b * 4 + k] = rows[b][k];
+        reversed.i32()[b * 4 + k] = rows[b][3 - k];
+      }
+    model.force_kept_patches(order);
+    const Tensor y = model.forward(train, images).clone();
+    EXPECT_TRUE(std::equal(order.i32(), order.i32() + 8, model.kept_patches().i32()));
+    model.force_kept_patches(reversed);
+    EXPECT_TRUE(all_close(model.forward(train, images), y, 1e-5, 1e-6));
+    // A forced draw is used once: the next training forward would draw, and has no Rng here.
+    EXPECT_THROW(model.forward(train, images), Error);
+  }
+}
+
+class VitPatchDropGradientTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(VitPatchDropGradientTest, BackwardMatchesFiniteDifferences) {
+  const std::string kind = GetParam();
+  VitConfig c = kind == "stem" ? stem_config("avg") : patch_drop_config(kind, 0.5f);
+  c.patch_drop = 0.5f;
+  GradientRun run;
+  run.nonzero = true;  // every parameter still gets gradient from the kept patches
+  expect_model_gradients(c, 31, run);
+}
+
+INSTANTIATE_TEST_SUITE_P(Pools, VitPatchDropGradientTest, ::testing::Values("token", "avg", "stem"),
+                         [](const auto& p) { return std::string(p.param); });
+
+TEST(VitPatchDropTest, ConfigurationRoundTripsAndBadValuesNameTheOption) {
+  VitConfig c = patch_drop_config("avg", 0.25f);
+  auto map = vit::to_config_map(c);
+  ASSERT_EQ(map.count("patch_drop"), 1u);
+  EXPECT_FLOAT_EQ(vit::from_config_map(map, "ckpt.h5").patch_drop, 0.25f);
+  map.erase("patch_drop");  // a checkpoint from before the setting
+  EXPECT_EQ(vit::from_config_map(map, "ckpt.h5").patch_drop, 0.f);
+  expect_map_error(map, "patch_drop", "1");
+  for (float bad : {-0.1f, 1.f}) {
+    c.patch_drop = bad;
+    expect_usage_error(c, "patch_drop");
+  }
+}
+
+TEST(VitPatchDropTest, BadForcedDrawsAreRejected) {
+  const VitConfig c = patch_drop_config("avg", 0.5f);  // keeps 3 of 6
+  ParamStore store;
+  VisionTransformer model(store, c);
+  store.finalize();
+  auto rows = [](std::vector<int32_t> v, int64_t k) {
+    Tensor t({static_cast<int64_t>(v.size()) / k, k}, DType::i32);
+    std::copy(v.begin(), v.end(), t.i32());
+    return t;
+  };
+  EXPECT_THROW(model.force_kept_patches(rows({0, 1, 2, 3}, 4)), Error);  // 4 per row, not 3
+  EXPECT_THROW(model.force_kept_patches(rows({0, 1, 6}, 3)), Error);     // outside [0, 6)
+  EXPECT_THROW(model.force_kept_patches(rows({0, 1, -1}, 3)), Error);    // outside [0, 6)
+  EXPECT_THROW(model.force_kept_patches(rows({2, 1, 2}, 3)), Error);     // a patch twice
+  EXPECT_THROW(model.force_kept_patches(Tensor({1, 3})), Error);         // not int32
+  {
+    ParamStore other;
+    VisionTransformer no_drop(other, patch_drop_config("avg", 0.f));
+    EXPECT_THROW(no_drop.force_kept_patches(rows({0, 1, 2}, 3)), Error);  // nothing to drop
+  }
+  model.force_kept_patches(rows({0, 1, 2}, 3));  // one image
+  Arena arena;
+  nn::Context train{true, &arena, nullptr};
+  try {
+    model.forward(train, Tensor({2, 1, 4, 6}));  // two images
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("forced kept patches"), std::string::npos) << e.what();
+  }
 }

@@ -165,6 +165,7 @@ int run_bench(const po::variables_map& vm) {
       vo.batch = batch;
       vo.precision = precision;
       vo.drop_path = vm["drop-path"].as<float>();
+      vo.patch_drop = vm["patch-drop"].as<float>();
       try {
         vo.stem_channels = vit::parse_stem_channels(vm["stem-channels"].as<std::string>());
       } catch (const UsageError& e) {
@@ -251,6 +252,8 @@ void register_bench_commands(Registry& registry) {
         "vit-step, mt-step: batch size (images or sentences)")(
         "drop-path", po::value<float>()->default_value(0.f, "0")->value_name("P"),
         "vit-step: stochastic depth of the last block")(
+        "patch-drop", po::value<float>()->default_value(0.f, "0")->value_name("P"),
+        "vit-step: patch dropout, the share of the 49 patch tokens each image leaves out")(
         "stem-channels", po::value<std::string>()->default_value("none")->value_name("LIST"),
         "vit-step: a convolutional stem with these channels (configs/vit-fmnist.ini: 48,96)")(
         "stem-strides", po::value<std::string>()->default_value("none")->value_name("LIST"),

@@ -177,8 +177,8 @@ void add_train_options(po::options_description& o, TrainCommand command) {
        "probability of CutMix instead of Mixup when both are on");
   po::options_description model(
       ft ? "Model (the checkpoint's; a [model] setting given must agree with it, except dropout, "
-           "attention_dropout, drop_path and the eval transform: resize, crop_fraction, "
-           "interpolation)"
+           "attention_dropout, drop_path, patch_drop and the eval transform: resize, "
+           "crop_fraction, interpolation)"
          : "Model (the [model] section of a config file)");
   add_vit_options(model, vit::VitConfig{}, !ft);
   o.add(data).add(opt).add(aug).add(model);

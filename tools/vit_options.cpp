@@ -82,6 +82,9 @@ void add_vit_options(po::options_description& options, const vit::VitConfig& d,
       ("model.attention_dropout", real(d.attention_dropout), "dropout on attention weights")   //
       ("model.drop_path", real(d.drop_path),
        "stochastic depth of the last block, rising linearly from 0 (timm --drop-path)")  //
+      ("model.patch_drop", real(d.patch_drop),
+       "patch dropout: share of the patch tokens each training image leaves out (timm "
+       "patch_drop_rate)")  //
       ("model.resize", text(d.preprocess.resize),
        "eval resize: shorter (shorter side, then centre crop) or squash")  //
       ("model.crop_fraction", real(d.preprocess.crop_fraction),
@@ -145,6 +148,7 @@ vit::VitConfig vit_config_from(const po::variables_map& vm, vit::VitConfig c, bo
   if (given(vm, "dropout")) c.dropout = get<float>(vm, "dropout");
   if (given(vm, "attention_dropout")) c.attention_dropout = get<float>(vm, "attention_dropout");
   if (given(vm, "drop_path")) c.drop_path = get<float>(vm, "drop_path");
+  if (given(vm, "patch_drop")) c.patch_drop = get<float>(vm, "patch_drop");
   if (given(vm, "resize")) c.preprocess.resize = get<std::string>(vm, "resize");
   if (given(vm, "crop_fraction")) c.preprocess.crop_fraction = get<float>(vm, "crop_fraction");
   if (given(vm, "interpolation"))

@@ -1,4 +1,5 @@
 // VitConfig <-> text, validation, and the core settings of each block.
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -102,6 +103,15 @@ nn::LayerConfig VitConfig::layer_config(int block) const {
   return c;
 }
 
+int64_t VitConfig::kept_patches() const {
+  // timm's PatchDropout: num_keep = max(1, int(L * (1. - prob))), prob being the decimal given.
+  // patch_drop is that decimal rounded to float (off by at most 3e-8): N·1e-7 more absorbs it,
+  // so that 0.3 of 10 patches keeps 7 as in timm, not 6.
+  const double n = static_cast<double>(patches());
+  const double keep = n * (1.0 - static_cast<double>(patch_drop)) + n * 1e-7;
+  return std::max<int64_t>(1, static_cast<int64_t>(keep));
+}
+
 void VitConfig::validate() const {
   auto need = [](bool ok, const std::string& what) {
     if (!ok) throw UsageError("model." + what);
@@ -134,6 +144,7 @@ void VitConfig::validate() const {
   need(dropout >= 0 && dropout < 1, "dropout must be in [0, 1)");
   need(attention_dropout >= 0 && attention_dropout < 1, "attention_dropout must be in [0, 1)");
   need(drop_path >= 0 && drop_path < 1, "drop_path must be in [0, 1)");
+  need(patch_drop >= 0 && patch_drop < 1, "patch_drop must be in [0, 1)");
   preprocess.validate(static_cast<int>(channels));
 }
 
@@ -155,6 +166,7 @@ std::map<std::string, std::string> to_config_map(const VitConfig& c) {
   m["dropout"] = float_text(c.dropout);
   m["attention_dropout"] = float_text(c.attention_dropout);
   m["drop_path"] = float_text(c.drop_path);
+  m["patch_drop"] = float_text(c.patch_drop);
   m["resize"] = c.preprocess.resize;
   m["crop_fraction"] = float_text(c.preprocess.crop_fraction);
   m["interpolation"] = c.preprocess.interpolation;
@@ -205,6 +217,8 @@ VitConfig from_config_map(const std::map<std::string, std::string>& map,
       c.attention_dropout = r.real(key, value);
     else if (key == "drop_path")
       c.drop_path = r.real(key, value);
+    else if (key == "patch_drop")
+      c.patch_drop = r.real(key, value);
     else if (key == "resize")
       c.preprocess.resize = value;
     else if (key == "crop_fraction")

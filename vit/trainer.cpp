@@ -131,8 +131,8 @@ std::string size_text(int64_t height, int64_t width) {
 
 // Model settings a fine-tuning run may change: they do not touch the weights' shapes or meaning.
 bool changeable_when_finetuning(const std::string& key) {
-  return key == "dropout" || key == "attention_dropout" || key == "drop_path" || key == "resize" ||
-         key == "crop_fraction" || key == "interpolation";
+  return key == "dropout" || key == "attention_dropout" || key == "drop_path" ||
+         key == "patch_drop" || key == "resize" || key == "crop_fraction" || key == "interpolation";
 }
 
 // "class_0", "class_1", ...: the names `vitk import` makes up when it is given none.
@@ -410,6 +410,7 @@ void Run::start_from_checkpoint() {
     if (key == "dropout") cfg_.dropout = o_.model.dropout;
     if (key == "attention_dropout") cfg_.attention_dropout = o_.model.attention_dropout;
     if (key == "drop_path") cfg_.drop_path = o_.model.drop_path;
+    if (key == "patch_drop") cfg_.patch_drop = o_.model.patch_drop;
     if (key == "resize") cfg_.preprocess.resize = o_.model.preprocess.resize;
     if (key == "crop_fraction") cfg_.preprocess.crop_fraction = o_.model.preprocess.crop_fraction;
     if (key == "interpolation") cfg_.preprocess.interpolation = o_.model.preprocess.interpolation;
@@ -513,7 +514,11 @@ void Run::log_setup() {
                   stem_strides_text(c) + ", LayerNorm, GELU)")
     << ", d_model " << c.d_model << ", " << c.layers << " layers, " << c.heads << " heads, d_ff "
     << c.d_ff << ", pool " << c.pool << ", dropout " << format_general(c.dropout) << ", drop_path "
-    << format_general(c.drop_path) << "\n";
+    << format_general(c.drop_path) << ", patch_drop " << format_general(c.patch_drop)
+    << (c.patch_drop > 0 ? " (training keeps " + std::to_string(c.kept_patches()) + " of " +
+                               std::to_string(c.patches()) + " patches)"
+                         : "")
+    << "\n";
   L << "parameters: " << grouped(params_->numel()) << "\n";
   L << "input: " << c.preprocess.resize << " resize, crop fraction "
     << format_general(c.preprocess.crop_fraction) << ", " << c.preprocess.interpolation << ", mean";

@@ -43,7 +43,7 @@ namespace vitk::vit {
 // Where a fine-tuning run starts (vitk finetune's options). The run's model is the checkpoint's,
 // at image_height × image_width, with a new head when num_classes is set; model settings given in
 // TrainOptions::model must agree with the checkpoint except those that do not touch the weights
-// (dropout, attention_dropout, drop_path and the eval transform: resize, crop_fraction,
+// (dropout, attention_dropout, drop_path, patch_drop and the eval transform: resize, crop_fraction,
 // interpolation), which the run takes.
 struct FinetuneOptions {
   bool enabled = false;  // set by vitk finetune: `from` is required unless the run resumes

@@ -8,15 +8,19 @@
 //   patches = extract_windows(m_n, kernel = stride = P/S)        [B, N, c_n·(P/S)²]  S = ∏ s_i
 //   emb     = patches · Wpatchᵀ + b                      [B, N, d]   Wpatch [d, C, P, P] as [d, K]
 //   x       = dropout([cls; emb] + pos_embed)            [B, T, d]   T = N + 1
-//   h       = blocks(x)                                  [B, T, d]
+//   x       = [x[:, 0]; x[:, 1 + keep_b]]  (training with patch_drop: keep_b, the K kept patches
+//             of image b, a random K of the N in random order)  [B, T', d]  T' = K + 1
+//   h       = blocks(x)                                  [B, T', d]  (T' = T without it)
 //   pooled  = norm(h[:, 0])          (pool "token")      [B, d]
-//           = fc_norm(mean_n h[:, 1 + n])  (pool "avg")  [B, d]
+//           = fc_norm(mean_n h[:, 1 + n])  (pool "avg", n < T' − 1)  [B, d]
 //   logits  = pooled · Wheadᵀ + b                        [B, classes]
 // The final norm is per row, so for pool "token" only the class-token rows go through it (and
 // through the head) in both directions: the other rows of h get exactly zero gradient there.
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -54,6 +58,8 @@ struct VisionTransformer::Impl {
   bool trained = false;
   int64_t batch = 0;
   Tensor patches;  // [B, N, K]
+  Tensor kept;     // patch dropout: int32 [B, kept_patches()], empty when nothing was dropped
+  Tensor forced;   // force_kept_patches(): the next training forward's kept patches
   ops::Precision precision = ops::Precision::f32;
 };
 
@@ -229,7 +235,75 @@ void pool_backward(bool avg, const Tensor& dpooled, Tensor& dh) {
   }
 }
 
+// Patch dropout's draw, as timm's (argsort of one random key per patch, the first K): per image,
+// N keys hash(seed, first + b·N + n) from ctx.rng, the patches of the K smallest, in key order.
+// One reserve for the batch, so the draw does not depend on the thread count.
+Tensor draw_kept_patches(nn::Context& ctx, int64_t B, int64_t N, int64_t K) {
+  if (!ctx.rng) throw Error("vit: patch_drop in training needs nn::Context::rng");
+  Tensor kept({B, K}, DType::i32);  // owned: kept_patches() outlives the step's arena
+  int32_t* out = kept.i32();
+  const uint64_t seed = ctx.rng->seed(), first = ctx.rng->reserve(static_cast<uint64_t>(B * N));
+  std::vector<std::pair<uint64_t, int32_t>> keys(static_cast<size_t>(N));
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t n = 0; n < N; ++n)
+      keys[static_cast<size_t>(n)] = {
+          ops::Rng::hash(seed, first + static_cast<uint64_t>(b * N + n)), static_cast<int32_t>(n)};
+    std::partial_sort(keys.begin(), keys.begin() + K, keys.end());
+    for (int64_t k = 0; k < K; ++k) out[b * K + k] = keys[static_cast<size_t>(k)].second;
+  }
+  return kept;
+}
+
+// Patch dropout's gather and its adjoint, between all tokens full [B, T, d] and the kept ones
+// kept_x [B, 1 + K, d] (the class token's row, then the rows 1 + kept[b, k]): to_kept copies
+// full's rows into kept_x; otherwise kept_x's rows go back to their places in full (zero-filled
+// by the arena, so the dropped patches' rows stay 0).
+void copy_kept_tokens(bool to_kept, const Tensor& kept, Tensor& full, Tensor& kept_x) {
+  const int64_t B = full.dim(0), T = full.dim(1), d = full.dim(2), K = kept.dim(1);
+  const int32_t* idx = kept.i32();
+  float* f = full.f32();
+  float* k = kept_x.f32();
+#pragma omp parallel for schedule(static) if (B * K * d > 65536)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t <= K; ++t) {
+      float* all_row = f + (b * T + (t == 0 ? 0 : 1 + idx[b * K + t - 1])) * d;
+      float* kept_row = k + (b * (K + 1) + t) * d;
+      const float* src = to_kept ? all_row : kept_row;
+      float* dst = to_kept ? kept_row : all_row;
+#pragma omp simd
+      for (int64_t j = 0; j < d; ++j) dst[j] = src[j];
+    }
+}
+
 }  // namespace
+
+const Tensor& VisionTransformer::kept_patches() const {
+  return impl_->kept;
+}
+
+void VisionTransformer::force_kept_patches(const Tensor& indices) {
+  const VitConfig& c = config_;
+  const int64_t N = c.patches(), K = c.kept_patches();
+  if (c.patch_drop <= 0) throw Error("vit: forced kept patches, but the model's patch_drop is 0");
+  if (indices.dtype() != DType::i32 || indices.rank() != 2 || indices.dim(1) != K)
+    throw Error("vit: forced kept patches " + shape_str(indices.shape()) + " should be i32 [B, " +
+                std::to_string(K) + "] (patch_drop " + std::to_string(c.patch_drop) + " keeps " +
+                std::to_string(K) + " of " + std::to_string(N) + ")");
+  const int32_t* idx = indices.i32();
+  for (int64_t b = 0; b < indices.dim(0); ++b) {
+    std::vector<bool> seen(static_cast<size_t>(N), false);
+    for (int64_t k = 0; k < K; ++k) {
+      const int32_t i = idx[b * K + k];
+      if (i < 0 || i >= N || seen[static_cast<size_t>(i)])
+        throw Error("vit: forced kept patches: row " + std::to_string(b) + " has " +
+                    (i < 0 || i >= N
+                         ? "index " + std::to_string(i) + " outside [0, " + std::to_string(N) + ")"
+                         : "patch " + std::to_string(i) + " twice"));
+      seen[static_cast<size_t>(i)] = true;
+    }
+  }
+  impl_->forced = indices.clone();
+}
 
 Tensor VisionTransformer::forward(nn::Context& ctx, const Tensor& images) {
   Impl& m = *impl_;
@@ -275,6 +349,22 @@ Tensor VisionTransformer::forward(nn::Context& ctx, const Tensor& images) {
   Tensor x = ctx.alloc_uninit({B, T, d});  // [B, T, d]
   embed_tokens(emb, m.cls_token->value, m.pos_embed->value, x);
   x = m.pos_drop.forward(ctx, x);
+  Tensor kept;  // patch dropout: int32 [B, K]
+  if (ctx.training && c.patch_drop > 0) {
+    const int64_t Kp = c.kept_patches();
+    if (!m.forced.empty()) {
+      if (m.forced.dim(0) != B)
+        throw Error("vit: forced kept patches for " + std::to_string(m.forced.dim(0)) +
+                    " images, the batch has " + std::to_string(B));
+      kept = m.forced;
+      m.forced = Tensor();
+    } else {
+      kept = draw_kept_patches(ctx, B, N, Kp);
+    }
+    Tensor xk = ctx.alloc_uninit({B, Kp + 1, d});  // [B, T', d]
+    copy_kept_tokens(/*to_kept=*/true, kept, x, xk);
+    x = xk;
+  }
 
   const nn::AttentionMask all_visible;
   for (auto& block : m.blocks) x = block.forward(ctx, x, all_visible);  // [B, T, d]
@@ -289,6 +379,7 @@ Tensor VisionTransformer::forward(nn::Context& ctx, const Tensor& images) {
   m.precision = ctx.precision;
   m.batch = B;
   m.patches = ctx.training ? patches : Tensor();
+  m.kept = kept;
   return logits;
 }
 
@@ -305,9 +396,15 @@ void VisionTransformer::backward(nn::Context& ctx, const Tensor& dlogits, Tensor
   const bool avg = c.pool == "avg";
   Tensor dpooled = m.head->backward(ctx, dlogits);  // [B, d]
   dpooled = avg ? m.fc_norm->backward(ctx, dpooled) : m.norm->backward(ctx, dpooled);
-  Tensor dx = ctx.alloc({B, T, d});  // [B, T, d], zero where the pooling did not look
+  const int64_t Tk = m.kept.empty() ? T : m.kept.dim(1) + 1;  // the tokens the blocks saw
+  Tensor dx = ctx.alloc({B, Tk, d});  // [B, T', d], zero where the pooling did not look
   pool_backward(avg, dpooled, dx);
   for (auto it = m.blocks.rbegin(); it != m.blocks.rend(); ++it) dx = it->backward(ctx, dx);
+  if (!m.kept.empty()) {
+    Tensor full = ctx.alloc({B, T, d});  // [B, T, d]: 0 for the dropped patches
+    copy_kept_tokens(/*to_kept=*/false, m.kept, full, dx);
+    dx = full;
+  }
   dx = m.pos_drop.backward(ctx, dx);
 
   Tensor demb = ctx.alloc_uninit({B, N, d});  // [B, N, d]

@@ -49,7 +49,11 @@ struct VitConfig {
   float dropout = 0.f;            // after the positions, in the MLP and on the residual branches
   float attention_dropout = 0.f;  // on the attention weights
   float drop_path = 0.f;          // stochastic depth of the last block (block i: i/(N−1) of it)
-  Preprocess preprocess;          // what eval and classify do to an image file
+  // Patch dropout (timm's patch_drop_rate): a training forward keeps a random
+  // kept_patches() = max(1, ⌊N·(1 − patch_drop)⌋) of the N patch tokens of each image after the
+  // positions are added (the class token always), so the blocks see fewer tokens; eval keeps all.
+  float patch_drop = 0.f;
+  Preprocess preprocess;  // what eval and classify do to an image file
   // How pos_embed is resampled to another patch grid by default (vit/resample.h): false as timm,
   // DeiT and Hugging Face do it, true as torchvision's interpolate_embeddings.
   bool pos_embed_align_corners = false;
@@ -58,6 +62,7 @@ struct VitConfig {
   int64_t grid_width() const { return image_width / patch_size; }
   int64_t patches() const { return grid_height() * grid_width(); }
   int64_t tokens() const { return patches() + 1; }  // with the class token
+  int64_t kept_patches() const;                     // per image in training (patch_drop)
   // Stage i's stride, the stem's total stride S (their product: 2ⁿ with n stride-2 stages), the
   // patch projection's kernel (P/S) and input channels.
   int64_t stem_stage_stride(size_t i) const {
@@ -77,9 +82,9 @@ struct VitConfig {
 // The configuration as text, for checkpoint attributes and the [model] section of a config file:
 // keys "type" (= "vit"), "image_size" ("224" or "224x160", height x width), "patch_size",
 // "channels", "num_classes", "d_model", "heads", "d_ff", "layers", "norm_eps", "pool", "dropout",
-// "attention_dropout", "drop_path", "stem_channels", "stem_strides" (comma-separated, or "none"; a
-// checkpoint without "stem_strides" has stride-2 stages), "resize",
-// "crop_fraction", "interpolation", "mean", "std" (comma-separated), "pos_embed_align_corners"
+// "attention_dropout", "drop_path", "patch_drop", "stem_channels", "stem_strides" (comma-separated,
+// or "none"; a checkpoint without "stem_strides" has stride-2 stages), "resize", "crop_fraction",
+// "interpolation", "mean", "std" (comma-separated), "pos_embed_align_corners"
 // ("true" | "false"). Floats are written so that they read back exactly.
 std::map<std::string, std::string> to_config_map(const VitConfig& config);
 // The reverse. Missing keys keep their defaults (checkpoints written before a key existed load
@@ -114,6 +119,12 @@ class VisionTransformer {
   void backward(nn::Context& ctx, const Tensor& dlogits, Tensor* dimages = nullptr);
 
   const VitConfig& config() const { return config_; }
+  // Patch dropout: the patches the last training forward kept, int32 [B, kept_patches()] indices
+  // in [0, N) in the order their tokens follow the class token (empty when none were dropped).
+  const Tensor& kept_patches() const;
+  // Makes the next training forward keep these patches (int32 [B, kept_patches()], distinct
+  // indices per row) instead of drawing them: the PyTorch parity tests replay a draw of theirs.
+  void force_kept_patches(const Tensor& indices);
   // The encoder layers, e.g. for attention maps (keep_weights) or layer-wise learning rates.
   std::vector<nn::EncoderLayer>& blocks();
 

@@ -4,6 +4,7 @@
 
 #include "common/ops/profile.h"
 #include "common/optim/optim.h"
+#include "common/progress.h"
 #include "vit/vit.h"
 
 namespace vitk::bench {
@@ -20,6 +21,7 @@ vit::VitConfig recipe(const VitStepOptions& o) {
   c.d_ff = 768;
   c.layers = 6;
   c.drop_path = o.drop_path;
+  c.patch_drop = o.patch_drop;
   c.stem_channels = o.stem_channels;
   c.stem_strides = o.stem_strides;
   c.preprocess.mean = {0.2860f};
@@ -88,7 +90,11 @@ void print_vit_step(std::ostream& out, const VitStepOptions& o, const StepResult
       "batch " + std::to_string(o.batch) + ", " + ops::precision_name(o.precision) +
           (o.stem_channels.empty() ? std::string()
                                    : ", conv stem " + vit::stem_channels_text(o.stem_channels) +
-                                         " (strides " + vit::stem_strides_text(recipe(o)) + ")"),
+                                         " (strides " + vit::stem_strides_text(recipe(o)) + ")") +
+          (o.patch_drop > 0 ? ", patch_drop " + format_general(o.patch_drop) + " (keeps " +
+                                  std::to_string(recipe(o).kept_patches()) + " of " +
+                                  std::to_string(recipe(o).patches()) + " patches)"
+                            : std::string()),
       static_cast<double>(o.batch), "images", r);
 }
 

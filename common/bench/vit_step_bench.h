@@ -12,7 +12,8 @@ namespace vitk::bench {
 
 struct VitStepOptions {
   int64_t batch = 128;
-  float drop_path = 0.f;  // the recipe's config uses 0.05; PyTorch's script has none
+  float drop_path = 0.f;   // the recipe's config uses 0.05; PyTorch's script has none
+  float patch_drop = 0.f;  // patch dropout (vit/vit.h): the blocks see fewer tokens
   StepTiming timing;
   ops::Precision precision = ops::Precision::f32;  // of the matrix products
   std::vector<int64_t> stem_channels;              // a convolutional stem (vit/vit.h); none

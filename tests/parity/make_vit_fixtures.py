@@ -15,7 +15,10 @@ head. The cases with "stem_channels" add vitk's convolutional stem in front of t
 projection (not a timm model; vit/vit.h): per stage a 3x3 Conv2d with padding 1 and stride 2 (or
 the stage's entry in "stem_strides"), a LayerNorm over the channels and GELU, as an
 nn.Sequential under patch_embed.stem. Dropout and
-stochastic depth are 0, as in timm's eval, so the run is deterministic.
+stochastic depth are 0, as in timm's eval, so the run is deterministic. The cases with
+"patch_drop" keep, as timm's PatchDropout does in training, the patch tokens of a draw made here
+(the first max(1, int(N * (1 - patch_drop))) of an argsort of random keys per image) after the
+positions are added, with the class token in front; the draw is stored so that vitk replays it.
 
 Each case draws random parameters and images from a fixed seed, computes the logits, the mean
 cross-entropy against random targets and its gradients w.r.t. the images and every parameter.
@@ -32,6 +35,7 @@ One HDF5 file per case holds:
   param/<timm name>    the parameters (vitk registers the same names)
   input/images         [B, C, H, W]
   input/targets        int32 [B]
+  input/kept           int32 [B, K] (patch_drop cases): the kept patches, in token order
   output/logits        [B, num_classes]
   output/loss          [1], the mean cross-entropy
   grad/images, grad/param/<timm name>   gradients of the loss
@@ -148,9 +152,12 @@ class VisionTransformer(nn.Module):
         self.fc_norm = nn.LayerNorm(d, eps=EPS) if self.pool == "avg" else nn.Identity()
         self.head = nn.Linear(d, cfg["num_classes"])
 
-    def forward(self, images):
+    def forward(self, images, kept=None):
         x = self.patch_embed(images)
         x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1) + self.pos_embed
+        if kept is not None:  # timm's PatchDropout with a given draw
+            index = kept.long().unsqueeze(-1).expand(-1, -1, x.shape[2])
+            x = torch.cat((x[:, :1], x[:, 1:].gather(1, index)), dim=1)
         x = self.norm(self.blocks(x))
         x = x[:, 1:].mean(dim=1) if self.pool == "avg" else x[:, 0]
         return self.head(self.fc_norm(x))
@@ -173,12 +180,12 @@ def randomize(model, generator):
                 p.copy_(noise / (p[0].numel() ** 0.5))  # outputs of order 1 (conv: fan-in C*P*P)
 
 
-def run(model, images, targets, dtype):
+def run(model, images, targets, kept, dtype):
     """Logits, loss and gradients in `dtype`, as float64 numpy arrays."""
     model = model.to(dtype).train()  # dropout is 0 anyway
     model.zero_grad(set_to_none=True)
     x = images.detach().to(dtype).clone().requires_grad_()
-    logits = model(x)
+    logits = model(x, kept)
     loss = F.cross_entropy(logits, targets.long())
     loss.backward()
     out = {"logits": logits.detach(), "loss": loss.detach().reshape(1), "dimages": x.grad}
@@ -200,9 +207,15 @@ def write_case(out, name, seed, cfg, batch):
     images = torch.randn(batch, cfg["channels"], cfg["image_height"], cfg["image_width"],
                          generator=gen)
     targets = torch.randint(0, cfg["num_classes"], (batch,), generator=gen, dtype=torch.int32)
+    kept = None
+    if "patch_drop" in cfg:
+        patches = (cfg["image_height"] // cfg["patch_size"]) * (cfg["image_width"] // cfg["patch_size"])
+        keep = max(1, int(patches * (1.0 - cfg["patch_drop"])))
+        kept = torch.argsort(torch.randn(batch, patches, generator=gen), dim=-1)[:, :keep]
+        kept = kept.to(torch.int32)
 
-    outputs, grads = run(copy.deepcopy(model), images, targets, torch.float64)
-    f32_outputs, f32_grads = run(copy.deepcopy(model), images, targets, torch.float32)
+    outputs, grads = run(copy.deepcopy(model), images, targets, kept, torch.float64)
+    f32_outputs, f32_grads = run(copy.deepcopy(model), images, targets, kept, torch.float32)
     torch_errors = {"logits": errors(f32_outputs["logits"], outputs["logits"]),
                     "dimages": errors(f32_outputs["dimages"], outputs["dimages"])}
     per_param = [errors(f32_grads[k], grads[k]) for k in grads]
@@ -226,6 +239,8 @@ def write_case(out, name, seed, cfg, batch):
 
         put("input/images", images)
         put("input/targets", targets, np.int32)
+        if kept is not None:
+            put("input/kept", kept, np.int32)
         put("output/logits", outputs["logits"])
         put("output/loss", outputs["loss"])
         put("grad/images", outputs["dimages"])
@@ -237,7 +252,8 @@ def write_case(out, name, seed, cfg, batch):
           f"PyTorch's float32 result: {worst:.3f} of the tolerance")
 
 
-def config(pool, channels, height, width, patch, layers, classes, stem=None, strides=None):
+def config(pool, channels, height, width, patch, layers, classes, stem=None, strides=None,
+           patch_drop=None):
     cfg = {"image_height": height, "image_width": width, "patch_size": patch,
            "channels": channels, "num_classes": classes, "d_model": 16, "heads": 4, "d_ff": 32,
            "layers": layers, "pool": pool}
@@ -245,6 +261,8 @@ def config(pool, channels, height, width, patch, layers, classes, stem=None, str
         cfg["stem_channels"] = stem
     if strides:
         cfg["stem_strides"] = strides
+    if patch_drop:
+        cfg["patch_drop"] = patch_drop
     return cfg
 
 
@@ -267,6 +285,11 @@ def main():
     # Stride-1 stages around a stride-2 one (12x8 -> 12x8 -> 6x4 -> 6x4), then a 2x2 projection.
     write_case(args.out, "06_stem_strides_avg_rgb.h5", 206,
                config("avg", 3, 12, 8, 4, 1, 3, stem="8,8,6", strides="1,2,1"), 2)
+    # Patch dropout (24 patches, 18 kept per image) under both poolings, one behind a stem.
+    write_case(args.out, "07_patch_drop_avg_gray.h5", 207,
+               config("avg", 1, 12, 8, 2, 2, 4, patch_drop=0.25), 3)
+    write_case(args.out, "08_patch_drop_stem_token_rgb.h5", 208,
+               config("token", 3, 8, 12, 4, 1, 3, stem="6", patch_drop=0.5), 2)
 
 
 if __name__ == "__main__":
