@@ -124,6 +124,8 @@ class VisionTransformer {
   const Tensor& kept_patches() const;
   // Makes the next training forward keep these patches (int32 [B, kept_patches()], distinct
   // indices per row) instead of drawing them: the PyTorch parity tests replay a draw of theirs.
+  // vitk::Error when the model has no patch_drop or the indices do not fit (and, from that
+  // forward, when its batch is not B).
   void force_kept_patches(const Tensor& indices);
   // The encoder layers, e.g. for attention maps (keep_weights) or layer-wise learning rates.
   std::vector<nn::EncoderLayer>& blocks();
