@@ -85,17 +85,15 @@ StepResult run_vit_step_bench(const VitStepOptions& o, std::ostream* log) {
 }
 
 void print_vit_step(std::ostream& out, const VitStepOptions& o, const StepResult& r) {
-  print_step_result(
-      out, "vit-step",
-      "batch " + std::to_string(o.batch) + ", " + ops::precision_name(o.precision) +
-          (o.stem_channels.empty() ? std::string()
-                                   : ", conv stem " + vit::stem_channels_text(o.stem_channels) +
-                                         " (strides " + vit::stem_strides_text(recipe(o)) + ")") +
-          (o.patch_drop > 0 ? ", patch_drop " + format_general(o.patch_drop) + " (keeps " +
-                                  std::to_string(recipe(o).kept_patches()) + " of " +
-                                  std::to_string(recipe(o).patches()) + " patches)"
-                            : std::string()),
-      static_cast<double>(o.batch), "images", r);
+  const vit::VitConfig c = recipe(o);
+  std::string what = "batch " + std::to_string(o.batch) + ", " + ops::precision_name(o.precision);
+  if (!c.stem_channels.empty())
+    what += ", conv stem " + vit::stem_channels_text(c.stem_channels) + " (strides " +
+            vit::stem_strides_text(c) + ")";
+  if (c.patch_drop > 0)
+    what += ", patch_drop " + format_general(c.patch_drop) + " (keeps " +
+            std::to_string(c.kept_patches()) + " of " + std::to_string(c.patches()) + " patches)";
+  print_step_result(out, "vit-step", what, static_cast<double>(o.batch), "images", r);
 }
 
 }  // namespace vitk::bench
