@@ -27,6 +27,8 @@ inline vit::VitConfig vit_config_of(const FixtureFile& f) {
     c.stem_channels = vit::parse_stem_channels(f.attr_string("stem_channels"));
   if (f.has_attr("stem_strides"))
     c.stem_strides = vit::parse_stem_strides(f.attr_string("stem_strides"));
+  if (f.has_attr("pos_conv_blocks"))
+    c.pos_conv_blocks = vit::parse_pos_conv_blocks(f.attr_string("pos_conv_blocks"));
   if (f.has_attr("patch_drop")) c.patch_drop = static_cast<float>(f.attr_float("patch_drop"));
   c.preprocess.mean.assign(static_cast<size_t>(c.channels), 0.5f);
   c.preprocess.std.assign(static_cast<size_t>(c.channels), 0.5f);

@@ -155,6 +155,10 @@ TEST(LayerDecay, AveragePoolingDeepModelsAndOff) {
   EXPECT_FLOAT_EQ(vit::layer_decay_scale("blocks.0.norm1.weight", 12, 0.65),
                   static_cast<float>(std::pow(0.65, 12)));
   EXPECT_THROW(vit::layer_id("blocks.12.norm1.weight", 12), Error);
+  // A positional convolution trains with the block it follows.
+  EXPECT_EQ(vit::layer_id("pos_conv.0.weight", 12), 1);
+  EXPECT_EQ(vit::layer_id("pos_conv.11.bias", 12), 12);
+  EXPECT_THROW(vit::layer_id("pos_conv.12.bias", 12), Error);
   // 1 is off; outside (0, 1] is refused.
   vit::apply_layer_decay(store, 3, 1.0);
   for (const Parameter& p : store.params()) EXPECT_EQ(p.lr_scale, 1.f) << p.name;
@@ -241,19 +245,22 @@ TEST(FinetuneLoad, NewHeadIsZeroAndEverythingElseCarriesOver) {
   fs::remove_all(dir);
 }
 
-// A model with a convolutional stem loads at a higher resolution: the stem and the projection
-// are size-free and carry over bit for bit, only pos_embed is resampled; the model then runs at
-// the new size.
+// A model with a convolutional stem and a positional convolution loads at a higher resolution:
+// the stem, the projection and the positional convolution are size-free and carry over bit for
+// bit, only pos_embed is resampled; the model then runs at the new size.
 TEST(FinetuneLoad, StemModelRunsAtAHigherResolution) {
   const std::string dir = temp_dir("vitk_ftstem");
   const std::string path = dir + "/src.h5";
   vit::VitConfig src = tiny_config();
   src.stem_channels = {4, 6};
+  src.pos_conv_blocks = {0};
   const auto before = save_tiny(path, src);
 
   vit::LoadedVit m = vit::load_vit(path, 16, 12);
   EXPECT_TRUE(m.resampled);
   EXPECT_EQ(m.config.stem_channels, src.stem_channels);
+  EXPECT_EQ(m.config.pos_conv_blocks, src.pos_conv_blocks);
+  EXPECT_EQ(m.params->get("pos_conv.0.weight").shape, (Shape{8, 1, 3, 3}));
   EXPECT_EQ(m.params->get("pos_embed").shape, (Shape{1, 13, 8}));  // a 4×3 grid + class token
   for (const Parameter& p : m.params->params()) {
     if (p.name == "pos_embed") continue;
@@ -861,6 +868,9 @@ TEST_F(FinetuneCli, BadFlagsAndSizesFailBeforeAnythingIsWritten) {
       {{"--model.stem_channels", "8", "--num-classes", "2"},
        2,
        "--model.stem_channels 8 differs from the none of"},
+      {{"--model.pos_conv_blocks", "0", "--num-classes", "2"},
+       2,
+       "--model.pos_conv_blocks 0 differs from the none of"},
       {{"--model.image_size", "12", "--num-classes", "2"}, 2, "--image-size"},
       {{"--model.drop_path", "1.5", "--num-classes", "2"}, 2, "drop_path"},
       {{"--align-corners=maybe"}, 2, "align-corners"},

@@ -87,6 +87,21 @@ TEST(ModelInfo, VitStemCountsWhatTheModelRegisters) {
   EXPECT_EQ(block(strided, "patch embedding").macs, 96 * 192);
   s.stem_strides = {1, 2};  // two strides for three stages
   EXPECT_THROW(nn::model_size(s), UsageError);
+
+  // Positional convolutions (pos_conv_blocks): 9·d + d parameters and 9·d multiply-adds per patch
+  // each, as the model registers them.
+  s.stem_strides = c.stem_strides;
+  const nn::ModelSize without = nn::model_size(s);
+  s.pos_convs = 5;
+  c.pos_conv_blocks = {0, 1, 2, 3, 4};
+  const nn::ModelSize with = nn::model_size(s);
+  ParamStore pos_conv_store;
+  vit::VisionTransformer pos_conv_model(pos_conv_store, c);
+  EXPECT_EQ(with.total_params, pos_conv_store.numel());
+  EXPECT_EQ(with.total_params - without.total_params, 5 * 10 * 192);
+  EXPECT_DOUBLE_EQ(with.macs_per_sequence - without.macs_per_sequence, 5.0 * 49 * 9 * 192);
+  s.pos_convs = 7;  // more than the 6 blocks
+  EXPECT_THROW(nn::model_size(s), UsageError);
 }
 
 TEST(ModelInfo, EncoderBlockIsTwelveDSquaredPlusBiases) {

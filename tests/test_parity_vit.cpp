@@ -4,7 +4,8 @@
 // every parameter (computed in float64, stored as float32). Each case builds vitk's model from
 // the file's configuration, checks that its parameter names are exactly the fixture's, loads
 // them, runs forward and backward in training mode (dropout 0; with patch_drop, replaying the
-// fixture's draw of kept patches) and compares everything with the
+// fixture's draw of kept patches; with pos_conv_blocks, through the positional convolutions)
+// and compares everything with the
 // tolerance rule of the core's parity test (test_parity_core.cpp):
 //   |vitk − PyTorch| ≤ 1e-5·|PyTorch| + 1e-6·max(1, max|PyTorch| over the tensor).
 #include <gtest/gtest.h>
@@ -174,8 +175,8 @@ INSTANTIATE_TEST_SUITE_P(Vit, ParityVit,
                          ::testing::Values("01_token_rgb_square", "02_avg_gray_rect",
                                            "03_token_gray_rect", "04_stem_avg_gray",
                                            "05_stem_token_rgb_rect", "06_stem_strides_avg_rgb",
-                                           "07_patch_drop_avg_gray",
-                                           "08_patch_drop_stem_token_rgb"),
+                                           "07_patch_drop_avg_gray", "08_patch_drop_stem_token_rgb",
+                                           "09_pos_conv_avg_gray", "10_pos_conv_stem_token_rgb"),
                          [](const ::testing::TestParamInfo<const char*>& param) {
                            return std::string("case") + param.param;
                          });

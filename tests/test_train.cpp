@@ -266,6 +266,16 @@ TEST(VitOptions, BadValuesNameTheOption) {
   EXPECT_EQ(usage_error({"--model.patch_size", "4", "--model.image_size", "32",
                          "--model.stem_channels", "8,8,8", "--model.stem_strides", "1,2,2"}),
             "");
+  // Positional convolutions: block indices of the model, not with patch dropout.
+  EXPECT_NE(usage_error({"--model.pos_conv_blocks", "0,x"}).find("--model.pos_conv_blocks"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--model.layers", "3", "--model.pos_conv_blocks", "0,3"})
+                .find("pos_conv_blocks: block 3 does not exist"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--model.pos_conv_blocks", "0", "--model.patch_drop", "0.25"})
+                .find("pos_conv_blocks"),
+            std::string::npos);
+  EXPECT_EQ(usage_error({"--model.layers", "3", "--model.pos_conv_blocks", "0,1,2"}), "");
   EXPECT_NE(usage_error({"--model.type", "transformer"}).find("--model.type"), std::string::npos);
   EXPECT_NE(usage_error({"--model.channels", "1"}).find("mean"), std::string::npos)
       << "one channel with three mean values";
@@ -815,7 +825,8 @@ TEST_F(TrainCli, PresetRunsOnIdxFilesAndEvalTakesTheSameConfig) {
   ASSERT_EQ(r.status, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.out,
                        "model: vit 28x28x1, patch 4 (49 patches + class token), conv stem 48,96 "
-                       "(3x3, strides 2,2, LayerNorm, GELU), d_model "))
+                       "(3x3, strides 2,2, LayerNorm, GELU), positional 3x3 depthwise "
+                       "convolution after block(s) 0,1,2,3,4, d_model "))
       << r.out;
   EXPECT_TRUE(contains(r.out, "stopped at step 2")) << r.out;
   Result e = run({"eval", "--config", preset, "--model", "o/last.h5", "--data", "idx"}, "eval");

@@ -1037,3 +1037,201 @@ TEST(VitPatchDropTest, BadForcedDrawsAreRejected) {
     EXPECT_NE(std::string(e.what()).find("forced kept patches"), std::string::npos) << e.what();
   }
 }
+
+// ---- The positional convolution (vit.h: pos_conv_blocks) ----
+
+namespace {
+
+// The definition, in double: out[b, 0] = x[b, 0]; out[b, 1 + i·W + j, c] = x[b, 1 + i·W + j, c] +
+// bias[c] + Σ_{u,v} weight[c, 0, u, v]·x[b, 1 + (i + u − 1)·W + j + v − 1, c], 0 outside the grid.
+std::vector<double> naive_pos_conv(const Tensor& x, int64_t H, int64_t W, const Tensor& weight,
+                                   const Tensor& bias) {
+  const int64_t B = x.dim(0), T = x.dim(1), d = x.dim(2);
+  auto at = [&](int64_t b, int64_t t, int64_t c) { return double(x.f32()[(b * T + t) * d + c]); };
+  std::vector<double> out;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < d; ++c) {
+        double v = at(b, t, c);
+        if (t > 0) {
+          const int64_t i = (t - 1) / W, j = (t - 1) % W;
+          v += bias.f32()[c];
+          for (int64_t u = 0; u < 3; ++u)
+            for (int64_t w = 0; w < 3; ++w) {
+              const int64_t y = i + u - 1, xx = j + w - 1;
+              if (y >= 0 && y < H && xx >= 0 && xx < W)
+                v += double(weight.f32()[c * 9 + u * 3 + w]) * at(b, 1 + y * W + xx, c);
+            }
+        }
+        out.push_back(v);
+      }
+  return out;
+}
+
+struct PosConvCase {
+  int64_t B, H, W, d;
+};
+
+void PrintTo(const PosConvCase& k, std::ostream* os) {
+  *os << k.B << " images, grid " << k.H << "x" << k.W << ", d " << k.d;
+}
+
+class PosConvTest : public ::testing::TestWithParam<PosConvCase> {};
+
+// A model whose patch tokens pass through a positional convolution after `blocks`.
+VitConfig pos_conv_config(const std::string& pool, std::vector<int64_t> blocks) {
+  VitConfig c = gradient_config(pool);
+  c.pos_conv_blocks = std::move(blocks);
+  return c;
+}
+
+}  // namespace
+
+// The op against the definition, and its gradient (x, weight, bias) by central differences of
+// L = Σ w·out.
+TEST_P(PosConvTest, MatchesTheDefinitionAndFiniteDifferences) {
+  const PosConvCase k = GetParam();
+  std::mt19937 gen(41);
+  Tensor x = random_tensor({k.B, 1 + k.H * k.W, k.d}, gen);
+  Tensor weight = random_tensor({k.d, 1, 3, 3}, gen), bias = random_tensor({k.d}, gen);
+  Tensor out = garbage_tensor(x.shape());
+  vit::pos_conv_forward(x, k.H, k.W, weight, bias, out);
+  EXPECT_TRUE(all_close(out, naive_pos_conv(x, k.H, k.W, weight, bias), 1e-5, 1e-5));
+
+  const Tensor w = random_tensor(x.shape(), gen);
+  Tensor dx = garbage_tensor(x.shape());
+  Tensor dweight({k.d, 1, 3, 3}), dbias({k.d});
+  dweight.fill(0.5f), dbias.fill(-0.25f);  // backward adds to what is there
+  vit::pos_conv_backward(x, w, k.H, k.W, weight, dx, dweight, dbias);
+  Tensor gw = dweight.clone(), gb = dbias.clone();
+  for (int64_t i = 0; i < gw.numel(); ++i) gw.f32()[i] -= 0.5f;
+  for (int64_t i = 0; i < gb.numel(); ++i) gb.f32()[i] += 0.25f;
+  auto loss = [&] {
+    Tensor y(x.shape());
+    vit::pos_conv_forward(x, k.H, k.W, weight, bias, y);
+    return weighted_sum(y, w);
+  };
+  EXPECT_GRAD_OK(check_gradient("x", x, dx, loss));
+  EXPECT_GRAD_OK(check_gradient("weight", weight, gw, loss));
+  EXPECT_GRAD_OK(check_gradient("bias", bias, gb, loss));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, PosConvTest,
+                         ::testing::Values(PosConvCase{2, 3, 2, 5},    // rectangular, d < 16
+                                           PosConvCase{1, 1, 1, 3},    // one patch: the centre tap
+                                           PosConvCase{2, 4, 5, 37},   // d spans 3 blocks
+                                           PosConvCase{3, 7, 7, 16}),  // the Fashion-MNIST grid
+                         [](const auto& p) {
+                           const PosConvCase& k = p.param;
+                           return std::to_string(k.H) + "x" + std::to_string(k.W) + "_d" +
+                                  std::to_string(k.d);
+                         });
+
+TEST(PosConvTest, ShapesThatDoNotFitThrowNamingThem) {
+  Tensor x({2, 7, 4}), w({4, 1, 3, 3}), b({4}), out({2, 7, 4});
+  EXPECT_THROW(vit::pos_conv_forward(x, 2, 2, w, b, out), Error);  // 6 patches, not 4
+  Tensor w5({5, 1, 3, 3}), out5({2, 7, 5});
+  EXPECT_THROW(vit::pos_conv_forward(x, 2, 3, w5, b, out), Error);
+  EXPECT_THROW(vit::pos_conv_forward(x, 2, 3, w, b, out5), Error);
+  try {
+    vit::pos_conv_forward(x, 3, 3, w, b, out);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[2, 7, 4]"), std::string::npos) << e.what();
+  }
+  Tensor dx({2, 7, 4}), dw({4, 1, 3, 3}), db({4}), dw_bad({4, 9});
+  EXPECT_NO_THROW(vit::pos_conv_backward(x, out, 2, 3, w, dx, dw, db));
+  EXPECT_THROW(vit::pos_conv_backward(x, out, 2, 3, w, dx, dw_bad, db), Error);
+}
+
+class VitPosConvGradientTest : public ::testing::TestWithParam<const char*> {};  // pool
+
+// After block 0 only, and after both blocks (the last one's output feeds the pooling directly;
+// with token pooling only the class token's row goes on, so that last convolution gets no
+// gradient, exactly).
+TEST_P(VitPosConvGradientTest, BackwardMatchesFiniteDifferences) {
+  const std::string pool = GetParam();
+  expect_model_gradients(pos_conv_config(pool, {0}), 43, GradientRun{});
+  GradientRun run;
+  run.nonzero = pool == "avg";
+  expect_model_gradients(pos_conv_config(pool, {0, 1}), 44, run);
+}
+
+INSTANTIATE_TEST_SUITE_P(Pools, VitPosConvGradientTest, ::testing::Values("token", "avg"),
+                         [](const auto& p) { return std::string(p.param); });
+
+TEST(VitPosConvTest, NamesShapesDecayAndInit) {
+  const VitConfig c = pos_conv_config("avg", {0, 1});
+  ParamStore store;
+  VisionTransformer model(store, c);
+  const std::vector<std::string> names = names_of(store);
+  const std::vector<std::string> first(names.begin() + 4, names.begin() + 8);
+  EXPECT_EQ(first, (std::vector<std::string>{"pos_conv.0.weight", "pos_conv.0.bias",
+                                             "pos_conv.1.weight", "pos_conv.1.bias"}));
+  EXPECT_EQ(store.get("pos_conv.1.weight").shape, (Shape{8, 1, 3, 3}));
+  EXPECT_EQ(store.get("pos_conv.1.bias").shape, (Shape{8}));
+  EXPECT_TRUE(store.get("pos_conv.0.weight").decay);
+  EXPECT_FALSE(store.get("pos_conv.0.bias").decay);
+  store.finalize();
+  store.values().fill(42.f);
+  ops::Rng rng(6);
+  model.init(rng);
+  for (const char* name : {"pos_conv.0.weight", "pos_conv.0.bias", "pos_conv.1.weight"}) {
+    const Stats s = stats_of(store.get(name).value);  // PyTorch's Conv2d default, fan-in 9
+    EXPECT_LE(s.max_abs, 1 / 3.0) << name;
+    EXPECT_GT(s.max_abs, 0.2) << name;
+  }
+}
+
+// The convolution changes the function: a model with it differs from the same weights without,
+// and only through the patch tokens' neighbourhoods (a zero kernel and bias make it the identity).
+TEST(VitPosConvTest, ZeroKernelIsTheIdentityAndEvalIsBatchIndependent) {
+  const VitConfig with = pos_conv_config("avg", {0}), without = gradient_config("avg");
+  ParamStore s1, s2;
+  VisionTransformer m1(s1, with), m2(s2, without);
+  s1.finalize(), s2.finalize();
+  std::mt19937 gen(45);
+  randomize(s1, gen);
+  for (auto& p : s2.params()) std::copy_n(s1.get(p.name).value.f32(), p.numel(), p.value.f32());
+  Arena arena;
+  nn::Context eval{false, &arena, nullptr};
+  const Tensor images = random_tensor({3, 1, 4, 6}, gen);
+  const Tensor a = m1.forward(eval, images).clone(), b = m2.forward(eval, images).clone();
+  EXPECT_FALSE(all_close(a, b, 1e-3, 0));
+  s1.get("pos_conv.0.weight").value.zero();
+  s1.get("pos_conv.0.bias").value.zero();
+  s1.mark_changed();
+  EXPECT_TRUE(bitwise_equal(m1.forward(eval, images), b));
+
+  randomize(s1, gen);
+  const Tensor all = m1.forward(eval, images).clone();
+  Tensor one({1, 1, 4, 6});
+  std::copy_n(images.f32() + 24, 24, one.f32());
+  const Tensor single = m1.forward(eval, one);
+  for (int64_t j = 0; j < 3; ++j) EXPECT_NEAR(single.f32()[j], all.f32()[3 + j], 1e-5);
+}
+
+TEST(VitPosConvTest, ConfigurationRoundTripsAndBadBlocksNameTheOption) {
+  VitConfig c = pos_conv_config("avg", {0, 1});
+  auto map = vit::to_config_map(c);
+  EXPECT_EQ(map.at("pos_conv_blocks"), "0,1");
+  EXPECT_EQ(vit::from_config_map(map, "ckpt.h5").pos_conv_blocks, c.pos_conv_blocks);
+  EXPECT_EQ(vit::to_config_map(gradient_config("avg")).at("pos_conv_blocks"), "none");
+  auto old_checkpoint = map;  // written before the setting existed: none
+  old_checkpoint.erase("pos_conv_blocks");
+  EXPECT_TRUE(vit::from_config_map(old_checkpoint, "old.h5").pos_conv_blocks.empty());
+  EXPECT_EQ(vit::parse_pos_conv_blocks("0, 3"), (std::vector<int64_t>{0, 3}));
+  EXPECT_TRUE(vit::parse_pos_conv_blocks("none").empty());
+  for (const char* bad : {"-1", "x", "0,,y", "1.5"})
+    EXPECT_THROW(vit::parse_pos_conv_blocks(bad), UsageError) << bad;
+  expect_map_error(map, "pos_conv_blocks", "2");  // the model has blocks 0 and 1
+  expect_map_error(map, "pos_conv_blocks", "a");
+
+  for (std::vector<int64_t> bad : {std::vector<int64_t>{2}, {1, 0}, {0, 0}}) {
+    c.pos_conv_blocks = bad;
+    expect_usage_error(c, "pos_conv_blocks");
+  }
+  c.pos_conv_blocks = {0};
+  c.patch_drop = 0.5f;  // the convolution needs the whole grid
+  expect_usage_error(c, "pos_conv_blocks");
+}

@@ -43,6 +43,8 @@ nn::ModelSpec spec_from(const po::variables_map& vm) {
   try {
     s.stem_channels = vit::parse_stem_channels(vm["model.stem_channels"].as<std::string>());
     s.stem_strides = vit::parse_stem_strides(vm["model.stem_strides"].as<std::string>());
+    s.pos_convs = static_cast<int>(
+        vit::parse_pos_conv_blocks(vm["model.pos_conv_blocks"].as<std::string>()).size());
   } catch (const UsageError& e) {
     throw UsageError(std::string("--model.") + e.what());
   }
@@ -115,6 +117,8 @@ void register_info_commands(Registry& registry) {
         "vit: convolutional stem, channels of its 3x3 stages (e.g. 48,96)")(
         "model.stem_strides", po::value<std::string>()->default_value("none"),
         "vit: the stem stages' strides, 1 or 2 each (none: 2 for every stage)")(
+        "model.pos_conv_blocks", po::value<std::string>()->default_value("none"),
+        "vit: blocks followed by a positional 3x3 depthwise convolution (e.g. 0,1,2)")(
         "model.num_classes", po::value<int64_t>()->default_value(1000), "vit: classes");
   };
   c.run = run_info;

@@ -67,8 +67,11 @@ void add_vit_options(po::options_description& options, const vit::VitConfig& d,
        "convolutional stem: channels of its 3x3 stages, comma-separated (none: the "
        "patch projection sees the pixels)")  //
       ("model.stem_strides", po::value<std::string>()->value_name("S1,S2,..."),
-       "the stem stages' strides, 1 or 2 each (default: 2 for every stage)")          //
-      ("model.channels", integer(d.channels), "image channels: 1 (grey) or 3 (RGB)")  //
+       "the stem stages' strides, 1 or 2 each (default: 2 for every stage)")  //
+      ("model.pos_conv_blocks", text(vit::pos_conv_blocks_text(d.pos_conv_blocks)),
+       "blocks (from 0, comma-separated) followed by a positional convolution: a depthwise 3x3 "
+       "convolution of the patch grid added to the tokens, as CPVT's PEG (none: no such)")  //
+      ("model.channels", integer(d.channels), "image channels: 1 (grey) or 3 (RGB)")        //
       ("model.num_classes", po::value<int64_t>(),
        "classes of the head (default: the number of classes in the data)")                   //
       ("model.d_model", integer(d.d_model), "width (embedding dim)")                         //
@@ -133,6 +136,13 @@ vit::VitConfig vit_config_from(const po::variables_map& vm, vit::VitConfig c, bo
   if (given(vm, "stem_strides")) {
     try {
       c.stem_strides = vit::parse_stem_strides(get<std::string>(vm, "stem_strides"));
+    } catch (const UsageError& e) {
+      throw UsageError(std::string("--model.") + e.what());
+    }
+  }
+  if (given(vm, "pos_conv_blocks")) {
+    try {
+      c.pos_conv_blocks = vit::parse_pos_conv_blocks(get<std::string>(vm, "pos_conv_blocks"));
     } catch (const UsageError& e) {
       throw UsageError(std::string("--model.") + e.what());
     }

@@ -39,7 +39,7 @@ std::pair<int64_t, int64_t> parse_image_size(const std::string& text) {
 namespace {
 // "48,96" or "48 96" -> {48, 96}; "" or "none" -> {}; otherwise a UsageError naming `key`.
 std::vector<int64_t> parse_count_list(const std::string& text, const std::string& key,
-                                      const std::string& expected) {
+                                      const std::string& expected, bool allow_zero = false) {
   std::string spaced = text;
   for (char& c : spaced)
     if (c == ',') c = ' ';
@@ -50,7 +50,7 @@ std::vector<int64_t> parse_count_list(const std::string& text, const std::string
   if (words.size() == 1 && words[0] == "none") return {};
   for (const std::string& word : words) {
     if (word.size() > 6 || word.find_first_not_of("0123456789") != std::string::npos ||
-        std::stoll(word) <= 0)
+        std::stoll(word) < (allow_zero ? 0 : 1))
       throw UsageError(key + " '" + text + "': expected " + expected + ", or none");
     out.push_back(std::stoll(word));
   }
@@ -85,6 +85,15 @@ std::string stem_strides_text(const VitConfig& config) {
   for (size_t i = 0; i < config.stem_channels.size(); ++i)
     strides.push_back(config.stem_stage_stride(i));
   return count_list_text(strides);
+}
+
+std::vector<int64_t> parse_pos_conv_blocks(const std::string& text) {
+  return parse_count_list(text, "pos_conv_blocks", "block indices (from 0) separated by commas",
+                          /*allow_zero=*/true);
+}
+
+std::string pos_conv_blocks_text(const std::vector<int64_t>& blocks) {
+  return count_list_text(blocks);
 }
 
 nn::LayerConfig VitConfig::layer_config(int block) const {
@@ -145,6 +154,19 @@ void VitConfig::validate() const {
   need(attention_dropout >= 0 && attention_dropout < 1, "attention_dropout must be in [0, 1)");
   need(drop_path >= 0 && drop_path < 1, "drop_path must be in [0, 1)");
   need(patch_drop >= 0 && patch_drop < 1, "patch_drop must be in [0, 1)");
+  for (size_t i = 0; i < pos_conv_blocks.size(); ++i) {
+    const int64_t b = pos_conv_blocks[i];
+    need(b >= 0 && b < layers, "pos_conv_blocks: block " + std::to_string(b) +
+                                   " does not exist (the blocks are 0 to " +
+                                   std::to_string(layers - 1) + ")");
+    need(i == 0 || b > pos_conv_blocks[i - 1], "pos_conv_blocks '" +
+                                                   pos_conv_blocks_text(pos_conv_blocks) +
+                                                   "': give each block once, in increasing order");
+  }
+  need(pos_conv_blocks.empty() || patch_drop == 0,
+       "pos_conv_blocks: a positional convolution needs the whole patch grid, so patch_drop "
+       "must be 0 (it is " +
+           float_text(patch_drop) + ")");
   preprocess.validate(static_cast<int>(channels));
 }
 
@@ -175,6 +197,7 @@ std::map<std::string, std::string> to_config_map(const VitConfig& c) {
   m["pos_embed_align_corners"] = c.pos_embed_align_corners ? "true" : "false";
   m["stem_channels"] = stem_channels_text(c.stem_channels);  // "none" without a stem
   m["stem_strides"] = stem_strides_text(c);                  // one per stage, or "none"
+  m["pos_conv_blocks"] = pos_conv_blocks_text(c.pos_conv_blocks);
   return m;
 }
 
@@ -240,6 +263,12 @@ VitConfig from_config_map(const std::map<std::string, std::string>& map,
     } else if (key == "stem_strides") {
       try {
         c.stem_strides = parse_stem_strides(value);
+      } catch (const UsageError& e) {
+        throw Error(r.where(key) + ": " + e.what());
+      }
+    } else if (key == "pos_conv_blocks") {
+      try {
+        c.pos_conv_blocks = parse_pos_conv_blocks(value);
       } catch (const UsageError& e) {
         throw Error(r.where(key) + ": " + e.what());
       }

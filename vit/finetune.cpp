@@ -74,8 +74,10 @@ const Recipe& recipe_for_optimizer(const std::string& optimizer) {
 
 int layer_id(const std::string& name, int num_layers) {
   if (name == "cls_token" || name == "pos_embed" || starts_with(name, "patch_embed.")) return 0;
-  if (starts_with(name, "blocks.")) {
-    const char* digits = name.c_str() + 7;
+  // blocks.<i>.* and pos_conv.<i>.* (the positional convolution after block i)
+  for (const std::string prefix : {"blocks.", "pos_conv."}) {
+    if (!starts_with(name, prefix.c_str())) continue;
+    const char* digits = name.c_str() + prefix.size();
     char* end = nullptr;
     const long i = std::strtol(digits, &end, 10);
     if (end != digits && *end == '.' && i >= 0 && i < num_layers) return static_cast<int>(i) + 1;

@@ -46,10 +46,11 @@ const Recipe& recipe_for_optimizer(const std::string& optimizer);
 // ---- Layer-wise learning-rate decay (BEiT; timm's param_groups_layer_decay) -------------------
 //
 // Layers are numbered from the input: 0 for cls_token, pos_embed and patch_embed.*, i + 1 for
-// blocks.<i>.*, num_layers + 1 for everything after the blocks (norm, fc_norm, head). A
-// parameter's learning rate is scaled by decay^(num_layers + 1 − layer): the head and the final
-// norm train at the full rate, each block below at `decay` times the rate of the one above, so
-// that the pretrained low layers move least.
+// blocks.<i>.* and pos_conv.<i>.* (the positional convolution after block i), num_layers + 1
+// for everything after the blocks (norm, fc_norm, head). A parameter's learning rate is scaled
+// by decay^(num_layers + 1 − layer): the head and the final norm train at the full rate, each
+// block below at `decay` times the rate of the one above, so that the pretrained low layers move
+// least.
 
 // The layer of a ViT parameter name (above), for a model of num_layers blocks.
 int layer_id(const std::string& name, int num_layers);

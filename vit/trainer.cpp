@@ -512,6 +512,9 @@ void Run::log_setup() {
             ? ""
             : ", conv stem " + stem_channels_text(c.stem_channels) + " (3x3, strides " +
                   stem_strides_text(c) + ", LayerNorm, GELU)")
+    << (c.pos_conv_blocks.empty() ? ""
+                                  : ", positional 3x3 depthwise convolution after block(s) " +
+                                        pos_conv_blocks_text(c.pos_conv_blocks))
     << ", d_model " << c.d_model << ", " << c.layers << " layers, " << c.heads << " heads, d_ff "
     << c.d_ff << ", pool " << c.pool << ", dropout " << format_general(c.dropout) << ", drop_path "
     << format_general(c.drop_path) << ", patch_drop " << format_general(c.patch_drop)

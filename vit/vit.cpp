@@ -11,6 +11,8 @@
 //   x       = [x[:, 0]; x[:, 1 + keep_b]]  (training with patch_drop: keep_b, the K kept patches
 //             of image b, a random K of the N in random order)  [B, T', d]  T' = K + 1
 //   h       = blocks(x)                                  [B, T', d]  (T' = T without it)
+//             with, after each block i of pos_conv_blocks (no patch dropout then),
+//             x ← pos_conv_i(x) = x + dwconv3x3_i(patch grid of x)   [B, T, d]
 //   pooled  = norm(h[:, 0])          (pool "token")      [B, d]
 //           = fc_norm(mean_n h[:, 1 + n])  (pool "avg", n < T' − 1)  [B, d]
 //   logits  = pooled · Wheadᵀ + b                        [B, classes]
@@ -48,6 +50,13 @@ struct VisionTransformer::Impl {
     Tensor pre;   // kept: the normalised map before GELU [B, h·w, c_i]
   };
   std::vector<StemStage> stem;
+  struct PosConv {
+    int64_t after_block = 0;
+    Parameter* weight = nullptr;  // [d, 1, 3, 3]
+    Parameter* bias = nullptr;    // [d]
+    Tensor input;                 // kept by a training forward
+  };
+  std::vector<PosConv> pos_convs;  // in block order
   nn::Dropout pos_drop;
   std::vector<nn::EncoderLayer> blocks;
   std::optional<nn::LayerNorm> norm;     // pool "token"
@@ -85,6 +94,14 @@ VisionTransformer::Impl::Impl(ParamStore& params, const VitConfig& c)
   proj_weight = &params.add("patch_embed.proj.weight",
                             {d, c.proj_channels(), c.proj_kernel(), c.proj_kernel()});
   proj_bias = &params.add("patch_embed.proj.bias", {d}, /*decay=*/false);
+  for (int64_t b : c.pos_conv_blocks) {  // after the patch embedding, as CPVT registers its PEG
+    const std::string prefix = "pos_conv." + std::to_string(b);
+    PosConv pc;
+    pc.after_block = b;
+    pc.weight = &params.add(prefix + ".weight", {d, 1, 3, 3});
+    pc.bias = &params.add(prefix + ".bias", {d}, /*decay=*/false);
+    pos_convs.push_back(pc);
+  }
   blocks.reserve(static_cast<size_t>(c.layers));
   for (int i = 0; i < c.layers; ++i)
     blocks.emplace_back(params, "blocks." + std::to_string(i), c.layer_config(i));
@@ -110,7 +127,8 @@ void VisionTransformer::init(ops::Rng& rng) {
   Impl& m = *impl_;
   if (!m.store.finalized()) throw Error("vit: init() needs ParamStore::finalize() first");
   const VitConfig& c = config_;
-  // PyTorch's Conv2d default (kaiming_uniform with a = √5): uniform ±1/√fan_in, bias likewise.
+  // PyTorch's Conv2d default (kaiming_uniform with a = √5): uniform ±1/√fan_in, bias likewise
+  // (the stem, the patch projection and the positional convolutions: fan_in 9, one channel).
   auto uniform = [&](Tensor& t, int64_t fan_in) {
     const float bound = 1.f / std::sqrt(static_cast<float>(fan_in));
     float* v = t.f32();
@@ -120,6 +138,11 @@ void VisionTransformer::init(ops::Rng& rng) {
     for (const auto& s : m.stem)
       if (p == s.weight || p == s.bias) return &s;
     return nullptr;
+  };
+  auto pos_conv = [&](const Parameter* p) {
+    for (const auto& pc : m.pos_convs)
+      if (p == pc.weight || p == pc.bias) return true;
+    return false;
   };
   for (size_t i = m.first_param; i < m.end_param; ++i) {
     Parameter& p = m.store.params()[i];
@@ -131,6 +154,8 @@ void VisionTransformer::init(ops::Rng& rng) {
       uniform(p.value, c.proj_channels() * c.proj_kernel() * c.proj_kernel());
     } else if (const Impl::StemStage* s = stem_stage(&p)) {
       uniform(p.value, s->in_channels * 9);  // the stem's convolutions, as PyTorch's Conv2d
+    } else if (pos_conv(&p)) {
+      uniform(p.value, 9);  // depthwise: one input channel per output channel
     } else if (&p == m.pos_embed || (weight && p.shape.size() == 2)) {
       nn::init_trunc_normal(p.value, 0.02f, rng);  // pos_embed and every Linear weight
     } else if (weight) {
@@ -367,7 +392,17 @@ Tensor VisionTransformer::forward(nn::Context& ctx, const Tensor& images) {
   }
 
   const nn::AttentionMask all_visible;
-  for (auto& block : m.blocks) x = block.forward(ctx, x, all_visible);  // [B, T, d]
+  auto pc = m.pos_convs.begin();
+  for (size_t i = 0; i < m.blocks.size(); ++i) {
+    x = m.blocks[i].forward(ctx, x, all_visible);  // [B, T', d]
+    if (pc != m.pos_convs.end() && pc->after_block == static_cast<int64_t>(i)) {
+      Tensor y = ctx.alloc_uninit(x.shape());
+      pos_conv_forward(x, c.grid_height(), c.grid_width(), pc->weight->value, pc->bias->value, y);
+      pc->input = ctx.training ? x : Tensor();
+      x = y;
+      ++pc;
+    }
+  }
 
   const bool avg = c.pool == "avg";
   Tensor pooled = ctx.alloc({B, d});  // [B, d]
@@ -399,7 +434,17 @@ void VisionTransformer::backward(nn::Context& ctx, const Tensor& dlogits, Tensor
   const int64_t Tk = m.kept.empty() ? T : m.kept.dim(1) + 1;  // the tokens the blocks saw
   Tensor dx = ctx.alloc({B, Tk, d});  // [B, T', d], zero where the pooling did not look
   pool_backward(avg, dpooled, dx);
-  for (auto it = m.blocks.rbegin(); it != m.blocks.rend(); ++it) dx = it->backward(ctx, dx);
+  auto pc = m.pos_convs.rbegin();
+  for (size_t i = m.blocks.size(); i-- > 0;) {
+    if (pc != m.pos_convs.rend() && pc->after_block == static_cast<int64_t>(i)) {
+      Tensor dy = ctx.alloc_uninit(dx.shape());
+      pos_conv_backward(pc->input, dx, c.grid_height(), c.grid_width(), pc->weight->value, dy,
+                        pc->weight->grad, pc->bias->grad);
+      dx = dy;
+      ++pc;
+    }
+    dx = m.blocks[i].backward(ctx, dx);
+  }
   if (!m.kept.empty()) {
     Tensor full = ctx.alloc({B, T, d});  // [B, T, d]: 0 for the dropped patches
     copy_kept_tokens(/*to_kept=*/false, m.kept, full, dx);

@@ -19,6 +19,14 @@
 //   patch_embed.stem.<i>.conv.weight [c_i, c_(i-1), 3, 3]  .conv.bias [c_i]
 //   patch_embed.stem.<i>.norm.weight [c_i]                 .norm.bias [c_i]
 //   patch_embed.proj.weight [d, c_n, P/S, P/S]
+//
+// Optionally (pos_conv_blocks = i,j,...; not a timm option) a positional convolution follows
+// block i, as CPVT's PEG (Chu et al., 2023, "Conditional positional encodings for vision
+// transformers"): the patch tokens, seen as their Hp×Wp grid, get a depthwise 3×3 convolution of
+// themselves (padding 1, with bias) added; the class token passes unchanged. It gives every block
+// after it the neighbourhood of each patch, works at any grid size, and needs every patch (so
+// patch_drop must be 0). Parameters:
+//   pos_conv.<i>.weight [d, 1, 3, 3]   pos_conv.<i>.bias [d]
 //   blocks.<i>.norm1 / attn.qkv / attn.proj / norm2 / mlp.fc1 / mlp.fc2
 //   norm (pool = "token")  or  fc_norm (pool = "avg", applied after pooling)
 //   head.weight [classes, d]   head.bias [classes]
@@ -53,6 +61,8 @@ struct VitConfig {
   // kept_patches() = max(1, ⌊N·(1 − patch_drop)⌋) of the N patch tokens of each image after the
   // positions are added (the class token always), so the blocks see fewer tokens; eval keeps all.
   float patch_drop = 0.f;
+  // The blocks (0-based, increasing) followed by a positional convolution (above); empty: none.
+  std::vector<int64_t> pos_conv_blocks;
   Preprocess preprocess;  // what eval and classify do to an image file
   // How pos_embed is resampled to another patch grid by default (vit/resample.h): false as timm,
   // DeiT and Hugging Face do it, true as torchvision's interpolate_embeddings.
@@ -82,8 +92,9 @@ struct VitConfig {
 // The configuration as text, for checkpoint attributes and the [model] section of a config file:
 // keys "type" (= "vit"), "image_size" ("224" or "224x160", height x width), "patch_size",
 // "channels", "num_classes", "d_model", "heads", "d_ff", "layers", "norm_eps", "pool", "dropout",
-// "attention_dropout", "drop_path", "patch_drop", "stem_channels", "stem_strides" (comma-separated,
-// or "none"; a checkpoint without "stem_strides" has stride-2 stages), "resize", "crop_fraction",
+// "attention_dropout", "drop_path", "patch_drop", "stem_channels", "stem_strides",
+// "pos_conv_blocks" (comma-separated, or "none"; a checkpoint without "stem_strides" has stride-2
+// stages, one without "pos_conv_blocks" no positional convolution), "resize", "crop_fraction",
 // "interpolation", "mean", "std" (comma-separated), "pos_embed_align_corners"
 // ("true" | "false"). Floats are written so that they read back exactly.
 std::map<std::string, std::string> to_config_map(const VitConfig& config);
@@ -98,6 +109,10 @@ std::string stem_channels_text(const std::vector<int64_t>& channels);  // "48,96
 // "1,2,2" -> {1, 2, 2}; "" or "none" -> {}; each 1 or 2, vitk::UsageError otherwise.
 std::vector<int64_t> parse_stem_strides(const std::string& text);
 std::string stem_strides_text(const VitConfig& config);  // every stage's stride, "2,2"; "none"
+// "0,2" -> {0, 2}; "" or "none" -> {}; block indices (0 and up), vitk::UsageError otherwise.
+// VitConfig::validate() checks them against the depth.
+std::vector<int64_t> parse_pos_conv_blocks(const std::string& text);
+std::string pos_conv_blocks_text(const std::vector<int64_t>& blocks);  // "0,2"; "none"
 // "224" -> {224, 224}; "224x160" -> {224, 160}. vitk::UsageError otherwise.
 std::pair<int64_t, int64_t> parse_image_size(const std::string& text);
 
@@ -154,5 +169,17 @@ void extract_windows(const Tensor& input, bool channels_last, int64_t kernel, in
 // gives the sizes. Overlapping windows add up.
 void fold_windows(const Tensor& cols, bool channels_last, int64_t kernel, int64_t stride,
                   int64_t pad, Tensor& input);
+
+// The positional convolution (above) of tokens x [B, 1 + H·W, d], rows 1.. being an H×W grid in
+// row-major order: out = x, plus, on each patch row (i, j) and channel c,
+//   bias[c] + Σ_{u,v < 3} weight[c, 0, u, v] · x[(i + u − 1, j + v − 1), c]   (0 outside the grid).
+// out must not alias x. vitk::Error naming the shapes when they do not fit.
+void pos_conv_forward(const Tensor& x, int64_t grid_height, int64_t grid_width,
+                      const Tensor& weight, const Tensor& bias, Tensor& out);
+// Its gradient: dx = dout plus the convolution's transpose applied to dout's patch rows
+// (overwritten); dweight [d, 1, 3, 3] and dbias [d] ADD Σ over images and positions. x is the
+// forward's input. The sums run in a fixed order, whatever the thread count.
+void pos_conv_backward(const Tensor& x, const Tensor& dout, int64_t grid_height, int64_t grid_width,
+                       const Tensor& weight, Tensor& dx, Tensor& dweight, Tensor& dbias);
 
 }  // namespace vitk::vit

@@ -18,6 +18,7 @@ struct VitStepOptions {
   ops::Precision precision = ops::Precision::f32;  // of the matrix products
   std::vector<int64_t> stem_channels;              // a convolutional stem (vit/vit.h); none
   std::vector<int64_t> stem_strides;               // its strides (empty: 2 for each stage)
+  std::vector<int64_t> pos_conv_blocks;            // positional convolutions (vit/vit.h)
 };
 
 StepResult run_vit_step_bench(const VitStepOptions& options, std::ostream* log = nullptr);

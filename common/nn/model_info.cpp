@@ -48,6 +48,9 @@ void check(const ModelSpec& s) {
     throw UsageError("model: patch_size " + std::to_string(s.patch_size) +
                      " is not a multiple of the stem's stride " +
                      std::to_string(stem_total_stride(s)));
+  if (s.type == "vit" && (s.pos_convs < 0 || s.pos_convs > s.encoder_layers))
+    throw UsageError("model: " + std::to_string(s.pos_convs) + " positional convolutions for " +
+                     std::to_string(s.encoder_layers) + " blocks (at most one after each)");
   if (s.type == "vit" && (s.patch_size <= 0 || s.image_size % s.patch_size))
     throw UsageError("model: patch_size " + std::to_string(s.patch_size) +
                      " must divide image_size " + std::to_string(s.image_size));
@@ -98,6 +101,9 @@ ModelSize model_size(const ModelSpec& spec) {
   }
   const int64_t attn_per_token = 2 * tokens * d;  // q·kᵀ and p·v: T·d each
   add("encoder layer", spec.encoder_layers, enc_params, enc_macs, tokens, attn_per_token, enc_note);
+  if (spec.type == "vit" && spec.pos_convs > 0)
+    add("positional convolution", spec.pos_convs, 9 * d + d, 9 * d, tokens - 1, 0,
+        "depthwise 3·3·d per patch");
   if (spec.type == "transformer" && spec.decoder_layers > 0) {
     DecoderLayer dec(store, "dec", spec.layer);
     const int64_t dec_params = count_params(store, "dec.");

@@ -24,6 +24,7 @@ struct ModelSpec {
   int64_t image_size = 224, patch_size = 16, channels = 3, num_classes = 1000;  // vit
   std::vector<int64_t> stem_channels;  // vit: the convolutional stem's stages (vit/vit.h)
   std::vector<int64_t> stem_strides;   // vit: their strides, 1 or 2 (empty: all 2)
+  int pos_convs = 0;                   // vit: positional convolutions (pos_conv_blocks)
 };
 
 struct BlockSize {

@@ -19,6 +19,9 @@ stochastic depth are 0, as in timm's eval, so the run is deterministic. The case
 "patch_drop" keep, as timm's PatchDropout does in training, the patch tokens of a draw made here
 (the first max(1, int(N * (1 - patch_drop))) of an argsort of random keys per image) after the
 positions are added, with the class token in front; the draw is stored so that vitk replays it.
+The cases with "pos_conv_blocks" add vitk's positional convolution (CPVT's PEG; vit/vit.h) after
+those blocks: the patch tokens as their grid, plus a depthwise 3x3 Conv2d (padding 1, with bias)
+of themselves, under pos_conv.<block>; the class token passes unchanged.
 
 Each case draws random parameters and images from a fixed seed, computes the logits, the mean
 cross-entropy against random targets and its gradients w.r.t. the images and every parameter.
@@ -29,7 +32,8 @@ PyTorch's own float32 run is from it).
 One HDF5 file per case holds:
   attributes           the configuration (image_height, image_width, patch_size, channels,
                        num_classes, d_model, heads, d_ff, layers, pool, norm_eps and, with a
-                       stem, stem_channels as "c1,c2" and maybe stem_strides as "1,2"),
+                       stem, stem_channels as "c1,c2" and maybe stem_strides as "1,2";
+                       pos_conv_blocks as "0,1"),
                        batch, seed,
                        torch_version, torch_float32_{max_abs,error}_{logits,dimages,dparams}
   param/<timm name>    the parameters (vitk registers the same names)
@@ -145,6 +149,9 @@ class VisionTransformer(nn.Module):
         self.patch_embed = PatchEmbed(cfg["patch_size"], cfg["channels"], d, stem, strides)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, d))
         self.pos_embed = nn.Parameter(torch.zeros(1, patches + 1, d))
+        self.grid = (cfg["image_height"] // cfg["patch_size"], cfg["image_width"] // cfg["patch_size"])
+        blocks = cfg["pos_conv_blocks"].split(",") if "pos_conv_blocks" in cfg else []
+        self.pos_conv = nn.ModuleDict({b: nn.Conv2d(d, d, 3, padding=1, groups=d) for b in blocks})
         self.blocks = nn.Sequential(*[Block(d, cfg["heads"], cfg["d_ff"])
                                       for _ in range(cfg["layers"])])
         # timm: fc_norm replaces norm when pooling by average.
@@ -158,7 +165,14 @@ class VisionTransformer(nn.Module):
         if kept is not None:  # timm's PatchDropout with a given draw
             index = kept.long().unsqueeze(-1).expand(-1, -1, x.shape[2])
             x = torch.cat((x[:, :1], x[:, 1:].gather(1, index)), dim=1)
-        x = self.norm(self.blocks(x))
+        for i, block in enumerate(self.blocks):
+            x = block(x)
+            if str(i) in self.pos_conv:  # CPVT's PEG: the patch grid plus its depthwise conv
+                b, n, d = x.shape
+                grid = x[:, 1:].transpose(1, 2).reshape(b, d, *self.grid)
+                grid = grid + self.pos_conv[str(i)](grid)
+                x = torch.cat((x[:, :1], grid.flatten(2).transpose(1, 2)), dim=1)
+        x = self.norm(x)
         x = x[:, 1:].mean(dim=1) if self.pool == "avg" else x[:, 0]
         return self.head(self.fc_norm(x))
 
@@ -253,7 +267,7 @@ def write_case(out, name, seed, cfg, batch):
 
 
 def config(pool, channels, height, width, patch, layers, classes, stem=None, strides=None,
-           patch_drop=None):
+           patch_drop=None, pos_conv=None):
     cfg = {"image_height": height, "image_width": width, "patch_size": patch,
            "channels": channels, "num_classes": classes, "d_model": 16, "heads": 4, "d_ff": 32,
            "layers": layers, "pool": pool}
@@ -263,6 +277,8 @@ def config(pool, channels, height, width, patch, layers, classes, stem=None, str
         cfg["stem_strides"] = strides
     if patch_drop:
         cfg["patch_drop"] = patch_drop
+    if pos_conv:
+        cfg["pos_conv_blocks"] = pos_conv
     return cfg
 
 
@@ -290,6 +306,11 @@ def main():
                config("avg", 1, 12, 8, 2, 2, 4, patch_drop=0.25), 3)
     write_case(args.out, "08_patch_drop_stem_token_rgb.h5", 208,
                config("token", 3, 8, 12, 4, 1, 3, stem="6", patch_drop=0.5), 2)
+    # Positional convolutions after both blocks (a 6x4 grid) and, behind a stem, after block 0.
+    write_case(args.out, "09_pos_conv_avg_gray.h5", 209,
+               config("avg", 1, 12, 8, 2, 2, 4, pos_conv="0,1"), 3)
+    write_case(args.out, "10_pos_conv_stem_token_rgb.h5", 210,
+               config("token", 3, 8, 12, 4, 2, 3, stem="6", pos_conv="0"), 2)
 
 
 if __name__ == "__main__":
