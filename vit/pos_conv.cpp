@@ -43,15 +43,12 @@ std::vector<float> tap_major(const Tensor& weight, int64_t d) {
 
 }  // namespace
 
-void pos_conv_forward(const Tensor& x, int64_t gh, int64_t gw, const Tensor& weight,
-                      const Tensor& bias, Tensor& out) {
-  check_pos_conv("pos_conv_forward", x, gh, gw, weight, bias, out, "out");
-  const int64_t B = x.dim(0), T = x.dim(1), d = x.dim(2);
-  const std::vector<float> taps = tap_major(weight, d);
-  const float* w = taps.data();
-  const float* bs = bias.f32();
-  const float* in = x.f32();
-  float* o = out.f32();
+namespace {
+
+// out = in + bias (if any) + the depthwise 3×3 convolution of in's patch grid with taps [9][d];
+// the class token's row is copied.
+void add_grid_conv(const float* in, int64_t B, int64_t T, int64_t d, int64_t gh, int64_t gw,
+                   const float* w, const float* bs, float* o) {
 #pragma omp parallel for collapse(2) schedule(static) if (B * T * d > 65536)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t i = -1; i < gh; ++i) {  // -1: the class token's row
@@ -65,7 +62,7 @@ void pos_conv_forward(const Tensor& x, int64_t gh, int64_t gw, const Tensor& wei
         const float* self = xb + (1 + i * gw + j) * d;
         float* dst = ob + (1 + i * gw + j) * d;
 #pragma omp simd
-        for (int64_t c = 0; c < d; ++c) dst[c] = self[c] + bs[c];
+        for (int64_t c = 0; c < d; ++c) dst[c] = self[c] + (bs ? bs[c] : 0.f);
         for (int64_t u = 0; u < 3; ++u) {
           const int64_t y = i + u - 1;
           if (y < 0 || y >= gh) continue;
@@ -82,6 +79,16 @@ void pos_conv_forward(const Tensor& x, int64_t gh, int64_t gw, const Tensor& wei
     }
 }
 
+}  // namespace
+
+void pos_conv_forward(const Tensor& x, int64_t gh, int64_t gw, const Tensor& weight,
+                      const Tensor& bias, Tensor& out) {
+  check_pos_conv("pos_conv_forward", x, gh, gw, weight, bias, out, "out");
+  const int64_t B = x.dim(0), T = x.dim(1), d = x.dim(2);
+  const std::vector<float> taps = tap_major(weight, d);
+  add_grid_conv(x.f32(), B, T, d, gh, gw, taps.data(), bias.f32(), out.f32());
+}
+
 void pos_conv_backward(const Tensor& x, const Tensor& dout, int64_t gh, int64_t gw,
                        const Tensor& weight, Tensor& dx, Tensor& dweight, Tensor& dbias) {
   check_pos_conv("pos_conv_backward", x, gh, gw, weight, dbias, dout, "dout");
@@ -91,41 +98,16 @@ void pos_conv_backward(const Tensor& x, const Tensor& dout, int64_t gh, int64_t 
                 shape_str(dweight.shape()) + " should be f32 " + shape_str(x.shape()) + " and " +
                 shape_str(weight.shape()));
   const int64_t B = x.dim(0), T = x.dim(1), d = x.dim(2);
-  const std::vector<float> taps = tap_major(weight, d);
-  const float* w = taps.data();
   const float* in = x.f32();
   const float* g = dout.f32();
-  float* gx = dx.f32();
-  // dx: out[p] reads x[p + (u − 1, v − 1)] through tap (u, v), so x[q] receives dout[q − (u − 1,
-  // v − 1)] through the same tap.
-#pragma omp parallel for collapse(2) schedule(static) if (B * T * d > 65536)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t i = -1; i < gh; ++i) {
-      const float* gb = g + b * T * d;
-      float* db = gx + b * T * d;
-      if (i < 0) {
-        std::copy(gb, gb + d, db);
-        continue;
-      }
-      for (int64_t j = 0; j < gw; ++j) {
-        float* dst = db + (1 + i * gw + j) * d;
-        const float* self = gb + (1 + i * gw + j) * d;
-#pragma omp simd
-        for (int64_t c = 0; c < d; ++c) dst[c] = self[c];
-        for (int64_t u = 0; u < 3; ++u) {
-          const int64_t y = i - u + 1;
-          if (y < 0 || y >= gh) continue;
-          for (int64_t v = 0; v < 3; ++v) {
-            const int64_t xx = j - v + 1;
-            if (xx < 0 || xx >= gw) continue;
-            const float* src = gb + (1 + y * gw + xx) * d;
-            const float* tap = w + (u * 3 + v) * d;
-#pragma omp simd
-            for (int64_t c = 0; c < d; ++c) dst[c] += tap[c] * src[c];
-          }
-        }
-      }
-    }
+  // dx = dout + the transposed convolution of dout: out[p] reads x[p + (u − 1, v − 1)] through
+  // tap (u, v), so x[q] receives dout[q − (u − 1, v − 1)] through it, which is the same
+  // convolution with the kernel turned by 180°.
+  const std::vector<float> taps = tap_major(weight, d);
+  std::vector<float> turned(taps.size());
+  for (int64_t k = 0; k < 9; ++k)
+    std::copy_n(taps.begin() + k * d, d, turned.begin() + (8 - k) * d);
+  add_grid_conv(g, B, T, d, gh, gw, turned.data(), nullptr, dx.f32());
   // dweight and dbias: each thread owns a block of channels and sums over images and positions
   // in one fixed order.
   constexpr int64_t kBlock = 16;
