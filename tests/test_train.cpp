@@ -683,6 +683,59 @@ TEST_F(TrainCli, SigintSavesACheckpointThatResumes) {
   EXPECT_TRUE(contains(again.out, "stopped at step " + stop_at)) << again.out;
 }
 
+// --val-interval N validates after every N-th epoch and after the last one; the other epochs
+// get a metrics row without validation figures. Skipping validations does not change training.
+TEST_F(TrainCli, ValIntervalValidatesEveryNthAndTheLastEpoch) {
+  Result every = train("every", {"--epochs", "3"}, "every");
+  ASSERT_EQ(every.status, 0) << every.out << every.err;
+  Result second = train("second", {"--epochs", "3", "--val-interval", "2"}, "second");
+  ASSERT_EQ(second.status, 0) << second.out << second.err;
+  EXPECT_TRUE(contains(second.out, "validation every 2 epochs and after the last")) << second.out;
+  EXPECT_FALSE(contains(every.out, "validation every")) << every.out;
+
+  auto rows = metrics_without_timing(dir_ / "second/metrics.csv");
+  ASSERT_EQ(rows.size(), 4u);
+  for (size_t r = 1; r < rows.size(); ++r) {
+    ASSERT_EQ(rows[r].size(), 8u) << r;
+    for (size_t c = 5; c < 8; ++c)
+      EXPECT_EQ(rows[r][c].empty(), r == 1) << "row " << r << ", column " << rows[0][c];
+  }
+  // Epochs 2 and 3 were validated as in the run that validates every epoch; epoch 1's
+  // training figures are the same too.
+  auto all = metrics_without_timing(dir_ / "every/metrics.csv");
+  ASSERT_EQ(all.size(), 4u);
+  EXPECT_EQ(rows[2], all[2]);
+  EXPECT_EQ(rows[3], all[3]);
+  EXPECT_EQ(std::vector<std::string>(rows[1].begin(), rows[1].begin() + 5),
+            std::vector<std::string>(all[1].begin(), all[1].begin() + 5));
+  auto epoch_line = [](const std::string& out, int epoch) {
+    for (const std::string& l : split_lines(out))
+      if (l.rfind("epoch " + std::to_string(epoch) + "/3: ", 0) == 0) return l;
+    return std::string();
+  };
+  EXPECT_FALSE(contains(epoch_line(second.out, 1), "val loss")) << second.out;
+  EXPECT_TRUE(contains(epoch_line(second.out, 1), "train loss")) << second.out;
+  EXPECT_TRUE(contains(epoch_line(second.out, 2), "val loss")) << second.out;
+  EXPECT_TRUE(contains(epoch_line(second.out, 3), "val loss")) << second.out;
+  const auto a = read_all((dir_ / "every/last.h5").string(), {"exp_avg", "exp_avg_sq"});
+  const auto b = read_all((dir_ / "second/last.h5").string(), {"exp_avg", "exp_avg_sq"});
+  EXPECT_TRUE(a.tensors == b.tensors) << "the weights and AdamW state differ";
+  EXPECT_TRUE(fs::exists(dir_ / "second/best.h5"));
+
+  // 0: only after the last epoch; the curves still plot, joining the validated rows.
+  Result last = train("last", {"--epochs", "2", "--val-interval", "0"}, "last");
+  ASSERT_EQ(last.status, 0) << last.out << last.err;
+  EXPECT_TRUE(contains(last.out, "validation after the last epoch only")) << last.out;
+  rows = metrics_without_timing(dir_ / "last/metrics.csv");
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_TRUE(rows[1][6].empty());
+  EXPECT_FALSE(rows[2][6].empty());
+  EXPECT_TRUE(contains(last.out, "% at epoch 2 (")) << last.out;
+  Result plot = run({"plot", "metrics", "last/metrics.csv", "--out", "curves.png"}, "plot");
+  ASSERT_EQ(plot.status, 0) << plot.out << plot.err;
+  EXPECT_GT(fs::file_size(dir_ / "curves.png"), 0u);
+}
+
 TEST_F(TrainCli, BadOptionsAndPathsFailBeforeAnythingIsWritten) {
   struct Case {
     std::vector<std::string> args;
@@ -701,6 +754,7 @@ TEST_F(TrainCli, BadOptionsAndPathsFailBeforeAnythingIsWritten) {
       {{"--data", data, "--smoothing", "1"}, 2, "--smoothing"},
       {{"--data", data, "--mixup-prob", "2"}, 2, "--mixup-prob"},
       {{"--data", data, "--model-ema-decay", "1"}, 2, "--model-ema-decay"},
+      {{"--data", data, "--val-interval", "-1"}, 2, "--val-interval"},
       {{"--data", data, "--model.patch_size", "5"}, 2, "model.patch_size"},
       {{"--data", data, "--model.num_classes", "7"}, 2, "--model.num_classes"},
       {{"--data", data, "--model.stem_channels", "0"}, 2, "--model.stem_channels"},

@@ -155,6 +155,9 @@ void add_train_options(po::options_description& o, TrainCommand command) {
        "benchmarks and tests; the schedule still spans --epochs)")  //
       ("log-interval", po::value<int64_t>()->default_value(50),
        "steps between progress lines when the output is not a terminal")  //
+      ("val-interval", po::value<int64_t>()->default_value(1),
+       "validate after every N-th epoch and after the last (0: only after the last); best.h5 "
+       "comes from a validated epoch")  //
       ("prefetch", po::value<int>()->default_value(3), "batches the loader prepares ahead");
   add_profile_options(opt);
   add_precision_option(opt, /*training=*/true);
@@ -224,6 +227,7 @@ vit::TrainOptions train_options(const po::variables_map& vm, TrainCommand comman
   t.seed = vm["seed"].as<uint64_t>();
   t.max_steps = vm["max-steps"].as<int64_t>();
   t.log_interval = vm["log-interval"].as<int64_t>();
+  t.val_interval = vm["val-interval"].as<int64_t>();
   t.prefetch = vm["prefetch"].as<int>();
   t.profile_every = profile_every(vm, &t.profile);
   t.precision = precision_from(vm);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/ops/profile.h"
 #include "vit/vit.h"
 
 namespace vitk::vit {
@@ -45,6 +46,20 @@ std::vector<float> tap_major(const Tensor& weight, int64_t d) {
 
 namespace {
 
+// Calls visit(k, q) for each tap k = 3u + v of grid position (i, j) whose neighbour
+// (i + u − 1, j + v − 1) lies on the gh × gw grid (padding 1); q is that neighbour's index.
+template <class Visit>
+inline void for_each_tap(int64_t i, int64_t j, int64_t gh, int64_t gw, Visit&& visit) {
+  for (int64_t u = 0; u < 3; ++u) {
+    const int64_t y = i + u - 1;
+    if (y < 0 || y >= gh) continue;
+    for (int64_t v = 0; v < 3; ++v) {
+      const int64_t x = j + v - 1;
+      if (x >= 0 && x < gw) visit(u * 3 + v, y * gw + x);
+    }
+  }
+}
+
 // out = in + bias (if any) + the depthwise 3×3 convolution of in's patch grid with taps [9][d];
 // the class token's row is copied.
 void add_grid_conv(const float* in, int64_t B, int64_t T, int64_t d, int64_t gh, int64_t gw,
@@ -63,20 +78,42 @@ void add_grid_conv(const float* in, int64_t B, int64_t T, int64_t d, int64_t gh,
         float* dst = ob + (1 + i * gw + j) * d;
 #pragma omp simd
         for (int64_t c = 0; c < d; ++c) dst[c] = self[c] + (bs ? bs[c] : 0.f);
-        for (int64_t u = 0; u < 3; ++u) {
-          const int64_t y = i + u - 1;
-          if (y < 0 || y >= gh) continue;
-          for (int64_t v = 0; v < 3; ++v) {
-            const int64_t xx = j + v - 1;
-            if (xx < 0 || xx >= gw) continue;
-            const float* src = xb + (1 + y * gw + xx) * d;
-            const float* tap = w + (u * 3 + v) * d;
+        for_each_tap(i, j, gh, gw, [&](int64_t k, int64_t q) {
+          const float* src = xb + (1 + q) * d;
+          const float* tap = w + k * d;
 #pragma omp simd
-            for (int64_t c = 0; c < d; ++c) dst[c] += tap[c] * src[c];
-          }
-        }
+          for (int64_t c = 0; c < d; ++c) dst[c] += tap[c] * src[c];
+        });
       }
     }
+}
+
+constexpr int64_t kChannelBlock = 16;
+
+// acc[k][c] += Σ over images and grid positions of dout · x through tap k (k = 9: the bias, Σ
+// dout), for the channels c0 .. c0 + n. W > 0 fixes n = W at compile time, so the channel loops
+// become whole vector instructions and acc stays in registers; W = 0 is the general tail.
+template <int64_t W>
+void accumulate_kernel_grads(const float* g, const float* in, int64_t B, int64_t T, int64_t d,
+                             int64_t gh, int64_t gw, int64_t c0, int64_t n,
+                             float (&acc)[10][kChannelBlock]) {
+  const int64_t width = W > 0 ? W : n;
+  float sum[10][kChannelBlock] = {};
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < gh; ++i)
+      for (int64_t j = 0; j < gw; ++j) {
+        const float* gp = g + (b * T + 1 + i * gw + j) * d + c0;
+#pragma omp simd
+        for (int64_t c = 0; c < width; ++c) sum[9][c] += gp[c];
+        for_each_tap(i, j, gh, gw, [&](int64_t k, int64_t q) {
+          const float* src = in + (b * T + 1 + q) * d + c0;
+          float* a = sum[k];
+#pragma omp simd
+          for (int64_t c = 0; c < width; ++c) a[c] += gp[c] * src[c];
+        });
+      }
+  for (int64_t k = 0; k < 10; ++k)
+    for (int64_t c = 0; c < width; ++c) acc[k][c] += sum[k][c];
 }
 
 }  // namespace
@@ -85,6 +122,7 @@ void pos_conv_forward(const Tensor& x, int64_t gh, int64_t gw, const Tensor& wei
                       const Tensor& bias, Tensor& out) {
   check_pos_conv("pos_conv_forward", x, gh, gw, weight, bias, out, "out");
   const int64_t B = x.dim(0), T = x.dim(1), d = x.dim(2);
+  ops::profile::Scope scope("pos_conv_forward", B * T, d);
   const std::vector<float> taps = tap_major(weight, d);
   add_grid_conv(x.f32(), B, T, d, gh, gw, taps.data(), bias.f32(), out.f32());
 }
@@ -98,6 +136,7 @@ void pos_conv_backward(const Tensor& x, const Tensor& dout, int64_t gh, int64_t 
                 shape_str(dweight.shape()) + " should be f32 " + shape_str(x.shape()) + " and " +
                 shape_str(weight.shape()));
   const int64_t B = x.dim(0), T = x.dim(1), d = x.dim(2);
+  ops::profile::Scope scope("pos_conv_backward", B * T, d);
   const float* in = x.f32();
   const float* g = dout.f32();
   // dx = dout + the transposed convolution of dout: out[p] reads x[p + (u − 1, v − 1)] through
@@ -107,34 +146,23 @@ void pos_conv_backward(const Tensor& x, const Tensor& dout, int64_t gh, int64_t 
   std::vector<float> turned(taps.size());
   for (int64_t k = 0; k < 9; ++k)
     std::copy_n(taps.begin() + k * d, d, turned.begin() + (8 - k) * d);
-  add_grid_conv(g, B, T, d, gh, gw, turned.data(), nullptr, dx.f32());
+  {
+    ops::profile::Scope dx_scope("pos_conv_backward_data", B * T, d);
+    add_grid_conv(g, B, T, d, gh, gw, turned.data(), nullptr, dx.f32());
+  }
   // dweight and dbias: each thread owns a block of channels and sums over images and positions
   // in one fixed order.
-  constexpr int64_t kBlock = 16;
-  const int64_t blocks = (d + kBlock - 1) / kBlock;
+  const int64_t blocks = (d + kChannelBlock - 1) / kChannelBlock;
   float* gw_out = dweight.f32();
   float* gb_out = dbias.f32();
 #pragma omp parallel for schedule(static) if (B * T * d > 65536)
   for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t c0 = blk * kBlock, n = std::min(kBlock, d - c0);
-    float acc[10][kBlock] = {};  // 9 taps, then the bias
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t i = 0; i < gh; ++i)
-        for (int64_t j = 0; j < gw; ++j) {
-          const float* gp = g + (b * T + 1 + i * gw + j) * d + c0;
-          for (int64_t c = 0; c < n; ++c) acc[9][c] += gp[c];
-          for (int64_t u = 0; u < 3; ++u) {
-            const int64_t y = i + u - 1;
-            if (y < 0 || y >= gh) continue;
-            for (int64_t v = 0; v < 3; ++v) {
-              const int64_t xx = j + v - 1;
-              if (xx < 0 || xx >= gw) continue;
-              const float* src = in + (b * T + 1 + y * gw + xx) * d + c0;
-              float* a = acc[u * 3 + v];
-              for (int64_t c = 0; c < n; ++c) a[c] += gp[c] * src[c];
-            }
-          }
-        }
+    const int64_t c0 = blk * kChannelBlock, n = std::min(kChannelBlock, d - c0);
+    float acc[10][kChannelBlock] = {};  // 9 taps, then the bias
+    if (n == kChannelBlock)
+      accumulate_kernel_grads<kChannelBlock>(g, in, B, T, d, gh, gw, c0, kChannelBlock, acc);
+    else
+      accumulate_kernel_grads<0>(g, in, B, T, d, gh, gw, c0, n, acc);
     for (int64_t c = 0; c < n; ++c) {
       for (int64_t k = 0; k < 9; ++k) gw_out[(c0 + c) * 9 + k] += acc[k][c];
       gb_out[c0 + c] += acc[9][c];

@@ -585,6 +585,11 @@ void Run::log_setup() {
   L << "run: " << o_.epochs << " epochs of " << bpe_ << " steps, batch " << o_.batch_size
     << ", seed " << state_.seed;
   if (o_.max_steps > 0) L << ", --max-steps " << o_.max_steps;
+  if (o_.val_interval != 1)
+    L << ", validation "
+      << (o_.val_interval == 0
+              ? std::string("after the last epoch only")
+              : "every " + std::to_string(o_.val_interval) + " epochs and after the last");
   L << "; threads " << ops::num_threads() << " (" << ops::cpu_isa() << "); precision "
     << ops::precision_name(o_.precision) << "\n";
   L << "output: " << output_ << " (last.h5, best.h5" << (o_.model_ema ? ", ema.h5" : "")
@@ -774,24 +779,31 @@ bool Run::finish_epoch(int64_t epoch) {
     save_last(epoch, bpe_);
     return false;
   }
-  ProgressOptions po;
-  po.tty = tty_;
-  po.unit = "batch";
-  po.line_every = 0;  // in a log, the summary line below is enough
-  Progress progress(log_, "validate", val_loader_->batches_per_epoch(), po);
-  EvalSettings at;
-  at.precision = o_.precision;
-  const EvalResult val = evaluate(*model_, *val_loader_, arena_, &progress, stop_, at);
-  EvalResult ema_val;
-  if (val.complete && ema_) {
-    Progress ema_progress(log_, "validate EMA", val_loader_->batches_per_epoch(), po);
-    ema_->swap_with(*params_);
-    ema_val = evaluate(*model_, *val_loader_, arena_, &ema_progress, stop_, at);
-    ema_->swap_with(*params_);
+  // Validation after every --val-interval-th epoch and after the run's last (also the last
+  // one --max-steps allows).
+  const int64_t done = epoch + 1;
+  const bool validate = done == o_.epochs || max_steps_reached_ ||
+                        (o_.val_interval > 0 && done % o_.val_interval == 0);
+  EvalResult val, ema_val;
+  if (validate) {
+    ProgressOptions po;
+    po.tty = tty_;
+    po.unit = "batch";
+    po.line_every = 0;  // in a log, the summary line below is enough
+    Progress progress(log_, "validate", val_loader_->batches_per_epoch(), po);
+    EvalSettings at;
+    at.precision = o_.precision;
+    val = evaluate(*model_, *val_loader_, arena_, &progress, stop_, at);
+    if (val.complete && ema_) {
+      Progress ema_progress(log_, "validate EMA", val_loader_->batches_per_epoch(), po);
+      ema_->swap_with(*params_);
+      ema_val = evaluate(*model_, *val_loader_, arena_, &ema_progress, stop_, at);
+      ema_->swap_with(*params_);
+    }
   }
   state_.seconds += epoch_timer_.seconds();
   epoch_timer_.reset();
-  if (!val.complete || (ema_ && !ema_val.complete)) {
+  if (validate && (!val.complete || (ema_ && !ema_val.complete))) {
     save_last(epoch, bpe_);  // a resume validates this epoch and goes on
     return false;
   }
@@ -808,22 +820,22 @@ bool Run::finish_epoch(int64_t epoch) {
                                format_general(last_lr, 6),
                                format_fixed(train_loss, 6),
                                format_fixed(train_acc, 4),
-                               format_fixed(val.loss, 6),
-                               format_fixed(val.top1_percent(), 4),
-                               format_fixed(val.top5_percent(), 4),
+                               validate ? format_fixed(val.loss, 6) : "",
+                               validate ? format_fixed(val.top1_percent(), 4) : "",
+                               validate ? format_fixed(val.top5_percent(), 4) : "",
                                format_fixed(ips, 2),
                                format_fixed(state_.seconds, 2)};
   if (ema_) {
-    row.push_back(format_fixed(ema_val.loss, 6));
-    row.push_back(format_fixed(ema_val.top1_percent(), 4));
-    row.push_back(format_fixed(ema_val.top5_percent(), 4));
+    row.push_back(validate ? format_fixed(ema_val.loss, 6) : "");
+    row.push_back(validate ? format_fixed(ema_val.top1_percent(), 4) : "");
+    row.push_back(validate ? format_fixed(ema_val.top5_percent(), 4) : "");
   }
   csv_->row(row);
 
   // best.h5: the better of the raw weights and their average, if it beats the best so far.
-  const bool ema_better = ema_ && ema_val.top1_percent() > val.top1_percent();
+  const bool ema_better = validate && ema_ && ema_val.top1_percent() > val.top1_percent();
   const double top1 = ema_better ? ema_val.top1_percent() : val.top1_percent();
-  const bool best = top1 > state_.best_top1;
+  const bool best = validate && top1 > state_.best_top1;
   if (best) {
     state_.best_top1 = top1;
     state_.best_epoch = epoch + 1;
@@ -841,10 +853,12 @@ bool Run::finish_epoch(int64_t epoch) {
 
   std::ostringstream line;
   line << epoch_label(epoch) << ": train loss " << format_fixed(train_loss, 4) << " acc "
-       << format_fixed(train_acc, 2) << "% | val loss " << format_fixed(val.loss, 4) << " top-1 "
-       << format_fixed(val.top1_percent(), 2) << "% top-5 " << format_fixed(val.top5_percent(), 2)
-       << "%";
-  if (ema_)
+       << format_fixed(train_acc, 2) << "%";
+  if (validate)
+    line << " | val loss " << format_fixed(val.loss, 4) << " top-1 "
+         << format_fixed(val.top1_percent(), 2) << "% top-5 " << format_fixed(val.top5_percent(), 2)
+         << "%";
+  if (validate && ema_)
     line << " | EMA top-1 " << format_fixed(ema_val.top1_percent(), 2) << "% top-5 "
          << format_fixed(ema_val.top5_percent(), 2) << "%";
   line << " | " << format_fixed(ips, 1) << " img/s, " << format_duration(epoch_seconds)
@@ -924,6 +938,8 @@ void TrainOptions::validate() const {
        model_ema_decay);
   need(max_steps >= 0, "max-steps", ">= 0 (0: no limit)", static_cast<double>(max_steps));
   need(log_interval >= 1, "log-interval", "at least 1", static_cast<double>(log_interval));
+  need(val_interval >= 0, "val-interval", ">= 0 (0: only after the last epoch)",
+       static_cast<double>(val_interval));
   need(prefetch >= 1, "prefetch", "at least 1", prefetch);
   need(profile_every >= 0, "profile-every", ">= 0 (0: only at the end)",
        static_cast<double>(profile_every));

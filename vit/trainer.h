@@ -84,7 +84,10 @@ struct TrainOptions {
   uint64_t seed = 42;
   int64_t max_steps = 0;      // stop after this many optimizer steps in all (0: no limit)
   int64_t log_interval = 50;  // steps between progress lines when not on a terminal
-  int prefetch = 3;           // batches the loader prepares ahead
+  // --val-interval: validate after every val_interval-th epoch and always after the run's last
+  // one; 0: only after the last. best.h5 can only come from a validated epoch.
+  int64_t val_interval = 1;
+  int prefetch = 3;  // batches the loader prepares ahead
   // --profile: print where the training steps spend their time (ops::profile, exclusive time
   // per op and shape) at the end of the run, and every profile_every steps when that is > 0.
   bool profile = false;

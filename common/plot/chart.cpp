@@ -131,10 +131,9 @@ cv::Mat render_chart(const Chart& chart, const Font& font) {
       int points = 0;
       for (size_t i = 0; i < s.x.size(); ++i) points += std::isfinite(s.y[i]) ? 1 : 0;
       for (size_t i = 0; i < s.x.size(); ++i) {
-        if (!std::isfinite(s.y[i]) || !std::isfinite(s.x[i])) {
-          flush();
-          continue;
-        }
+        // A row without this value (an epoch that was not validated) is skipped: the line
+        // joins the rows that have it.
+        if (!std::isfinite(s.y[i]) || !std::isfinite(s.x[i])) continue;
         const cv::Point q(px(s.x[i]), py(s.y[i]));
         run.push_back(q);
         if (points <= 60) cv::circle(image, q, 3, colour, cv::FILLED, cv::LINE_AA);

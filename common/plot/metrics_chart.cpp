@@ -57,10 +57,11 @@ Chart metrics_chart(const MetricsTable& table, const std::string& source) {
       return all;
     }() + ")");
   if (points == 0)
-    throw Error(source + ": no rows with numbers yet (a row is written after each validation)");
+    throw Error(source +
+                ": no rows with numbers yet (a row is written after each epoch or validation)");
   chart.title = "Training curves: " + source;
   chart.subtitle.push_back(std::to_string(table.rows) + (table.rows == 1 ? " row" : " rows") +
-                           " (one per validation), against the optimizer step");
+                           ", against the optimizer step");
   return chart;
 }
 
