@@ -1,6 +1,8 @@
 #pragma once
 // The model configurations stored in the PyTorch parity fixtures (tests/parity/make_vit_fixtures.py
 // and make_seq2seq_fixture.py), for the tests that build the same models: parity and bf16.
+#include <gtest/gtest.h>
+
 #include <map>
 #include <string>
 
@@ -9,6 +11,20 @@
 #include "vit/vit.h"
 
 namespace vitk::test {
+
+// The ViT parity fixtures (tests/fixtures/vit/<name>.h5), which the parity and the bf16 tests
+// both run: a new fixture goes here once.
+inline constexpr const char* kVitFixtures[] = {
+    "01_token_rgb_square",    "02_avg_gray_rect",
+    "03_token_gray_rect",     "04_stem_avg_gray",
+    "05_stem_token_rgb_rect", "06_stem_strides_avg_rgb",
+    "07_patch_drop_avg_gray", "08_patch_drop_stem_token_rgb",
+    "09_pos_conv_avg_gray",   "10_pos_conv_stem_token_rgb"};
+
+// gtest's name for a fixture's test: "case<name>".
+inline std::string fixture_case_name(const ::testing::TestParamInfo<const char*>& p) {
+  return std::string("case") + p.param;
+}
 
 inline vit::VitConfig vit_config_of(const FixtureFile& f) {
   vit::VitConfig c;

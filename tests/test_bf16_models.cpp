@@ -131,15 +131,8 @@ TEST_P(Bf16Vit, ForwardAndGradientsAgreeWithF32WithinTheDerivedTolerance) {
   EXPECT_GT(worst, 1e-6);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Bf16Vit,
-                         ::testing::Values("01_token_rgb_square", "02_avg_gray_rect",
-                                           "03_token_gray_rect", "04_stem_avg_gray",
-                                           "05_stem_token_rgb_rect", "06_stem_strides_avg_rgb",
-                                           "07_patch_drop_avg_gray", "08_patch_drop_stem_token_rgb",
-                                           "09_pos_conv_avg_gray", "10_pos_conv_stem_token_rgb"),
-                         [](const ::testing::TestParamInfo<const char*>& p) {
-                           return std::string("case") + p.param;
-                         });
+INSTANTIATE_TEST_SUITE_P(Fixtures, Bf16Vit, ::testing::ValuesIn(test::kVitFixtures),
+                         test::fixture_case_name);
 
 class Bf16Seq2Seq : public ::testing::TestWithParam<std::string> {};
 

@@ -171,14 +171,7 @@ TEST_P(ParityVit, MatchesPyTorch) {
   line("dparams", e_params);
 }
 
-INSTANTIATE_TEST_SUITE_P(Vit, ParityVit,
-                         ::testing::Values("01_token_rgb_square", "02_avg_gray_rect",
-                                           "03_token_gray_rect", "04_stem_avg_gray",
-                                           "05_stem_token_rgb_rect", "06_stem_strides_avg_rgb",
-                                           "07_patch_drop_avg_gray", "08_patch_drop_stem_token_rgb",
-                                           "09_pos_conv_avg_gray", "10_pos_conv_stem_token_rgb"),
-                         [](const ::testing::TestParamInfo<const char*>& param) {
-                           return std::string("case") + param.param;
-                         });
+INSTANTIATE_TEST_SUITE_P(Vit, ParityVit, ::testing::ValuesIn(test::kVitFixtures),
+                         test::fixture_case_name);
 
 }  // namespace

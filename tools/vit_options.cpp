@@ -126,27 +126,19 @@ vit::VitConfig vit_config_from(const po::variables_map& vm, vit::VitConfig c, bo
     }
   }
   if (given(vm, "patch_size")) c.patch_size = get<int64_t>(vm, "patch_size");
-  if (given(vm, "stem_channels")) {
+  // The list settings ("48,96"): a parse error names the option.
+  auto list = [&](const char* key, std::vector<int64_t> (*parse)(const std::string&),
+                  std::vector<int64_t>& into) {
+    if (!given(vm, key)) return;
     try {
-      c.stem_channels = vit::parse_stem_channels(get<std::string>(vm, "stem_channels"));
+      into = parse(get<std::string>(vm, key));
     } catch (const UsageError& e) {
       throw UsageError(std::string("--model.") + e.what());
     }
-  }
-  if (given(vm, "stem_strides")) {
-    try {
-      c.stem_strides = vit::parse_stem_strides(get<std::string>(vm, "stem_strides"));
-    } catch (const UsageError& e) {
-      throw UsageError(std::string("--model.") + e.what());
-    }
-  }
-  if (given(vm, "pos_conv_blocks")) {
-    try {
-      c.pos_conv_blocks = vit::parse_pos_conv_blocks(get<std::string>(vm, "pos_conv_blocks"));
-    } catch (const UsageError& e) {
-      throw UsageError(std::string("--model.") + e.what());
-    }
-  }
+  };
+  list("stem_channels", vit::parse_stem_channels, c.stem_channels);
+  list("stem_strides", vit::parse_stem_strides, c.stem_strides);
+  list("pos_conv_blocks", vit::parse_pos_conv_blocks, c.pos_conv_blocks);
   if (given(vm, "channels")) c.channels = get<int64_t>(vm, "channels");
   if (given(vm, "num_classes")) c.num_classes = get<int64_t>(vm, "num_classes");
   if (given(vm, "d_model")) c.d_model = get<int64_t>(vm, "d_model");

@@ -205,6 +205,15 @@ VitConfig from_config_map(const std::map<std::string, std::string>& map,
                           const std::string& source) {
   VitConfig c;
   Reader r{source};
+  // A list setting ("48,96"), its parse error naming the source and the key.
+  auto list = [&](const std::string& key, const std::string& value,
+                  std::vector<int64_t> (*parse)(const std::string&)) {
+    try {
+      return parse(value);
+    } catch (const UsageError& e) {
+      throw Error(r.where(key) + ": " + e.what());
+    }
+  };
   auto type = map.find("type");
   if (type != map.end() && type->second != "vit")
     throw Error(source + ": a '" + type->second + "' model, not a vision transformer (vit)");
@@ -254,25 +263,13 @@ VitConfig from_config_map(const std::map<std::string, std::string>& map,
       c.preprocess.std = r.reals(key, value);
     else if (key == "pos_embed_align_corners")
       c.pos_embed_align_corners = r.boolean(key, value);
-    else if (key == "stem_channels") {
-      try {
-        c.stem_channels = parse_stem_channels(value);
-      } catch (const UsageError& e) {
-        throw Error(r.where(key) + ": " + e.what());
-      }
-    } else if (key == "stem_strides") {
-      try {
-        c.stem_strides = parse_stem_strides(value);
-      } catch (const UsageError& e) {
-        throw Error(r.where(key) + ": " + e.what());
-      }
-    } else if (key == "pos_conv_blocks") {
-      try {
-        c.pos_conv_blocks = parse_pos_conv_blocks(value);
-      } catch (const UsageError& e) {
-        throw Error(r.where(key) + ": " + e.what());
-      }
-    } else
+    else if (key == "stem_channels")
+      c.stem_channels = list(key, value, parse_stem_channels);
+    else if (key == "stem_strides")
+      c.stem_strides = list(key, value, parse_stem_strides);
+    else if (key == "pos_conv_blocks")
+      c.pos_conv_blocks = list(key, value, parse_pos_conv_blocks);
+    else
       throw Error(source + ": unknown model setting '" + key + "'");
   }
   try {

@@ -42,10 +42,6 @@ std::vector<float> tap_major(const Tensor& weight, int64_t d) {
   return taps;
 }
 
-}  // namespace
-
-namespace {
-
 // Calls visit(k, q) for each tap k = 3u + v of grid position (i, j) whose neighbour
 // (i + u − 1, j + v − 1) lies on the gh × gw grid (padding 1); q is that neighbour's index.
 template <class Visit>
@@ -92,7 +88,8 @@ constexpr int64_t kChannelBlock = 16;
 
 // acc[k][c] += Σ over images and grid positions of dout · x through tap k (k = 9: the bias, Σ
 // dout), for the channels c0 .. c0 + n. W > 0 fixes n = W at compile time, so the channel loops
-// become whole vector instructions and acc stays in registers; W = 0 is the general tail.
+// become whole vector instructions and the local sums stay in registers; W = 0 is the general
+// tail.
 template <int64_t W>
 void accumulate_kernel_grads(const float* g, const float* in, int64_t B, int64_t T, int64_t d,
                              int64_t gh, int64_t gw, int64_t c0, int64_t n,

@@ -124,10 +124,6 @@ cv::Mat render_chart(const Chart& chart, const Font& font) {
       const Series& s = p.series[si];
       const cv::Scalar colour = series_colour(static_cast<int>(si));
       std::vector<cv::Point> run;
-      auto flush = [&] {
-        if (run.size() > 1) cv::polylines(image, run, false, colour, 2, cv::LINE_AA);
-        run.clear();
-      };
       int points = 0;
       for (size_t i = 0; i < s.x.size(); ++i) points += std::isfinite(s.y[i]) ? 1 : 0;
       for (size_t i = 0; i < s.x.size(); ++i) {
@@ -138,7 +134,7 @@ cv::Mat render_chart(const Chart& chart, const Font& font) {
         run.push_back(q);
         if (points <= 60) cv::circle(image, q, 3, colour, cv::FILLED, cv::LINE_AA);
       }
-      flush();
+      if (run.size() > 1) cv::polylines(image, run, false, colour, 2, cv::LINE_AA);
       // Legend entry beside the plot.
       const int ly = top + 4 + static_cast<int>(si) * (lh + 2);
       cv::line(image, {left + plot_w + 12, ly + lh / 2}, {left + plot_w + 32, ly + lh / 2}, colour,
