@@ -68,7 +68,7 @@ struct Reference {
 };
 
 Reference reference(const Layer& layer, const Tensor& x, const Tensor& memory,
-                    const std::vector<int32_t>& lengths, bool causal) {
+                    const std::vector<int32_t>& lengths, bool causal, bool diagonal = false) {
   const AttentionConfig& c = layer.config;
   const int64_t d = c.d_model, H = c.heads, dh = d / H;
   const int64_t a = c.additive_dim ? c.additive_dim : dh;
@@ -135,7 +135,8 @@ Reference reference(const Layer& layer, const Tensor& x, const Tensor& memory,
         std::vector<bool> visible(Tk);
         double mx = -INFINITY;
         for (int64_t j = 0; j < Tk; ++j) {
-          visible[j] = (lengths.empty() || j < lengths[b]) && (!causal || j <= i + (Tk - Tq));
+          visible[j] = (lengths.empty() || j < lengths[b]) && (!causal || j <= i + (Tk - Tq)) &&
+                       !(diagonal && j == i + (Tk - Tq));
           if (visible[j]) w[j] = score(b, h, i, j), mx = std::max(mx, w[j]);
         }
         double sum = 0;
@@ -248,6 +249,7 @@ TEST_P(MhaScore, ForwardMatchesReference) {
   struct MaskCase {
     std::vector<int32_t> lengths;
     bool causal;
+    bool diagonal = false;
   };
   for (bool cross : {false, true}) {
     Layer layer("attn", small_config(score, cross), 3);
@@ -256,14 +258,16 @@ TEST_P(MhaScore, ForwardMatchesReference) {
     Tensor memory = cross ? random_tensor({B, Tk, 8}, gen) : Tensor();
     const std::vector<int32_t> lengths =
         cross ? std::vector<int32_t>{6, 4, 1} : std::vector<int32_t>{5, 3, 2};
-    for (const MaskCase& mc : {MaskCase{{}, false}, MaskCase{lengths, false}, MaskCase{{}, true},
-                               MaskCase{lengths, true}}) {
+    for (const MaskCase& mc :
+         {MaskCase{{}, false}, MaskCase{lengths, false}, MaskCase{{}, true},
+          MaskCase{lengths, true}, MaskCase{{}, false, true}, MaskCase{lengths, false, true}}) {
       SCOPED_TRACE(std::string(score_name(score)) + (cross ? " cross" : " self") +
-                   (mc.lengths.empty() ? "" : " padded") + (mc.causal ? " causal" : ""));
-      AttentionMask mask{lengths_tensor(mc.lengths), mc.causal};
+                   (mc.lengths.empty() ? "" : " padded") + (mc.causal ? " causal" : "") +
+                   (mc.diagonal ? " diagonal" : ""));
+      AttentionMask mask{lengths_tensor(mc.lengths), mc.causal, mc.diagonal};
       layer.attn->keep_weights = true;
       Tensor y = run_forward(layer, x, memory, mask);
-      Reference ref = reference(layer, x, memory, mc.lengths, mc.causal);
+      Reference ref = reference(layer, x, memory, mc.lengths, mc.causal, mc.diagonal);
       EXPECT_EQ(y.shape(), (Shape{B, Tq, 8}));
       EXPECT_TRUE(all_close(y, ref.y, 2e-5, 1e-4));
       ASSERT_EQ(layer.attn->weights().shape(), (Shape{B, 2, Tq, Tk}));
@@ -280,11 +284,12 @@ struct GradCase {
   Tensor x, memory, dy;
   std::vector<int32_t> lengths;
   bool causal = true;
+  bool diagonal = false;
 };
 
 // loss = Σ dy ⊙ forward(x, memory); checks dx, dmemory and every parameter gradient.
 void check_all_gradients(Layer& layer, GradCase& gc, uint64_t dropout_seed = 0) {
-  AttentionMask mask{lengths_tensor(gc.lengths), gc.causal};
+  AttentionMask mask{lengths_tensor(gc.lengths), gc.causal, gc.diagonal};
   const bool cross = layer.config.cross;
   const bool dropout = layer.config.dropout > 0.f;
   // Analytic gradients. With dropout, every evaluation draws from a fresh Rng(seed): the
@@ -345,6 +350,19 @@ TEST_P(MhaScore, BackwardMatchesFiniteDifferencesCross) {
   check_all_gradients(layer, gc);
 }
 
+// The diagonal mask (LSA) with padding; in the cross case (Tq > Tk) it hides key i − 1.
+TEST_P(MhaScore, BackwardWithDiagonalMaskMatchesFiniteDifferences) {
+  std::mt19937 gen(14);
+  for (bool cross : {false, true}) {
+    SCOPED_TRACE(cross ? "cross" : "self");
+    Layer layer("attn", small_config(GetParam(), cross), 10);
+    GradCase gc = grad_case(cross, gen);
+    gc.causal = false;
+    gc.diagonal = true;
+    check_all_gradients(layer, gc);
+  }
+}
+
 TEST_P(MhaScore, BackwardWithDropoutMatchesFiniteDifferencesForTheSameMask) {
   std::mt19937 gen(13);
   for (bool cross : {false, true}) {
@@ -386,6 +404,32 @@ TEST(MultiHeadAttention, ParameterGradientsAccumulate) {
 }
 
 // ---- Masks: rows that see nothing, weights ----
+TEST(MultiHeadAttention, DiagonalMaskRefusesAForcedBlockedKernel) {
+  std::mt19937 gen(32);
+  Layer layer("enc.attn", small_config(Score::scaled_dot, false), 4);
+  Tensor x = random_tensor({2, 4, 8}, gen);
+  AttentionMask mask;
+  mask.diagonal = true;
+  Arena arena;
+  Context ctx{false, &arena, nullptr};
+  ctx.attention_kernel = AttentionKernel::blocked;
+  try {
+    layer.attn->forward(ctx, x, Tensor(), mask);
+    ADD_FAILURE() << "a forced blocked kernel took the diagonal mask";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("enc.attn"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("diagonal"), std::string::npos) << e.what();
+  }
+  // The automatic choice takes the materialized path, whose weights skip the diagonal.
+  ctx.attention_kernel = AttentionKernel::automatic;
+  layer.attn->keep_weights = true;
+  layer.attn->forward(ctx, x, Tensor(), mask);
+  const Tensor& w = layer.attn->weights();
+  ASSERT_EQ(w.shape(), (Shape{2, 2, 4, 4}));
+  for (int64_t r = 0; r < 2 * 2; ++r)
+    for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(w.f32()[(r * 4 + i) * 4 + i], 0.f);
+}
+
 TEST(MultiHeadAttention, RowsThatSeeNothingGiveZeroWeightsAndFiniteOutput) {
   std::mt19937 gen(31);
   for (Score score : kScores) {

@@ -1235,3 +1235,15 @@ TEST(VitPosConvTest, ConfigurationRoundTripsAndBadBlocksNameTheOption) {
   c.patch_drop = 0.5f;  // the convolution needs the whole grid
   expect_usage_error(c, "pos_conv_blocks");
 }
+
+TEST(VitDiagMaskTest, ConfigurationRoundTripsAndOldCheckpointsHaveNoMask) {
+  VitConfig c = gradient_config("avg");
+  EXPECT_EQ(vit::to_config_map(c).at("diag_mask"), "false");
+  c.diag_mask = true;
+  auto map = vit::to_config_map(c);
+  EXPECT_EQ(map.at("diag_mask"), "true");
+  EXPECT_TRUE(vit::from_config_map(map, "ckpt.h5").diag_mask);
+  map.erase("diag_mask");  // written before the setting existed: no mask
+  EXPECT_FALSE(vit::from_config_map(map, "old.h5").diag_mask);
+  expect_map_error(vit::to_config_map(c), "diag_mask", "maybe");
+}

@@ -98,6 +98,8 @@ void add_vit_options(po::options_description& options, const vit::VitConfig& d,
        "per-channel mean of [0, 1] pixels, comma-separated")     //
       ("model.std", text(floats_text(d.preprocess.std)),         //
        "per-channel standard deviation, comma-separated")        //
+      ("model.diag_mask", value(d.diag_mask, d.diag_mask ? "true" : "false")->value_name("BOOL"),
+       "no token attends to itself (LSA's diagonal masking)")  //
       ("model.pos_embed_align_corners",
        value(d.pos_embed_align_corners, d.pos_embed_align_corners ? "true" : "false")
            ->value_name("BOOL"),
@@ -158,6 +160,7 @@ vit::VitConfig vit_config_from(const po::variables_map& vm, vit::VitConfig c, bo
   if (given(vm, "mean"))
     c.preprocess.mean = parse_floats("model.mean", get<std::string>(vm, "mean"));
   if (given(vm, "std")) c.preprocess.std = parse_floats("model.std", get<std::string>(vm, "std"));
+  if (given(vm, "diag_mask")) c.diag_mask = get<bool>(vm, "diag_mask");
   if (given(vm, "pos_embed_align_corners"))
     c.pos_embed_align_corners = get<bool>(vm, "pos_embed_align_corners");
   if (!validate) return c;

@@ -198,6 +198,7 @@ std::map<std::string, std::string> to_config_map(const VitConfig& c) {
   m["stem_channels"] = stem_channels_text(c.stem_channels);  // "none" without a stem
   m["stem_strides"] = stem_strides_text(c);                  // one per stage, or "none"
   m["pos_conv_blocks"] = pos_conv_blocks_text(c.pos_conv_blocks);
+  m["diag_mask"] = c.diag_mask ? "true" : "false";
   return m;
 }
 
@@ -263,6 +264,8 @@ VitConfig from_config_map(const std::map<std::string, std::string>& map,
       c.preprocess.std = r.reals(key, value);
     else if (key == "pos_embed_align_corners")
       c.pos_embed_align_corners = r.boolean(key, value);
+    else if (key == "diag_mask")
+      c.diag_mask = r.boolean(key, value);
     else if (key == "stem_channels")
       c.stem_channels = list(key, value, parse_stem_channels);
     else if (key == "stem_strides")

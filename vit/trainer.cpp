@@ -515,9 +515,10 @@ void Run::log_setup() {
     << (c.pos_conv_blocks.empty() ? ""
                                   : ", positional 3x3 depthwise convolution after block(s) " +
                                         pos_conv_blocks_text(c.pos_conv_blocks))
-    << ", d_model " << c.d_model << ", " << c.layers << " layers, " << c.heads << " heads, d_ff "
-    << c.d_ff << ", pool " << c.pool << ", dropout " << format_general(c.dropout) << ", drop_path "
-    << format_general(c.drop_path) << ", patch_drop " << format_general(c.patch_drop)
+    << (c.diag_mask ? ", diagonal attention mask" : "") << ", d_model " << c.d_model << ", "
+    << c.layers << " layers, " << c.heads << " heads, d_ff " << c.d_ff << ", pool " << c.pool
+    << ", dropout " << format_general(c.dropout) << ", drop_path " << format_general(c.drop_path)
+    << ", patch_drop " << format_general(c.patch_drop)
     << (c.patch_drop > 0 ? " (training keeps " + std::to_string(c.kept_patches()) + " of " +
                                std::to_string(c.patches()) + " patches)"
                          : "")

@@ -391,10 +391,11 @@ Tensor VisionTransformer::forward(nn::Context& ctx, const Tensor& images) {
     x = xk;
   }
 
-  const nn::AttentionMask all_visible;
+  nn::AttentionMask mask;  // every key visible, or all but the query's own (diag_mask)
+  mask.diagonal = c.diag_mask;
   auto pc = m.pos_convs.begin();
   for (size_t i = 0; i < m.blocks.size(); ++i) {
-    x = m.blocks[i].forward(ctx, x, all_visible);  // [B, T', d]
+    x = m.blocks[i].forward(ctx, x, mask);  // [B, T', d]
     if (pc != m.pos_convs.end() && pc->after_block == static_cast<int64_t>(i)) {
       Tensor y = ctx.alloc_uninit(x.shape());
       pos_conv_forward(x, c.grid_height(), c.grid_width(), pc->weight->value, pc->bias->value, y);

@@ -27,6 +27,7 @@
 // after it the neighbourhood of each patch, works at any grid size, and needs every patch (so
 // patch_drop must be 0). Parameters:
 //   pos_conv.<i>.weight [d, 1, 3, 3]   pos_conv.<i>.bias [d]
+// Optionally (diag_mask = true; not a timm option) no token attends to itself (VitConfig).
 //   blocks.<i>.norm1 / attn.qkv / attn.proj / norm2 / mlp.fc1 / mlp.fc2
 //   norm (pool = "token")  or  fc_norm (pool = "avg", applied after pooling)
 //   head.weight [classes, d]   head.bias [classes]
@@ -63,6 +64,9 @@ struct VitConfig {
   float patch_drop = 0.f;
   // The blocks (0-based, increasing) followed by a positional convolution (above); empty: none.
   std::vector<int64_t> pos_conv_blocks;
+  // Every token's attention skips the token itself (LSA's diagonal masking, Lee et al., 2021;
+  // not a timm option): scores softmax(q_i·k_j/√dh) over j ≠ i. No parameters.
+  bool diag_mask = false;
   Preprocess preprocess;  // what eval and classify do to an image file
   // How pos_embed is resampled to another patch grid by default (vit/resample.h): false as timm,
   // DeiT and Hugging Face do it, true as torchvision's interpolate_embeddings.

@@ -44,14 +44,14 @@ const char* score_name(Score s) {
 namespace {
 
 // The additive mask for softmax_forward, in the smallest shape that broadcasts to [B, H, Tq, Tk]:
-// [B, 1, 1, Tk] for padding alone, [1, 1, Tq, Tk] for causal alone, [B, 1, Tq, Tk] for both;
-// empty when every key is visible. Masked entries are −inf.
+// [B, 1, 1, Tk] for padding alone, [1, 1, Tq, Tk] for causal or diagonal alone, [B, 1, Tq, Tk]
+// for padding with either; empty when every key is visible. Masked entries are −inf.
 Tensor build_mask(Context& ctx, int64_t B, int64_t Tq, int64_t Tk, const AttentionMask& mask) {
-  const bool padded = !mask.key_lengths.empty();
-  if (!padded && !mask.causal) return Tensor();
+  const bool padded = !mask.key_lengths.empty(), per_query = mask.causal || mask.diagonal;
+  if (!padded && !per_query) return Tensor();
   const float minus_inf = -std::numeric_limits<float>::infinity();
   const int32_t* len = padded ? mask.key_lengths.i32() : nullptr;
-  const int64_t mb = padded ? B : 1, mq = mask.causal ? Tq : 1;
+  const int64_t mb = padded ? B : 1, mq = per_query ? Tq : 1;
   Tensor m = ctx.alloc({mb, 1, mq, Tk});  // zero-filled: visible
   float* p = m.f32();
   for (int64_t b = 0; b < mb; ++b)
@@ -184,7 +184,12 @@ Tensor MultiHeadAttention::forward(Context& ctx, const Tensor& x, const Tensor& 
   // it cannot hand them to keep_weights). It computes in f32 whatever the precision: with bf16
   // products it is taken only where the weights would be too large to hold.
   bool blocked = false;
-  if (strided && !keep_weights && ctx.attention_kernel != AttentionKernel::materialized) {
+  if (mask.diagonal && ctx.attention_kernel == AttentionKernel::blocked)
+    throw Error(m.name +
+                ": the blocked attention kernel does not take the diagonal mask (use "
+                "the automatic or the materialized kernel)");
+  if (strided && !keep_weights && !mask.diagonal &&
+      ctx.attention_kernel != AttentionKernel::materialized) {
     const Tensor& kv = config_.cross ? kvp : qp;
     const ops::MatrixView q = heads_view(qp, H, dh, 0);
     const ops::MatrixView k = heads_view(kv, H, dh, kb), v = heads_view(kv, H, dh, vb);
@@ -209,8 +214,8 @@ Tensor MultiHeadAttention::forward(Context& ctx, const Tensor& x, const Tensor& 
   ops::MatrixView v = heads_view(kv_src, H, dh, vb);
   // Without a mask and dropout, one kernel per (batch, head) does the products and the softmax in
   // cache (f32 only: the bf16 path keeps its rounded products).
-  const bool fused = strided && mask.key_lengths.empty() && !mask.causal && !dropout && !bf16 &&
-                     ops::fused_attention_supported(q, k);
+  const bool fused = strided && mask.key_lengths.empty() && !mask.causal && !mask.diagonal &&
+                     !dropout && !bf16 && ops::fused_attention_supported(q, k);
   if (blocked) {
     ops::BlockedAttention& o = m.blocked_options;
     o = ops::BlockedAttention();

@@ -8,10 +8,12 @@
 
 namespace vitk::nn {
 
-// Padding hides keys at or past key_lengths[b]; causal hides keys after i + (Tk − Tq).
+// Padding hides keys at or past key_lengths[b]; causal hides keys after i + (Tk − Tq); diagonal
+// hides key i + (Tk − Tq).
 inline bool mask_visible(const AttentionMask& mask, const int32_t* key_lengths, int64_t b,
                          int64_t i, int64_t j, int64_t Tq, int64_t Tk) {
   if (key_lengths && j >= key_lengths[b]) return false;
+  if (mask.diagonal && j == i + (Tk - Tq)) return false;
   return !(mask.causal && j > i + (Tk - Tq));
 }
 

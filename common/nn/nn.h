@@ -113,6 +113,10 @@ void init_trunc_normal(Tensor& t, float std, ops::Rng& rng, double a = -2.0, dou
 struct AttentionMask {
   Tensor key_lengths;   // i32 [B]; empty: every key is valid
   bool causal = false;  // query i sees key j only if j <= i + (Tk − Tq)
+  // Query i does not see key i + (Tk − Tq), its own position in self-attention: the diagonal
+  // masking of LSA (Lee et al., 2021, "Vision Transformer for Small-Size Datasets"). Not taken by
+  // the blocked kernel or incremental decoding.
+  bool diagonal = false;
 };
 
 enum class Score {

@@ -21,7 +21,9 @@ stochastic depth are 0, as in timm's eval, so the run is deterministic. The case
 positions are added, with the class token in front; the draw is stored so that vitk replays it.
 The cases with "pos_conv_blocks" add vitk's positional convolution (CPVT's PEG; vit/vit.h) after
 those blocks: the patch tokens as their grid, plus a depthwise 3x3 Conv2d (padding 1, with bias)
-of themselves, under pos_conv.<block>; the class token passes unchanged.
+of themselves, under pos_conv.<block>; the class token passes unchanged. The cases with
+"diag_mask" hide every token's own key from its query (LSA's diagonal masking: the score is set
+to -inf before the softmax), in every block.
 
 Each case draws random parameters and images from a fixed seed, computes the logits, the mean
 cross-entropy against random targets and its gradients w.r.t. the images and every parameter.
@@ -33,7 +35,7 @@ One HDF5 file per case holds:
   attributes           the configuration (image_height, image_width, patch_size, channels,
                        num_classes, d_model, heads, d_ff, layers, pool, norm_eps and, with a
                        stem, stem_channels as "c1,c2" and maybe stem_strides as "1,2";
-                       pos_conv_blocks as "0,1"),
+                       pos_conv_blocks as "0,1"; diag_mask as 1),
                        batch, seed,
                        torch_version, torch_float32_{max_abs,error}_{logits,dimages,dparams}
   param/<timm name>    the parameters (vitk registers the same names)
@@ -99,9 +101,10 @@ class PatchEmbed(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, dim, heads):
+    def __init__(self, dim, heads, diag_mask=False):
         super().__init__()
         self.heads = heads
+        self.diag_mask = diag_mask
         self.scale = (dim // heads) ** -0.5
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
@@ -110,7 +113,11 @@ class Attention(nn.Module):
         b, n, c = x.shape
         qkv = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)  # [B, H, N, dh] each
-        attn = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
+        scores = (q * self.scale) @ k.transpose(-2, -1)
+        if self.diag_mask:  # LSA: no token attends to itself
+            self_key = torch.eye(n, dtype=torch.bool, device=x.device)
+            scores = scores.masked_fill(self_key, float("-inf"))
+        attn = scores.softmax(dim=-1)
         return self.proj((attn @ v).transpose(1, 2).reshape(b, n, c))
 
 
@@ -126,10 +133,10 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, dim, heads, hidden):
+    def __init__(self, dim, heads, hidden, diag_mask=False):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=EPS)
-        self.attn = Attention(dim, heads)
+        self.attn = Attention(dim, heads, diag_mask)
         self.norm2 = nn.LayerNorm(dim, eps=EPS)
         self.mlp = Mlp(dim, hidden)
 
@@ -152,7 +159,7 @@ class VisionTransformer(nn.Module):
         self.grid = (cfg["image_height"] // cfg["patch_size"], cfg["image_width"] // cfg["patch_size"])
         blocks = cfg["pos_conv_blocks"].split(",") if "pos_conv_blocks" in cfg else []
         self.pos_conv = nn.ModuleDict({b: nn.Conv2d(d, d, 3, padding=1, groups=d) for b in blocks})
-        self.blocks = nn.Sequential(*[Block(d, cfg["heads"], cfg["d_ff"])
+        self.blocks = nn.Sequential(*[Block(d, cfg["heads"], cfg["d_ff"], bool(cfg.get("diag_mask")))
                                       for _ in range(cfg["layers"])])
         # timm: fc_norm replaces norm when pooling by average.
         self.norm = nn.LayerNorm(d, eps=EPS) if self.pool == "token" else nn.Identity()
@@ -267,7 +274,7 @@ def write_case(out, name, seed, cfg, batch):
 
 
 def config(pool, channels, height, width, patch, layers, classes, stem=None, strides=None,
-           patch_drop=None, pos_conv=None):
+           patch_drop=None, pos_conv=None, diag_mask=False):
     cfg = {"image_height": height, "image_width": width, "patch_size": patch,
            "channels": channels, "num_classes": classes, "d_model": 16, "heads": 4, "d_ff": 32,
            "layers": layers, "pool": pool}
@@ -279,6 +286,8 @@ def config(pool, channels, height, width, patch, layers, classes, stem=None, str
         cfg["patch_drop"] = patch_drop
     if pos_conv:
         cfg["pos_conv_blocks"] = pos_conv
+    if diag_mask:
+        cfg["diag_mask"] = 1
     return cfg
 
 
@@ -311,6 +320,11 @@ def main():
                config("avg", 1, 12, 8, 2, 2, 4, pos_conv="0,1"), 3)
     write_case(args.out, "10_pos_conv_stem_token_rgb.h5", 210,
                config("token", 3, 8, 12, 4, 2, 3, stem="6", pos_conv="0"), 2)
+    # The diagonal mask in both blocks, and with patch dropout (fewer tokens) behind a stem.
+    write_case(args.out, "11_diag_mask_avg_gray.h5", 211,
+               config("avg", 1, 12, 8, 2, 2, 4, diag_mask=True), 3)
+    write_case(args.out, "12_diag_mask_patch_drop_token_rgb.h5", 212,
+               config("token", 3, 8, 12, 4, 1, 3, stem="6", patch_drop=0.5, diag_mask=True), 2)
 
 
 if __name__ == "__main__":
