@@ -27,10 +27,10 @@
 // after it the neighbourhood of each patch, works at any grid size, and needs every patch (so
 // patch_drop must be 0). Parameters:
 //   pos_conv.<i>.weight [d, 1, 3, 3]   pos_conv.<i>.bias [d]
-// Optionally (diag_mask = true; not a timm option) no token attends to itself (VitConfig).
 //   blocks.<i>.norm1 / attn.qkv / attn.proj / norm2 / mlp.fc1 / mlp.fc2
 //   norm (pool = "token")  or  fc_norm (pool = "avg", applied after pooling)
 //   head.weight [classes, d]   head.bias [classes]
+// Optionally (diag_mask = true; not a timm option) no token attends to itself: VitConfig.
 #include <cstdint>
 #include <map>
 #include <memory>
