@@ -47,8 +47,8 @@ namespace {
 // [B, 1, 1, Tk] for padding alone, [1, 1, Tq, Tk] for causal or diagonal alone, [B, 1, Tq, Tk]
 // for padding with either; empty when every key is visible. Masked entries are −inf.
 Tensor build_mask(Context& ctx, int64_t B, int64_t Tq, int64_t Tk, const AttentionMask& mask) {
+  if (!mask.hides_keys()) return Tensor();
   const bool padded = !mask.key_lengths.empty(), per_query = mask.causal || mask.diagonal;
-  if (!padded && !per_query) return Tensor();
   const float minus_inf = -std::numeric_limits<float>::infinity();
   const int32_t* len = padded ? mask.key_lengths.i32() : nullptr;
   const int64_t mb = padded ? B : 1, mq = per_query ? Tq : 1;
@@ -195,8 +195,7 @@ Tensor MultiHeadAttention::forward(Context& ctx, const Tensor& x, const Tensor& 
     const ops::MatrixView k = heads_view(kv, H, dh, kb), v = heads_view(kv, H, dh, vb);
     if (ops::blocked_attention_supported(q, k, v))
       blocked = ctx.attention_kernel == AttentionKernel::blocked ||
-                attention::prefer_blocked(
-                    B, H, Tq, Tk, dh, mask.causal || !mask.key_lengths.empty(), dropout, precision);
+                attention::prefer_blocked(B, H, Tq, Tk, dh, mask.hides_keys(), dropout, precision);
   }
   if (strided && bf16 && !blocked) {
     // bf16 products read q, k and v from rounded projections (the backward reads them too).
@@ -214,8 +213,8 @@ Tensor MultiHeadAttention::forward(Context& ctx, const Tensor& x, const Tensor& 
   ops::MatrixView v = heads_view(kv_src, H, dh, vb);
   // Without a mask and dropout, one kernel per (batch, head) does the products and the softmax in
   // cache (f32 only: the bf16 path keeps its rounded products).
-  const bool fused = strided && mask.key_lengths.empty() && !mask.causal && !mask.diagonal &&
-                     !dropout && !bf16 && ops::fused_attention_supported(q, k);
+  const bool fused =
+      strided && !mask.hides_keys() && !dropout && !bf16 && ops::fused_attention_supported(q, k);
   if (blocked) {
     ops::BlockedAttention& o = m.blocked_options;
     o = ops::BlockedAttention();

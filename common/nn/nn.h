@@ -117,6 +117,9 @@ struct AttentionMask {
   // masking of LSA (Lee et al., 2021, "Vision Transformer for Small-Size Datasets"). Not taken by
   // the blocked kernel or incremental decoding.
   bool diagonal = false;
+  // Whether any rule above hides a key: the kernels that take no mask check this alone, so a new
+  // rule is added here once.
+  bool hides_keys() const { return causal || diagonal || !key_lengths.empty(); }
 };
 
 enum class Score {
