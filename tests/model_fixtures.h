@@ -20,7 +20,8 @@ inline constexpr const char* kVitFixtures[] = {
     "05_stem_token_rgb_rect", "06_stem_strides_avg_rgb",
     "07_patch_drop_avg_gray", "08_patch_drop_stem_token_rgb",
     "09_pos_conv_avg_gray",   "10_pos_conv_stem_token_rgb",
-    "11_diag_mask_avg_gray",  "12_diag_mask_patch_drop_token_rgb"};
+    "11_diag_mask_avg_gray",  "12_diag_mask_patch_drop_token_rgb",
+    "13_ffn_conv_avg_gray",   "14_ffn_conv_pos_conv_stem_token_rgb"};
 
 // gtest's name for a fixture's test: "case<name>".
 inline std::string fixture_case_name(const ::testing::TestParamInfo<const char*>& p) {
@@ -48,6 +49,8 @@ inline vit::VitConfig vit_config_of(const FixtureFile& f) {
     c.pos_conv_blocks = vit::parse_pos_conv_blocks(f.attr_string("pos_conv_blocks"));
   if (f.has_attr("patch_drop")) c.patch_drop = static_cast<float>(f.attr_float("patch_drop"));
   if (f.has_attr("diag_mask")) c.diag_mask = f.attr_int("diag_mask") != 0;
+  if (f.has_attr("ffn_conv_blocks"))
+    c.ffn_conv_blocks = vit::parse_ffn_conv_blocks(f.attr_string("ffn_conv_blocks"));
   c.preprocess.mean.assign(static_cast<size_t>(c.channels), 0.5f);
   c.preprocess.std.assign(static_cast<size_t>(c.channels), 0.5f);
   return c;

@@ -268,6 +268,83 @@ TEST(FeedForwardTest, InferenceKeepsNothing) {
   EXPECT_THROW(ffn.backward(train, y_train), Error);
 }
 
+// A hidden mixer with no parameters: out[b, t] = h[b, t] + 0.5 · h[b, t + 1 mod T]; its
+// transpose adds 0.5 · dout[b, t − 1 mod T] instead.
+class NextTokenMixer : public HiddenMixer {
+ public:
+  Tensor forward(Context& ctx, const Tensor& h) override {
+    calls++;
+    return add_half_of(ctx, h, 1);
+  }
+  Tensor backward(Context& ctx, const Tensor& dout) override {
+    return add_half_of(ctx, dout, dout.dim(1) - 1);
+  }
+  int calls = 0;
+
+ private:
+  // out[b, t] = in[b, t] + 0.5 · in[b, t + shift mod T]
+  static Tensor add_half_of(Context& ctx, const Tensor& in, int64_t shift) {
+    Tensor out = ctx.alloc_uninit(in.shape());
+    const int64_t B = in.dim(0), T = in.dim(1), n = in.dim(2);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t j = 0; j < n; ++j)
+          out.f32()[(b * T + t) * n + j] =
+              in.f32()[(b * T + t) * n + j] + 0.5f * in.f32()[(b * T + (t + shift) % T) * n + j];
+    return out;
+  }
+};
+
+// The mixer runs on fc1's output, before the activation: the same as fc2(gelu(mix(fc1(x)))),
+// computed with the layers' own pieces, and its gradient flows back to x and the weights.
+TEST(FeedForwardTest, MixerRunsBetweenFc1AndTheActivation) {
+  ParamStore store;
+  FeedForward ffn(store, "mlp", kD, kFF, ops::Activation::gelu, 0.f);
+  store.finalize();
+  std::mt19937 gen(4);
+  randomize(store, gen);
+  Tensor x = random_tensor({2, 3, kD}, gen);
+  Arena arena;
+  Context ctx{false, &arena, nullptr};
+  const Tensor plain = ffn.forward(ctx, x).clone();
+  auto mixer = std::make_shared<NextTokenMixer>();
+  ffn.set_mixer(mixer);
+  const Tensor mixed = ffn.forward(ctx, x).clone();
+  EXPECT_EQ(mixer->calls, 1);
+  EXPECT_FALSE(all_close(mixed, plain, 1e-3, 0));
+
+  Tensor h({2, 3, kFF});
+  ops::linear_forward(x, store.get("mlp.fc1.weight").value, store.get("mlp.fc1.bias").value, h);
+  Tensor a = mixer->forward(ctx, h);
+  ops::activation_forward(ops::Activation::gelu, a, a);
+  Tensor want({2, 3, kD});
+  ops::linear_forward(a, store.get("mlp.fc2.weight").value, store.get("mlp.fc2.bias").value, want);
+  EXPECT_TRUE(all_close(mixed, want, 1e-6, 1e-6));
+
+  GradientCase c;
+  c.store = &store;
+  c.inputs = {{"x", &x}};
+  c.forward = [&](Context& fctx) { return ffn.forward(fctx, x); };
+  c.backward = [&](Context& bctx, const Tensor& dy) {
+    return std::vector<Tensor>{ffn.backward(bctx, dy)};
+  };
+  expect_gradients(c, FdOptions{});
+
+  // An encoder layer's MLP takes one too.
+  ParamStore layer_store;
+  EncoderLayer layer(layer_store, "enc", small_config(true));
+  layer_store.finalize();
+  randomize(layer_store, gen);
+  Tensor xs = random_tensor({2, 3, kD}, gen);
+  const Tensor before = layer.forward(ctx, xs, AttentionMask{}).clone();
+  auto layer_mixer = std::make_shared<NextTokenMixer>();
+  layer.feed_forward().set_mixer(layer_mixer);
+  EXPECT_FALSE(all_close(layer.forward(ctx, xs, AttentionMask{}), before, 1e-3, 0));
+  EXPECT_EQ(layer_mixer->calls, 1);
+  layer.feed_forward().set_mixer(nullptr);
+  EXPECT_TRUE(all_close(layer.forward(ctx, xs, AttentionMask{}), before, 0, 0));
+}
+
 // ---- Parameter names (checkpoint compatibility) ----
 
 TEST(LayerNamesTest, EncoderLayerRegistersTimmNames) {

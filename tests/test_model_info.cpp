@@ -102,6 +102,20 @@ TEST(ModelInfo, VitStemCountsWhatTheModelRegisters) {
   EXPECT_DOUBLE_EQ(with.macs_per_sequence - without.macs_per_sequence, 5.0 * 49 * 9 * 192);
   s.pos_convs = 7;  // more than the 6 blocks
   EXPECT_THROW(nn::model_size(s), UsageError);
+
+  // MLP convolutions (ffn_conv_blocks): 9·d_ff + d_ff parameters and 9·d_ff multiply-adds per
+  // patch each.
+  s.pos_convs = 5;
+  s.ffn_convs = 6;
+  c.ffn_conv_blocks = {0, 1, 2, 3, 4, 5};
+  const nn::ModelSize with_ffn = nn::model_size(s);
+  ParamStore ffn_conv_store;
+  vit::VisionTransformer ffn_conv_model(ffn_conv_store, c);
+  EXPECT_EQ(with_ffn.total_params, ffn_conv_store.numel());
+  EXPECT_EQ(with_ffn.total_params - with.total_params, 6 * 10 * c.d_ff);
+  EXPECT_DOUBLE_EQ(with_ffn.macs_per_sequence - with.macs_per_sequence, 6.0 * 49 * 9 * c.d_ff);
+  s.ffn_convs = 7;
+  EXPECT_THROW(nn::model_size(s), UsageError);
 }
 
 TEST(ModelInfo, EncoderBlockIsTwelveDSquaredPlusBiases) {

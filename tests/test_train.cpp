@@ -880,7 +880,8 @@ TEST_F(TrainCli, PresetRunsOnIdxFilesAndEvalTakesTheSameConfig) {
   EXPECT_TRUE(contains(r.out,
                        "model: vit 28x28x1, patch 4 (49 patches + class token), conv stem 48,96 "
                        "(3x3, strides 2,2, LayerNorm, GELU), positional 3x3 depthwise "
-                       "convolution after block(s) 0,1,2,3,4, d_model "))
+                       "convolution after block(s) 0,1,2,3,4, MLP 3x3 depthwise convolution in "
+                       "block(s) 0,1,2,3,4,5, d_model "))
       << r.out;
   EXPECT_TRUE(contains(r.out, "stopped at step 2")) << r.out;
   Result e = run({"eval", "--config", preset, "--model", "o/last.h5", "--data", "idx"}, "eval");

@@ -1160,6 +1160,50 @@ TEST_P(VitPosConvGradientTest, BackwardMatchesFiniteDifferences) {
 INSTANTIATE_TEST_SUITE_P(Pools, VitPosConvGradientTest, ::testing::Values("token", "avg"),
                          [](const auto& p) { return std::string(p.param); });
 
+// Init fills each named depthwise convolution parameter as PyTorch's Conv2d default does with
+// fan-in 9: uniform within ±1/3.
+void expect_depthwise_init(VisionTransformer& model, ParamStore& store,
+                           const std::vector<std::string>& names, uint64_t seed) {
+  store.finalize();
+  store.values().fill(42.f);
+  ops::Rng rng(seed);
+  model.init(rng);
+  for (const std::string& name : names) {
+    const Stats s = stats_of(store.get(name).value);
+    EXPECT_LE(s.max_abs, 1 / 3.0) << name;
+    EXPECT_GT(s.max_abs, 0.1) << name;
+  }
+}
+
+// A convolution (`prefix`.weight and .bias) of the model `with` changes the function: the model
+// differs from the same weights without it (gradient_config("avg")), and a zero kernel and bias
+// make it the identity; eval stays independent of the batch.
+void expect_zero_kernel_is_identity(const VitConfig& with, const std::string& prefix,
+                                    unsigned seed) {
+  ParamStore s1, s2;
+  VisionTransformer m1(s1, with), m2(s2, gradient_config("avg"));
+  s1.finalize(), s2.finalize();
+  std::mt19937 gen(seed);
+  randomize(s1, gen);
+  for (auto& p : s2.params()) std::copy_n(s1.get(p.name).value.f32(), p.numel(), p.value.f32());
+  Arena arena;
+  nn::Context eval{false, &arena, nullptr};
+  const Tensor images = random_tensor({3, 1, 4, 6}, gen);
+  const Tensor a = m1.forward(eval, images).clone(), b = m2.forward(eval, images).clone();
+  EXPECT_FALSE(all_close(a, b, 1e-3, 0));
+  s1.get(prefix + ".weight").value.zero();
+  s1.get(prefix + ".bias").value.zero();
+  s1.mark_changed();
+  EXPECT_TRUE(bitwise_equal(m1.forward(eval, images), b));
+
+  randomize(s1, gen);
+  const Tensor all = m1.forward(eval, images).clone();
+  Tensor one({1, 1, 4, 6});
+  std::copy_n(images.f32() + 24, 24, one.f32());
+  const Tensor single = m1.forward(eval, one);
+  for (int64_t j = 0; j < 3; ++j) EXPECT_NEAR(single.f32()[j], all.f32()[3 + j], 1e-5);
+}
+
 TEST(VitPosConvTest, NamesShapesDecayAndInit) {
   const VitConfig c = pos_conv_config("avg", {0, 1});
   ParamStore store;
@@ -1172,68 +1216,111 @@ TEST(VitPosConvTest, NamesShapesDecayAndInit) {
   EXPECT_EQ(store.get("pos_conv.1.bias").shape, (Shape{8}));
   EXPECT_TRUE(store.get("pos_conv.0.weight").decay);
   EXPECT_FALSE(store.get("pos_conv.0.bias").decay);
-  store.finalize();
-  store.values().fill(42.f);
-  ops::Rng rng(6);
-  model.init(rng);
-  for (const char* name : {"pos_conv.0.weight", "pos_conv.0.bias", "pos_conv.1.weight"}) {
-    const Stats s = stats_of(store.get(name).value);  // PyTorch's Conv2d default, fan-in 9
-    EXPECT_LE(s.max_abs, 1 / 3.0) << name;
-    EXPECT_GT(s.max_abs, 0.2) << name;
-  }
+  expect_depthwise_init(model, store, {"pos_conv.0.weight", "pos_conv.0.bias", "pos_conv.1.weight"},
+                        6);
 }
 
 // The convolution changes the function: a model with it differs from the same weights without,
 // and only through the patch tokens' neighbourhoods (a zero kernel and bias make it the identity).
 TEST(VitPosConvTest, ZeroKernelIsTheIdentityAndEvalIsBatchIndependent) {
-  const VitConfig with = pos_conv_config("avg", {0}), without = gradient_config("avg");
-  ParamStore s1, s2;
-  VisionTransformer m1(s1, with), m2(s2, without);
-  s1.finalize(), s2.finalize();
-  std::mt19937 gen(45);
-  randomize(s1, gen);
-  for (auto& p : s2.params()) std::copy_n(s1.get(p.name).value.f32(), p.numel(), p.value.f32());
-  Arena arena;
-  nn::Context eval{false, &arena, nullptr};
-  const Tensor images = random_tensor({3, 1, 4, 6}, gen);
-  const Tensor a = m1.forward(eval, images).clone(), b = m2.forward(eval, images).clone();
-  EXPECT_FALSE(all_close(a, b, 1e-3, 0));
-  s1.get("pos_conv.0.weight").value.zero();
-  s1.get("pos_conv.0.bias").value.zero();
-  s1.mark_changed();
-  EXPECT_TRUE(bitwise_equal(m1.forward(eval, images), b));
+  expect_zero_kernel_is_identity(pos_conv_config("avg", {0}), "pos_conv.0", 45);
+}
 
-  randomize(s1, gen);
-  const Tensor all = m1.forward(eval, images).clone();
-  Tensor one({1, 1, 4, 6});
-  std::copy_n(images.f32() + 24, 24, one.f32());
-  const Tensor single = m1.forward(eval, one);
-  for (int64_t j = 0; j < 3; ++j) EXPECT_NEAR(single.f32()[j], all.f32()[3 + j], 1e-5);
+// A block-list setting (pos_conv_blocks, ffn_conv_blocks: `key`, the VitConfig member `blocks`
+// and its parser) round-trips through the config map, reads as none from a checkpoint without
+// it, and every bad value (text, a block the model lacks, disorder, a repeat, patch dropout)
+// is an error naming the key. c has blocks 0 and 1 and the key set to {0, 1}.
+void expect_block_list_setting(VitConfig c, const std::string& key,
+                               std::vector<int64_t> VitConfig::*blocks,
+                               std::vector<int64_t> (*parse)(const std::string&)) {
+  auto map = vit::to_config_map(c);
+  EXPECT_EQ(map.at(key), "0,1");
+  EXPECT_EQ(vit::from_config_map(map, "ckpt.h5").*blocks, c.*blocks);
+  EXPECT_EQ(vit::to_config_map(gradient_config("avg")).at(key), "none");
+  auto old_checkpoint = map;  // written before the setting existed: none
+  old_checkpoint.erase(key);
+  EXPECT_TRUE((vit::from_config_map(old_checkpoint, "old.h5").*blocks).empty());
+  EXPECT_EQ(parse("0, 3"), (std::vector<int64_t>{0, 3}));
+  EXPECT_EQ(parse("1 ,0"), (std::vector<int64_t>{1, 0}));  // validate() checks the order
+  EXPECT_TRUE(parse("none").empty());
+  for (const char* bad : {"-1", "x", "0,,y", "1.5"}) EXPECT_THROW(parse(bad), UsageError) << bad;
+  expect_map_error(map, key, "2");  // the model has blocks 0 and 1
+  expect_map_error(map, key, "a");
+  for (std::vector<int64_t> bad : {std::vector<int64_t>{2}, {1, 0}, {0, 0}}) {
+    c.*blocks = bad;
+    expect_usage_error(c, key);
+  }
+  c.*blocks = {0};
+  c.patch_drop = 0.5f;  // the convolution needs the whole grid
+  expect_usage_error(c, key);
 }
 
 TEST(VitPosConvTest, ConfigurationRoundTripsAndBadBlocksNameTheOption) {
-  VitConfig c = pos_conv_config("avg", {0, 1});
-  auto map = vit::to_config_map(c);
-  EXPECT_EQ(map.at("pos_conv_blocks"), "0,1");
-  EXPECT_EQ(vit::from_config_map(map, "ckpt.h5").pos_conv_blocks, c.pos_conv_blocks);
-  EXPECT_EQ(vit::to_config_map(gradient_config("avg")).at("pos_conv_blocks"), "none");
-  auto old_checkpoint = map;  // written before the setting existed: none
-  old_checkpoint.erase("pos_conv_blocks");
-  EXPECT_TRUE(vit::from_config_map(old_checkpoint, "old.h5").pos_conv_blocks.empty());
-  EXPECT_EQ(vit::parse_pos_conv_blocks("0, 3"), (std::vector<int64_t>{0, 3}));
-  EXPECT_TRUE(vit::parse_pos_conv_blocks("none").empty());
-  for (const char* bad : {"-1", "x", "0,,y", "1.5"})
-    EXPECT_THROW(vit::parse_pos_conv_blocks(bad), UsageError) << bad;
-  expect_map_error(map, "pos_conv_blocks", "2");  // the model has blocks 0 and 1
-  expect_map_error(map, "pos_conv_blocks", "a");
+  expect_block_list_setting(pos_conv_config("avg", {0, 1}), "pos_conv_blocks",
+                            &VitConfig::pos_conv_blocks, vit::parse_pos_conv_blocks);
+}
 
-  for (std::vector<int64_t> bad : {std::vector<int64_t>{2}, {1, 0}, {0, 0}}) {
-    c.pos_conv_blocks = bad;
-    expect_usage_error(c, "pos_conv_blocks");
-  }
+// ---- The MLP convolution (vit.h: ffn_conv_blocks) ----
+
+VitConfig ffn_conv_config(const std::string& pool, std::vector<int64_t> blocks) {
+  VitConfig c = gradient_config(pool);
+  c.ffn_conv_blocks = std::move(blocks);
+  return c;
+}
+
+class VitFfnConvGradientTest : public ::testing::TestWithParam<const char*> {};  // pool
+
+// In block 0 only; in both blocks together with a positional convolution after block 0 and
+// dropout, drop-path and the diagonal mask (the masks part of a fixed function, as above). With
+// token pooling the last block's patch rows do not reach the logits, so its MLP convolution gets
+// no gradient, exactly.
+TEST_P(VitFfnConvGradientTest, BackwardMatchesFiniteDifferences) {
+  const std::string pool = GetParam();
+  expect_model_gradients(ffn_conv_config(pool, {0}), 46, GradientRun{});
+  VitConfig c = ffn_conv_config(pool, {0, 1});
   c.pos_conv_blocks = {0};
-  c.patch_drop = 0.5f;  // the convolution needs the whole grid
-  expect_usage_error(c, "pos_conv_blocks");
+  c.dropout = 0.2f;
+  c.drop_path = 0.5f;
+  c.diag_mask = true;
+  GradientRun run;
+  run.nonzero = pool == "avg";
+  expect_model_gradients(c, 47, run);
+}
+
+INSTANTIATE_TEST_SUITE_P(Pools, VitFfnConvGradientTest, ::testing::Values("token", "avg"),
+                         [](const auto& p) { return std::string(p.param); });
+
+TEST(VitFfnConvTest, NamesShapesDecayAndInit) {
+  const VitConfig c = ffn_conv_config("avg", {1});
+  ParamStore store;
+  VisionTransformer model(store, c);
+  const std::vector<std::string> names = names_of(store);
+  // Block 1's parameters, then the convolution, then the final norm.
+  const auto at = std::find(names.begin(), names.end(), "blocks.1.mlp.fc2.bias");
+  ASSERT_NE(at, names.end());
+  ASSERT_GE(names.end() - at, 3);
+  EXPECT_EQ(std::vector<std::string>(at + 1, at + 3),
+            (std::vector<std::string>{"blocks.1.mlp.dwconv.weight", "blocks.1.mlp.dwconv.bias"}));
+  EXPECT_EQ(std::count_if(names.begin(), names.end(),
+                          [](const std::string& n) { return n.find("dwconv") != n.npos; }),
+            2);
+  EXPECT_EQ(store.get("blocks.1.mlp.dwconv.weight").shape, (Shape{c.d_ff, 1, 3, 3}));
+  EXPECT_EQ(store.get("blocks.1.mlp.dwconv.bias").shape, (Shape{c.d_ff}));
+  EXPECT_TRUE(store.get("blocks.1.mlp.dwconv.weight").decay);
+  EXPECT_FALSE(store.get("blocks.1.mlp.dwconv.bias").decay);
+  expect_depthwise_init(model, store, {"blocks.1.mlp.dwconv.weight", "blocks.1.mlp.dwconv.bias"},
+                        7);
+}
+
+// A zero kernel and bias make the MLP convolution the identity; otherwise it changes the
+// function, and eval stays independent of the batch.
+TEST(VitFfnConvTest, ZeroKernelIsTheIdentityAndEvalIsBatchIndependent) {
+  expect_zero_kernel_is_identity(ffn_conv_config("avg", {0}), "blocks.0.mlp.dwconv", 48);
+}
+
+TEST(VitFfnConvTest, ConfigurationRoundTripsAndBadBlocksNameTheOption) {
+  expect_block_list_setting(ffn_conv_config("avg", {0, 1}), "ffn_conv_blocks",
+                            &VitConfig::ffn_conv_blocks, vit::parse_ffn_conv_blocks);
 }
 
 TEST(VitDiagMaskTest, ConfigurationRoundTripsAndOldCheckpointsHaveNoMask) {

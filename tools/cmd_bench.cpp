@@ -181,6 +181,11 @@ int run_bench(const po::variables_map& vm) {
       } catch (const UsageError& e) {
         throw UsageError(std::string("--pos-conv-blocks: ") + e.what());
       }
+      try {
+        vo.ffn_conv_blocks = vit::parse_ffn_conv_blocks(vm["ffn-conv-blocks"].as<std::string>());
+      } catch (const UsageError& e) {
+        throw UsageError(std::string("--ffn-conv-blocks: ") + e.what());
+      }
       bench::print_vit_step(std::cout, vo, bench::run_vit_step_bench(vo, &std::cerr));
     } else {
       bench::MtStepOptions mo;
@@ -265,8 +270,11 @@ void register_bench_commands(Registry& registry) {
         "vit-step: the stem stages' strides, 1 or 2 each (none: 2 for every stage)")(
         "pos-conv-blocks", po::value<std::string>()->default_value("none")->value_name("LIST"),
         "vit-step: positional convolutions after these blocks (configs/vit-fmnist.ini: "
-        "0,1,2,3,4)")("length", po::value<int>()->default_value(32)->value_name("N"),
-                      "mt-step: tokens of every source and target sentence")(
+        "0,1,2,3,4)")("ffn-conv-blocks",
+                      po::value<std::string>()->default_value("none")->value_name("LIST"),
+                      "vit-step: MLP convolutions in these blocks (vit/vit.h: ffn_conv_blocks)")(
+        "length", po::value<int>()->default_value(32)->value_name("N"),
+        "mt-step: tokens of every source and target sentence")(
         "no-breakdown", po::bool_switch(), "vit-step, mt-step: skip the profiled round")(
         "packed", po::bool_switch(),
         "ops: weights packed once into oneDNN's blocked layout, as in inference (f32 at every "

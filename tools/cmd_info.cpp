@@ -45,6 +45,8 @@ nn::ModelSpec spec_from(const po::variables_map& vm) {
     s.stem_strides = vit::parse_stem_strides(vm["model.stem_strides"].as<std::string>());
     s.pos_convs = static_cast<int>(
         vit::parse_pos_conv_blocks(vm["model.pos_conv_blocks"].as<std::string>()).size());
+    s.ffn_convs = static_cast<int>(
+        vit::parse_ffn_conv_blocks(vm["model.ffn_conv_blocks"].as<std::string>()).size());
   } catch (const UsageError& e) {
     throw UsageError(std::string("--model.") + e.what());
   }
@@ -119,6 +121,8 @@ void register_info_commands(Registry& registry) {
         "vit: the stem stages' strides, 1 or 2 each (none: 2 for every stage)")(
         "model.pos_conv_blocks", po::value<std::string>()->default_value("none"),
         "vit: blocks followed by a positional 3x3 depthwise convolution (e.g. 0,1,2)")(
+        "model.ffn_conv_blocks", po::value<std::string>()->default_value("none"),
+        "vit: blocks whose MLP convolves its hidden tokens (3x3 depthwise, e.g. 0,1,2)")(
         "model.num_classes", po::value<int64_t>()->default_value(1000), "vit: classes");
   };
   c.run = run_info;

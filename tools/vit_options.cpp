@@ -71,6 +71,9 @@ void add_vit_options(po::options_description& options, const vit::VitConfig& d,
       ("model.pos_conv_blocks", text(vit::pos_conv_blocks_text(d.pos_conv_blocks)),
        "blocks (from 0, comma-separated) followed by a positional convolution: a depthwise 3x3 "
        "convolution of the patch grid added to the tokens, as CPVT's PEG (none: no such)")  //
+      ("model.ffn_conv_blocks", text(vit::pos_conv_blocks_text(d.ffn_conv_blocks)),
+       "blocks (from 0, comma-separated) whose MLP adds a depthwise 3x3 convolution of its "
+       "hidden tokens' patch grid to them before GELU, as PVTv2 and CeiT (none: no such)")  //
       ("model.channels", integer(d.channels), "image channels: 1 (grey) or 3 (RGB)")        //
       ("model.num_classes", po::value<int64_t>(),
        "classes of the head (default: the number of classes in the data)")                   //
@@ -141,6 +144,7 @@ vit::VitConfig vit_config_from(const po::variables_map& vm, vit::VitConfig c, bo
   list("stem_channels", vit::parse_stem_channels, c.stem_channels);
   list("stem_strides", vit::parse_stem_strides, c.stem_strides);
   list("pos_conv_blocks", vit::parse_pos_conv_blocks, c.pos_conv_blocks);
+  list("ffn_conv_blocks", vit::parse_ffn_conv_blocks, c.ffn_conv_blocks);
   if (given(vm, "channels")) c.channels = get<int64_t>(vm, "channels");
   if (given(vm, "num_classes")) c.num_classes = get<int64_t>(vm, "num_classes");
   if (given(vm, "d_model")) c.d_model = get<int64_t>(vm, "d_model");

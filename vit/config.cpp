@@ -92,6 +92,11 @@ std::vector<int64_t> parse_pos_conv_blocks(const std::string& text) {
                           /*allow_zero=*/true);
 }
 
+std::vector<int64_t> parse_ffn_conv_blocks(const std::string& text) {
+  return parse_count_list(text, "ffn_conv_blocks", "block indices (from 0) separated by commas",
+                          /*allow_zero=*/true);
+}
+
 std::string pos_conv_blocks_text(const std::vector<int64_t>& blocks) {
   return count_list_text(blocks);
 }
@@ -154,19 +159,22 @@ void VitConfig::validate() const {
   need(attention_dropout >= 0 && attention_dropout < 1, "attention_dropout must be in [0, 1)");
   need(drop_path >= 0 && drop_path < 1, "drop_path must be in [0, 1)");
   need(patch_drop >= 0 && patch_drop < 1, "patch_drop must be in [0, 1)");
-  for (size_t i = 0; i < pos_conv_blocks.size(); ++i) {
-    const int64_t b = pos_conv_blocks[i];
-    need(b >= 0 && b < layers, "pos_conv_blocks: block " + std::to_string(b) +
-                                   " does not exist (the blocks are 0 to " +
-                                   std::to_string(layers - 1) + ")");
-    need(i == 0 || b > pos_conv_blocks[i - 1], "pos_conv_blocks '" +
-                                                   pos_conv_blocks_text(pos_conv_blocks) +
-                                                   "': give each block once, in increasing order");
-  }
-  need(pos_conv_blocks.empty() || patch_drop == 0,
-       "pos_conv_blocks: a positional convolution needs the whole patch grid, so patch_drop "
-       "must be 0 (it is " +
-           float_text(patch_drop) + ")");
+  auto check_blocks = [&](const char* key, const std::vector<int64_t>& blocks, const char* what) {
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      const int64_t b = blocks[i];
+      need(b >= 0 && b < layers, std::string(key) + ": block " + std::to_string(b) +
+                                     " does not exist (the blocks are 0 to " +
+                                     std::to_string(layers - 1) + ")");
+      need(i == 0 || b > blocks[i - 1], std::string(key) + " '" + pos_conv_blocks_text(blocks) +
+                                            "': give each block once, in increasing order");
+    }
+    need(blocks.empty() || patch_drop == 0,
+         std::string(key) + ": " + what +
+             " needs the whole patch grid, so patch_drop must be 0 (it is " +
+             float_text(patch_drop) + ")");
+  };
+  check_blocks("pos_conv_blocks", pos_conv_blocks, "a positional convolution");
+  check_blocks("ffn_conv_blocks", ffn_conv_blocks, "an MLP convolution");
   preprocess.validate(static_cast<int>(channels));
 }
 
@@ -198,6 +206,7 @@ std::map<std::string, std::string> to_config_map(const VitConfig& c) {
   m["stem_channels"] = stem_channels_text(c.stem_channels);  // "none" without a stem
   m["stem_strides"] = stem_strides_text(c);                  // one per stage, or "none"
   m["pos_conv_blocks"] = pos_conv_blocks_text(c.pos_conv_blocks);
+  m["ffn_conv_blocks"] = pos_conv_blocks_text(c.ffn_conv_blocks);
   m["diag_mask"] = c.diag_mask ? "true" : "false";
   return m;
 }
@@ -272,6 +281,8 @@ VitConfig from_config_map(const std::map<std::string, std::string>& map,
       c.stem_strides = list(key, value, parse_stem_strides);
     else if (key == "pos_conv_blocks")
       c.pos_conv_blocks = list(key, value, parse_pos_conv_blocks);
+    else if (key == "ffn_conv_blocks")
+      c.ffn_conv_blocks = list(key, value, parse_ffn_conv_blocks);
     else
       throw Error(source + ": unknown model setting '" + key + "'");
   }

@@ -515,6 +515,9 @@ void Run::log_setup() {
     << (c.pos_conv_blocks.empty() ? ""
                                   : ", positional 3x3 depthwise convolution after block(s) " +
                                         pos_conv_blocks_text(c.pos_conv_blocks))
+    << (c.ffn_conv_blocks.empty() ? ""
+                                  : ", MLP 3x3 depthwise convolution in block(s) " +
+                                        pos_conv_blocks_text(c.ffn_conv_blocks))
     << (c.diag_mask ? ", diagonal attention mask" : "") << ", d_model " << c.d_model << ", "
     << c.layers << " layers, " << c.heads << " heads, d_ff " << c.d_ff << ", pool " << c.pool
     << ", dropout " << format_general(c.dropout) << ", drop_path " << format_general(c.drop_path)

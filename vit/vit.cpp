@@ -13,6 +13,8 @@
 //   h       = blocks(x)                                  [B, T', d]  (T' = T without it)
 //             with, after each block i of pos_conv_blocks (no patch dropout then),
 //             x ← pos_conv_i(x) = x + dwconv3x3_i(patch grid of x)   [B, T, d]
+//             and, in the MLP of each block i of ffn_conv_blocks,
+//             mlp(x) = fc2(gelu(h + dwconv3x3(patch grid of h))), h = fc1(x)   [B, T, d_ff]
 //   pooled  = norm(h[:, 0])          (pool "token")      [B, d]
 //           = fc_norm(mean_n h[:, 1 + n])  (pool "avg", n < T' − 1)  [B, d]
 //   logits  = pooled · Wheadᵀ + b                        [B, classes]
@@ -29,6 +31,40 @@
 #include "vit/vit.h"
 
 namespace vitk::vit {
+namespace {
+
+// The MLP convolution of one block (vit.h): its hidden tokens h [B, 1 + H·W, d_ff] get the
+// depthwise 3×3 convolution of their patch grid added, the positional convolution's op with
+// d_ff channels.
+class FfnConv : public nn::HiddenMixer {
+ public:
+  FfnConv(Parameter& weight, Parameter& bias, int64_t grid_height, int64_t grid_width)
+      : weight_(weight), bias_(bias), gh_(grid_height), gw_(grid_width) {}
+
+  Tensor forward(nn::Context& ctx, const Tensor& h) override {
+    Tensor out = ctx.alloc_uninit(h.shape());
+    pos_conv_forward(h, gh_, gw_, weight_.value, bias_.value, out);
+    input_ = ctx.training ? h : Tensor();
+    return out;
+  }
+
+  Tensor backward(nn::Context& ctx, const Tensor& dout) override {
+    if (input_.empty()) throw Error(weight_.name + ": backward without a training forward");
+    Tensor dh = ctx.alloc_uninit(dout.shape());
+    pos_conv_backward(input_, dout, gh_, gw_, weight_.value, dh, weight_.grad, bias_.grad);
+    return dh;
+  }
+
+  bool owns(const Parameter* p) const { return p == &weight_ || p == &bias_; }
+
+ private:
+  Parameter& weight_;
+  Parameter& bias_;
+  int64_t gh_, gw_;
+  Tensor input_;  // h, kept by a training forward
+};
+
+}  // namespace
 
 struct VisionTransformer::Impl {
   Impl(ParamStore& params, const VitConfig& c);
@@ -56,7 +92,8 @@ struct VisionTransformer::Impl {
     Parameter* bias = nullptr;    // [d]
     Tensor input;                 // kept by a training forward
   };
-  std::vector<PosConv> pos_convs;  // in block order
+  std::vector<PosConv> pos_convs;                   // in block order
+  std::vector<std::shared_ptr<FfnConv>> ffn_convs;  // in block order, each set in its block's MLP
   nn::Dropout pos_drop;
   std::vector<nn::EncoderLayer> blocks;
   std::optional<nn::LayerNorm> norm;     // pool "token"
@@ -103,8 +140,16 @@ VisionTransformer::Impl::Impl(ParamStore& params, const VitConfig& c)
     pos_convs.push_back(pc);
   }
   blocks.reserve(static_cast<size_t>(c.layers));
-  for (int i = 0; i < c.layers; ++i)
-    blocks.emplace_back(params, "blocks." + std::to_string(i), c.layer_config(i));
+  for (int i = 0; i < c.layers; ++i) {
+    const std::string prefix = "blocks." + std::to_string(i);
+    blocks.emplace_back(params, prefix, c.layer_config(i));
+    if (std::find(c.ffn_conv_blocks.begin(), c.ffn_conv_blocks.end(), i) == c.ffn_conv_blocks.end())
+      continue;
+    Parameter& weight = params.add(prefix + ".mlp.dwconv.weight", {c.d_ff, 1, 3, 3});
+    Parameter& bias = params.add(prefix + ".mlp.dwconv.bias", {c.d_ff}, /*decay=*/false);
+    ffn_convs.push_back(std::make_shared<FfnConv>(weight, bias, c.grid_height(), c.grid_width()));
+    blocks.back().feed_forward().set_mixer(ffn_convs.back());
+  }
   if (c.pool == "token")
     norm.emplace(params, "norm", d, c.norm_eps);
   else
@@ -128,7 +173,7 @@ void VisionTransformer::init(ops::Rng& rng) {
   if (!m.store.finalized()) throw Error("vit: init() needs ParamStore::finalize() first");
   const VitConfig& c = config_;
   // PyTorch's Conv2d default (kaiming_uniform with a = √5): uniform ±1/√fan_in, bias likewise
-  // (the stem, the patch projection and the positional convolutions: fan_in 9, one channel).
+  // (the stem, the patch projection, the positional and MLP convolutions: fan_in 9, one channel).
   auto uniform = [&](Tensor& t, int64_t fan_in) {
     const float bound = 1.f / std::sqrt(static_cast<float>(fan_in));
     float* v = t.f32();
@@ -139,9 +184,11 @@ void VisionTransformer::init(ops::Rng& rng) {
       if (p == s.weight || p == s.bias) return &s;
     return nullptr;
   };
-  auto pos_conv = [&](const Parameter* p) {
+  auto depthwise = [&](const Parameter* p) {  // the positional and MLP convolutions
     for (const auto& pc : m.pos_convs)
       if (p == pc.weight || p == pc.bias) return true;
+    for (const auto& fc : m.ffn_convs)
+      if (fc->owns(p)) return true;
     return false;
   };
   for (size_t i = m.first_param; i < m.end_param; ++i) {
@@ -154,7 +201,7 @@ void VisionTransformer::init(ops::Rng& rng) {
       uniform(p.value, c.proj_channels() * c.proj_kernel() * c.proj_kernel());
     } else if (const Impl::StemStage* s = stem_stage(&p)) {
       uniform(p.value, s->in_channels * 9);  // the stem's convolutions, as PyTorch's Conv2d
-    } else if (pos_conv(&p)) {
+    } else if (depthwise(&p)) {
       uniform(p.value, 9);  // depthwise: one input channel per output channel
     } else if (&p == m.pos_embed || (weight && p.shape.size() == 2)) {
       nn::init_trunc_normal(p.value, 0.02f, rng);  // pos_embed and every Linear weight

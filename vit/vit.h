@@ -30,6 +30,13 @@
 //   blocks.<i>.norm1 / attn.qkv / attn.proj / norm2 / mlp.fc1 / mlp.fc2
 //   norm (pool = "token")  or  fc_norm (pool = "avg", applied after pooling)
 //   head.weight [classes, d]   head.bias [classes]
+// Optionally (ffn_conv_blocks = i,j,...; not a timm option) block i's MLP convolves its hidden
+// tokens, as PVTv2's and CeiT's (LeFF) feed-forward blocks do: fc1's output h, its patch rows
+// seen as the Hp×Wp grid, becomes h + dwconv3x3(h) (padding 1, with bias; the class token's row
+// passes unchanged) before GELU and fc2, so every block sees each patch's neighbourhood inside
+// its MLP as well. Also needs every patch (patch_drop 0). Parameters (registered
+// after block i's mlp.fc2):
+//   blocks.<i>.mlp.dwconv.weight [d_ff, 1, 3, 3]   blocks.<i>.mlp.dwconv.bias [d_ff]
 // Optionally (diag_mask = true; not a timm option) no token attends to itself: VitConfig.
 #include <cstdint>
 #include <map>
@@ -64,6 +71,8 @@ struct VitConfig {
   float patch_drop = 0.f;
   // The blocks (0-based, increasing) followed by a positional convolution (above); empty: none.
   std::vector<int64_t> pos_conv_blocks;
+  // The blocks (0-based, increasing) whose MLP convolves its hidden tokens (above); empty: none.
+  std::vector<int64_t> ffn_conv_blocks;
   // Every token's attention skips the token itself (LSA's diagonal masking, Lee et al., 2021;
   // not a timm option): scores softmax(q_i·k_j/√dh) over j ≠ i. No parameters.
   bool diag_mask = false;
@@ -97,8 +106,9 @@ struct VitConfig {
 // keys "type" (= "vit"), "image_size" ("224" or "224x160", height x width), "patch_size",
 // "channels", "num_classes", "d_model", "heads", "d_ff", "layers", "norm_eps", "pool", "dropout",
 // "attention_dropout", "drop_path", "patch_drop", "stem_channels", "stem_strides",
-// "pos_conv_blocks" (comma-separated, or "none"; a checkpoint without "stem_strides" has stride-2
-// stages, one without "pos_conv_blocks" no positional convolution), "resize", "crop_fraction",
+// "pos_conv_blocks", "ffn_conv_blocks" (comma-separated, or "none"; a checkpoint without
+// "stem_strides" has stride-2 stages, one without "pos_conv_blocks" or "ffn_conv_blocks" no such
+// convolution), "diag_mask" ("true" | "false"), "resize", "crop_fraction",
 // "interpolation", "mean", "std" (comma-separated), "pos_embed_align_corners"
 // ("true" | "false"). Floats are written so that they read back exactly.
 std::map<std::string, std::string> to_config_map(const VitConfig& config);
@@ -116,6 +126,8 @@ std::string stem_strides_text(const VitConfig& config);  // every stage's stride
 // "0,2" -> {0, 2}; "" or "none" -> {}; block indices (0 and up), vitk::UsageError otherwise.
 // VitConfig::validate() checks them against the depth.
 std::vector<int64_t> parse_pos_conv_blocks(const std::string& text);
+std::vector<int64_t> parse_ffn_conv_blocks(
+    const std::string& text);  // the same for ffn_conv_blocks
 std::string pos_conv_blocks_text(const std::vector<int64_t>& blocks);  // "0,2"; "none"
 // "224" -> {224, 224}; "224x160" -> {224, 160}. vitk::UsageError otherwise.
 std::pair<int64_t, int64_t> parse_image_size(const std::string& text);
@@ -174,7 +186,8 @@ void extract_windows(const Tensor& input, bool channels_last, int64_t kernel, in
 void fold_windows(const Tensor& cols, bool channels_last, int64_t kernel, int64_t stride,
                   int64_t pad, Tensor& input);
 
-// The positional convolution (above) of tokens x [B, 1 + H·W, d], rows 1.. being an H×W grid in
+// The positional convolution (above; also the MLP's, with d = d_ff) of tokens x [B, 1 + H·W, d],
+// rows 1.. being an H×W grid in
 // row-major order: out = x, plus, on each patch row (i, j) and channel c,
 //   bias[c] + Σ_{u,v < 3} weight[c, 0, u, v] · x[(i + u − 1, j + v − 1), c]   (0 outside the grid).
 // out must not alias x. vitk::Error naming the shapes when they do not fit.

@@ -25,6 +25,7 @@ vit::VitConfig recipe(const VitStepOptions& o) {
   c.stem_channels = o.stem_channels;
   c.stem_strides = o.stem_strides;
   c.pos_conv_blocks = o.pos_conv_blocks;
+  c.ffn_conv_blocks = o.ffn_conv_blocks;
   c.preprocess.mean = {0.2860f};
   c.preprocess.std = {0.3530f};
   return c;
@@ -94,6 +95,8 @@ void print_vit_step(std::ostream& out, const VitStepOptions& o, const StepResult
   if (!c.pos_conv_blocks.empty())
     what +=
         ", positional convolutions after blocks " + vit::pos_conv_blocks_text(c.pos_conv_blocks);
+  if (!c.ffn_conv_blocks.empty())
+    what += ", MLP convolutions in blocks " + vit::pos_conv_blocks_text(c.ffn_conv_blocks);
   if (c.patch_drop > 0)
     what += ", patch_drop " + format_general(c.patch_drop) + " (keeps " +
             std::to_string(c.kept_patches()) + " of " + std::to_string(c.patches()) + " patches)";

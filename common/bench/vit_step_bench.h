@@ -19,6 +19,7 @@ struct VitStepOptions {
   std::vector<int64_t> stem_channels;              // a convolutional stem (vit/vit.h); none
   std::vector<int64_t> stem_strides;               // its strides (empty: 2 for each stage)
   std::vector<int64_t> pos_conv_blocks;            // positional convolutions (vit/vit.h)
+  std::vector<int64_t> ffn_conv_blocks;            // MLP convolutions (vit/vit.h)
 };
 
 StepResult run_vit_step_bench(const VitStepOptions& options, std::ostream* log = nullptr);

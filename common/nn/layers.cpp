@@ -23,7 +23,8 @@ FeedForward::FeedForward(ParamStore& params, const std::string& name, int64_t d_
       dropout_(dropout) {}
 
 Tensor FeedForward::forward(Context& ctx, const Tensor& x) {
-  Tensor h = fc1_.forward(ctx, x);  // [.., d_ff], pre-activation
+  Tensor h = fc1_.forward(ctx, x);          // [.., d_ff]
+  if (mixer_) h = mixer_->forward(ctx, h);  // pre-activation
   if (ctx.training) {
     h_ = h;  // backward needs f'(h)
     Tensor a = ctx.alloc_uninit(h.shape());
@@ -42,6 +43,7 @@ Tensor FeedForward::backward(Context& ctx, const Tensor& dy) {
   // place.
   Tensor da = dropout_.backward(ctx, fc2_.backward(ctx, dy));  // [.., d_ff]
   ops::activation_backward(activation_, h_, da, da);
+  if (mixer_) da = mixer_->backward(ctx, da);
   return fc1_.backward(ctx, da);  // [.., d]
 }
 
@@ -224,6 +226,10 @@ Tensor EncoderLayer::backward(Context& ctx, const Tensor& dy) {
 
 MultiHeadAttention& EncoderLayer::attention() {
   return impl_->attn;
+}
+
+FeedForward& EncoderLayer::feed_forward() {
+  return impl_->mlp;
 }
 
 // ---- DecoderLayer ----

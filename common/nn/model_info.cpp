@@ -51,6 +51,9 @@ void check(const ModelSpec& s) {
   if (s.type == "vit" && (s.pos_convs < 0 || s.pos_convs > s.encoder_layers))
     throw UsageError("model: " + std::to_string(s.pos_convs) + " positional convolutions for " +
                      std::to_string(s.encoder_layers) + " blocks (at most one after each)");
+  if (s.type == "vit" && (s.ffn_convs < 0 || s.ffn_convs > s.encoder_layers))
+    throw UsageError("model: " + std::to_string(s.ffn_convs) + " MLP convolutions for " +
+                     std::to_string(s.encoder_layers) + " blocks (at most one in each)");
   if (s.type == "vit" && (s.patch_size <= 0 || s.image_size % s.patch_size))
     throw UsageError("model: patch_size " + std::to_string(s.patch_size) +
                      " must divide image_size " + std::to_string(s.image_size));
@@ -104,6 +107,9 @@ ModelSize model_size(const ModelSpec& spec) {
   if (spec.type == "vit" && spec.pos_convs > 0)
     add("positional convolution", spec.pos_convs, 9 * d + d, 9 * d, tokens - 1, 0,
         "depthwise 3·3·d per patch");
+  if (spec.type == "vit" && spec.ffn_convs > 0)
+    add("MLP convolution", spec.ffn_convs, 9 * spec.layer.d_ff + spec.layer.d_ff,
+        9 * spec.layer.d_ff, tokens - 1, 0, "depthwise 3·3·d_ff per patch");
   if (spec.type == "transformer" && spec.decoder_layers > 0) {
     DecoderLayer dec(store, "dec", spec.layer);
     const int64_t dec_params = count_params(store, "dec.");

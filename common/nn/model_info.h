@@ -25,6 +25,7 @@ struct ModelSpec {
   std::vector<int64_t> stem_channels;  // vit: the convolutional stem's stages (vit/vit.h)
   std::vector<int64_t> stem_strides;   // vit: their strides, 1 or 2 (empty: all 2)
   int pos_convs = 0;                   // vit: positional convolutions (pos_conv_blocks)
+  int ffn_convs = 0;                   // vit: blocks whose MLP convolves (ffn_conv_blocks)
 };
 
 struct BlockSize {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/ops/ops.h"
@@ -196,18 +197,33 @@ struct LayerConfig {
   int64_t additive_dim = 0;
 };
 
-// fc1 [d_ff, d] -> activation -> dropout -> fc2 [d, d_ff]  ("mlp.fc1", "mlp.fc2")
+// A transform of the feed-forward block's hidden tokens h [B, T, d_ff] -> [B, T, d_ff], run
+// between fc1 and the activation: a model's hook for mixing neighbouring tokens there (the ViT's
+// depthwise convolution over the patch grid, as PVTv2's and CeiT's feed-forward blocks). forward
+// keeps what backward needs when ctx.training; backward returns d(h) from d(out) as a fresh
+// tensor and adds its own parameters' gradients.
+class HiddenMixer {
+ public:
+  virtual ~HiddenMixer() = default;
+  virtual Tensor forward(Context& ctx, const Tensor& h) = 0;
+  virtual Tensor backward(Context& ctx, const Tensor& dout) = 0;
+};
+
+// fc1 [d_ff, d] -> (mixer) -> activation -> dropout -> fc2 [d, d_ff]  ("mlp.fc1", "mlp.fc2")
 class FeedForward {
  public:
   FeedForward(ParamStore& params, const std::string& name, int64_t d_model, int64_t d_ff,
               ops::Activation activation, float dropout);
   Tensor forward(Context& ctx, const Tensor& x);
   Tensor backward(Context& ctx, const Tensor& dy);
+  // Runs mixer on fc1's output from the next forward on (nullptr: none, the default).
+  void set_mixer(std::shared_ptr<HiddenMixer> mixer) { mixer_ = std::move(mixer); }
 
  private:
   Linear fc1_, fc2_;
   ops::Activation activation_;
   Dropout dropout_;
+  std::shared_ptr<HiddenMixer> mixer_;
   Tensor h_;  // pre-activation [.., d_ff]
 };
 
@@ -218,6 +234,7 @@ class EncoderLayer {
   Tensor forward(Context& ctx, const Tensor& x, const AttentionMask& mask);  // [B, T, d]
   Tensor backward(Context& ctx, const Tensor& dy);
   MultiHeadAttention& attention();
+  FeedForward& feed_forward();
 
  private:
   struct Impl;

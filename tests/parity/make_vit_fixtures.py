@@ -23,7 +23,10 @@ The cases with "pos_conv_blocks" add vitk's positional convolution (CPVT's PEG; 
 those blocks: the patch tokens as their grid, plus a depthwise 3x3 Conv2d (padding 1, with bias)
 of themselves, under pos_conv.<block>; the class token passes unchanged. The cases with
 "diag_mask" hide every token's own key from its query (LSA's diagonal masking: the score is set
-to -inf before the softmax), in every block.
+to -inf before the softmax), in every block. The cases with "ffn_conv_blocks" give those blocks'
+MLPs vitk's MLP convolution (vit/vit.h): fc1's output, its patch rows as their grid, plus a
+depthwise 3x3 Conv2d (padding 1, with bias) of itself, under mlp.dwconv, before GELU; the class
+token's row passes unchanged.
 
 Each case draws random parameters and images from a fixed seed, computes the logits, the mean
 cross-entropy against random targets and its gradients w.r.t. the images and every parameter.
@@ -35,7 +38,7 @@ One HDF5 file per case holds:
   attributes           the configuration (image_height, image_width, patch_size, channels,
                        num_classes, d_model, heads, d_ff, layers, pool, norm_eps and, with a
                        stem, stem_channels as "c1,c2" and maybe stem_strides as "1,2";
-                       pos_conv_blocks as "0,1"; diag_mask as 1),
+                       pos_conv_blocks and ffn_conv_blocks as "0,1"; diag_mask as 1),
                        batch, seed,
                        torch_version, torch_float32_{max_abs,error}_{logits,dimages,dparams}
   param/<timm name>    the parameters (vitk registers the same names)
@@ -122,23 +125,32 @@ class Attention(nn.Module):
 
 
 class Mlp(nn.Module):
-    def __init__(self, dim, hidden):
+    def __init__(self, dim, hidden, grid=None):
         super().__init__()
         self.fc1 = nn.Linear(dim, hidden)
+        self.grid = grid  # with a grid: the MLP convolution on the hidden patch rows
+        if grid:
+            self.dwconv = nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden)
         self.act = nn.GELU()
         self.fc2 = nn.Linear(hidden, dim)
 
     def forward(self, x):
-        return self.fc2(self.act(self.fc1(x)))
+        h = self.fc1(x)
+        if self.grid:
+            b, n, c = h.shape
+            grid = h[:, 1:].transpose(1, 2).reshape(b, c, *self.grid)
+            grid = grid + self.dwconv(grid)
+            h = torch.cat((h[:, :1], grid.flatten(2).transpose(1, 2)), dim=1)
+        return self.fc2(self.act(h))
 
 
 class Block(nn.Module):
-    def __init__(self, dim, heads, hidden, diag_mask=False):
+    def __init__(self, dim, heads, hidden, diag_mask=False, grid=None):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=EPS)
         self.attn = Attention(dim, heads, diag_mask)
         self.norm2 = nn.LayerNorm(dim, eps=EPS)
-        self.mlp = Mlp(dim, hidden)
+        self.mlp = Mlp(dim, hidden, grid)
 
     def forward(self, x):
         x = x + self.attn(self.norm1(x))
@@ -159,8 +171,10 @@ class VisionTransformer(nn.Module):
         self.grid = (cfg["image_height"] // cfg["patch_size"], cfg["image_width"] // cfg["patch_size"])
         blocks = cfg["pos_conv_blocks"].split(",") if "pos_conv_blocks" in cfg else []
         self.pos_conv = nn.ModuleDict({b: nn.Conv2d(d, d, 3, padding=1, groups=d) for b in blocks})
-        self.blocks = nn.Sequential(*[Block(d, cfg["heads"], cfg["d_ff"], bool(cfg.get("diag_mask")))
-                                      for _ in range(cfg["layers"])])
+        ffn_conv = cfg["ffn_conv_blocks"].split(",") if "ffn_conv_blocks" in cfg else []
+        self.blocks = nn.Sequential(*[Block(d, cfg["heads"], cfg["d_ff"], bool(cfg.get("diag_mask")),
+                                            self.grid if str(i) in ffn_conv else None)
+                                      for i in range(cfg["layers"])])
         # timm: fc_norm replaces norm when pooling by average.
         self.norm = nn.LayerNorm(d, eps=EPS) if self.pool == "token" else nn.Identity()
         self.fc_norm = nn.LayerNorm(d, eps=EPS) if self.pool == "avg" else nn.Identity()
@@ -274,7 +288,7 @@ def write_case(out, name, seed, cfg, batch):
 
 
 def config(pool, channels, height, width, patch, layers, classes, stem=None, strides=None,
-           patch_drop=None, pos_conv=None, diag_mask=False):
+           patch_drop=None, pos_conv=None, diag_mask=False, ffn_conv=None):
     cfg = {"image_height": height, "image_width": width, "patch_size": patch,
            "channels": channels, "num_classes": classes, "d_model": 16, "heads": 4, "d_ff": 32,
            "layers": layers, "pool": pool}
@@ -288,6 +302,8 @@ def config(pool, channels, height, width, patch, layers, classes, stem=None, str
         cfg["pos_conv_blocks"] = pos_conv
     if diag_mask:
         cfg["diag_mask"] = 1
+    if ffn_conv:
+        cfg["ffn_conv_blocks"] = ffn_conv
     return cfg
 
 
@@ -325,6 +341,13 @@ def main():
                config("avg", 1, 12, 8, 2, 2, 4, diag_mask=True), 3)
     write_case(args.out, "12_diag_mask_patch_drop_token_rgb.h5", 212,
                config("token", 3, 8, 12, 4, 1, 3, stem="6", patch_drop=0.5, diag_mask=True), 2)
+    # MLP convolutions in both blocks (a 6x4 grid) and, behind a stem, in block 0 of two with a
+    # positional convolution after it and the diagonal mask.
+    write_case(args.out, "13_ffn_conv_avg_gray.h5", 213,
+               config("avg", 1, 12, 8, 2, 2, 4, ffn_conv="0,1"), 3)
+    write_case(args.out, "14_ffn_conv_pos_conv_stem_token_rgb.h5", 214,
+               config("token", 3, 8, 12, 4, 2, 3, stem="6", pos_conv="0", diag_mask=True,
+                      ffn_conv="0"), 2)
 
 
 if __name__ == "__main__":
