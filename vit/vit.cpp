@@ -33,26 +33,31 @@
 namespace vitk::vit {
 namespace {
 
-// The MLP convolution of one block (vit.h): its hidden tokens h [B, 1 + H·W, d_ff] get the
-// depthwise 3×3 convolution of their patch grid added, the positional convolution's op with
-// d_ff channels.
-class FfnConv : public nn::HiddenMixer {
+// A depthwise 3×3 convolution of a token sequence's patch grid, added to it (pos_conv_forward):
+// tokens x [B, 1 + H·W, c] -> [B, 1 + H·W, c]. The positional convolutions (c = d, between
+// blocks) and the MLP convolutions (c = d_ff, a block's MLP hook) are both this layer.
+// Registers `prefix`.weight [c, 1, 3, 3] and `prefix`.bias [c] (no weight decay).
+class GridConv : public nn::HiddenMixer {
  public:
-  FfnConv(Parameter& weight, Parameter& bias, int64_t grid_height, int64_t grid_width)
-      : weight_(weight), bias_(bias), gh_(grid_height), gw_(grid_width) {}
+  GridConv(ParamStore& params, const std::string& prefix, int64_t channels, int64_t grid_height,
+           int64_t grid_width)
+      : weight_(params.add(prefix + ".weight", {channels, 1, 3, 3})),
+        bias_(params.add(prefix + ".bias", {channels}, /*decay=*/false)),
+        gh_(grid_height),
+        gw_(grid_width) {}
 
-  Tensor forward(nn::Context& ctx, const Tensor& h) override {
-    Tensor out = ctx.alloc_uninit(h.shape());
-    pos_conv_forward(h, gh_, gw_, weight_.value, bias_.value, out);
-    input_ = ctx.training ? h : Tensor();
+  Tensor forward(nn::Context& ctx, const Tensor& x) override {
+    Tensor out = ctx.alloc_uninit(x.shape());
+    pos_conv_forward(x, gh_, gw_, weight_.value, bias_.value, out);
+    input_ = ctx.training ? x : Tensor();
     return out;
   }
 
   Tensor backward(nn::Context& ctx, const Tensor& dout) override {
     if (input_.empty()) throw Error(weight_.name + ": backward without a training forward");
-    Tensor dh = ctx.alloc_uninit(dout.shape());
-    pos_conv_backward(input_, dout, gh_, gw_, weight_.value, dh, weight_.grad, bias_.grad);
-    return dh;
+    Tensor dx = ctx.alloc_uninit(dout.shape());
+    pos_conv_backward(input_, dout, gh_, gw_, weight_.value, dx, weight_.grad, bias_.grad);
+    return dx;
   }
 
   bool owns(const Parameter* p) const { return p == &weight_ || p == &bias_; }
@@ -61,7 +66,7 @@ class FfnConv : public nn::HiddenMixer {
   Parameter& weight_;
   Parameter& bias_;
   int64_t gh_, gw_;
-  Tensor input_;  // h, kept by a training forward
+  Tensor input_;  // x, kept by a training forward
 };
 
 }  // namespace
@@ -88,12 +93,10 @@ struct VisionTransformer::Impl {
   std::vector<StemStage> stem;
   struct PosConv {
     int64_t after_block = 0;
-    Parameter* weight = nullptr;  // [d, 1, 3, 3]
-    Parameter* bias = nullptr;    // [d]
-    Tensor input;                 // kept by a training forward
+    std::shared_ptr<GridConv> conv;  // d channels
   };
-  std::vector<PosConv> pos_convs;                   // in block order
-  std::vector<std::shared_ptr<FfnConv>> ffn_convs;  // in block order, each set in its block's MLP
+  std::vector<PosConv> pos_convs;                    // in block order
+  std::vector<std::shared_ptr<GridConv>> ffn_convs;  // in block order, each set in its block's MLP
   nn::Dropout pos_drop;
   std::vector<nn::EncoderLayer> blocks;
   std::optional<nn::LayerNorm> norm;     // pool "token"
@@ -132,12 +135,8 @@ VisionTransformer::Impl::Impl(ParamStore& params, const VitConfig& c)
                             {d, c.proj_channels(), c.proj_kernel(), c.proj_kernel()});
   proj_bias = &params.add("patch_embed.proj.bias", {d}, /*decay=*/false);
   for (int64_t b : c.pos_conv_blocks) {  // after the patch embedding, as CPVT registers its PEG
-    const std::string prefix = "pos_conv." + std::to_string(b);
-    PosConv pc;
-    pc.after_block = b;
-    pc.weight = &params.add(prefix + ".weight", {d, 1, 3, 3});
-    pc.bias = &params.add(prefix + ".bias", {d}, /*decay=*/false);
-    pos_convs.push_back(pc);
+    pos_convs.push_back({b, std::make_shared<GridConv>(params, "pos_conv." + std::to_string(b), d,
+                                                       c.grid_height(), c.grid_width())});
   }
   blocks.reserve(static_cast<size_t>(c.layers));
   for (int i = 0; i < c.layers; ++i) {
@@ -145,9 +144,8 @@ VisionTransformer::Impl::Impl(ParamStore& params, const VitConfig& c)
     blocks.emplace_back(params, prefix, c.layer_config(i));
     if (std::find(c.ffn_conv_blocks.begin(), c.ffn_conv_blocks.end(), i) == c.ffn_conv_blocks.end())
       continue;
-    Parameter& weight = params.add(prefix + ".mlp.dwconv.weight", {c.d_ff, 1, 3, 3});
-    Parameter& bias = params.add(prefix + ".mlp.dwconv.bias", {c.d_ff}, /*decay=*/false);
-    ffn_convs.push_back(std::make_shared<FfnConv>(weight, bias, c.grid_height(), c.grid_width()));
+    ffn_convs.push_back(std::make_shared<GridConv>(params, prefix + ".mlp.dwconv", c.d_ff,
+                                                   c.grid_height(), c.grid_width()));
     blocks.back().feed_forward().set_mixer(ffn_convs.back());
   }
   if (c.pool == "token")
@@ -186,7 +184,7 @@ void VisionTransformer::init(ops::Rng& rng) {
   };
   auto depthwise = [&](const Parameter* p) {  // the positional and MLP convolutions
     for (const auto& pc : m.pos_convs)
-      if (p == pc.weight || p == pc.bias) return true;
+      if (pc.conv->owns(p)) return true;
     for (const auto& fc : m.ffn_convs)
       if (fc->owns(p)) return true;
     return false;
@@ -444,10 +442,7 @@ Tensor VisionTransformer::forward(nn::Context& ctx, const Tensor& images) {
   for (size_t i = 0; i < m.blocks.size(); ++i) {
     x = m.blocks[i].forward(ctx, x, mask);  // [B, T', d]
     if (pc != m.pos_convs.end() && pc->after_block == static_cast<int64_t>(i)) {
-      Tensor y = ctx.alloc_uninit(x.shape());
-      pos_conv_forward(x, c.grid_height(), c.grid_width(), pc->weight->value, pc->bias->value, y);
-      pc->input = ctx.training ? x : Tensor();
-      x = y;
+      x = pc->conv->forward(ctx, x);
       ++pc;
     }
   }
@@ -485,10 +480,7 @@ void VisionTransformer::backward(nn::Context& ctx, const Tensor& dlogits, Tensor
   auto pc = m.pos_convs.rbegin();
   for (size_t i = m.blocks.size(); i-- > 0;) {
     if (pc != m.pos_convs.rend() && pc->after_block == static_cast<int64_t>(i)) {
-      Tensor dy = ctx.alloc_uninit(dx.shape());
-      pos_conv_backward(pc->input, dx, c.grid_height(), c.grid_width(), pc->weight->value, dy,
-                        pc->weight->grad, pc->bias->grad);
-      dx = dy;
+      dx = pc->conv->backward(ctx, dx);
       ++pc;
     }
     dx = m.blocks[i].backward(ctx, dx);
