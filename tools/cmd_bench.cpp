@@ -166,26 +166,18 @@ int run_bench(const po::variables_map& vm) {
       vo.precision = precision;
       vo.drop_path = vm["drop-path"].as<float>();
       vo.patch_drop = vm["patch-drop"].as<float>();
-      try {
-        vo.stem_channels = vit::parse_stem_channels(vm["stem-channels"].as<std::string>());
-      } catch (const UsageError& e) {
-        throw UsageError(std::string("--stem-channels: ") + e.what());
-      }
-      try {
-        vo.stem_strides = vit::parse_stem_strides(vm["stem-strides"].as<std::string>());
-      } catch (const UsageError& e) {
-        throw UsageError(std::string("--stem-strides: ") + e.what());
-      }
-      try {
-        vo.pos_conv_blocks = vit::parse_pos_conv_blocks(vm["pos-conv-blocks"].as<std::string>());
-      } catch (const UsageError& e) {
-        throw UsageError(std::string("--pos-conv-blocks: ") + e.what());
-      }
-      try {
-        vo.ffn_conv_blocks = vit::parse_ffn_conv_blocks(vm["ffn-conv-blocks"].as<std::string>());
-      } catch (const UsageError& e) {
-        throw UsageError(std::string("--ffn-conv-blocks: ") + e.what());
-      }
+      // A list option through its parser; a bad value is a usage error naming the option.
+      auto list = [&](const char* option, std::vector<int64_t> (*parse)(const std::string&)) {
+        try {
+          return parse(vm[option].as<std::string>());
+        } catch (const UsageError& e) {
+          throw UsageError(std::string("--") + option + ": " + e.what());
+        }
+      };
+      vo.stem_channels = list("stem-channels", vit::parse_stem_channels);
+      vo.stem_strides = list("stem-strides", vit::parse_stem_strides);
+      vo.pos_conv_blocks = list("pos-conv-blocks", vit::parse_pos_conv_blocks);
+      vo.ffn_conv_blocks = list("ffn-conv-blocks", vit::parse_ffn_conv_blocks);
       bench::print_vit_step(std::cout, vo, bench::run_vit_step_bench(vo, &std::cerr));
     } else {
       bench::MtStepOptions mo;
