@@ -51,14 +51,6 @@ std::string shape_str(const Shape& shape) {
   return out.str();
 }
 
-uint16_t f32_to_bf16(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, 4);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);  // NaN
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
 float bf16_to_f32(uint16_t x) {
   uint32_t bits = static_cast<uint32_t>(x) << 16;
   float f;

@@ -3,6 +3,7 @@
 // Row-major and contiguous; nothing more than the models need.
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,8 +21,15 @@ std::string shape_str(const Shape& shape);  // "[8, 197, 768]"
 
 constexpr size_t kAlignment = 64;
 
-// Round-to-nearest-even conversion, as PyTorch and oneDNN do it; NaN stays NaN.
-uint16_t f32_to_bf16(float x);
+// Round-to-nearest-even conversion, as PyTorch and oneDNN do it; NaN stays NaN. Inline, so that
+// loops writing bf16 (ops::activation_forward) vectorise.
+inline uint16_t f32_to_bf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);  // NaN
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
 float bf16_to_f32(uint16_t x);
 void f32_to_bf16(const float* src, uint16_t* dst, size_t n);
 void bf16_to_f32(const uint16_t* src, float* dst, size_t n);

@@ -102,18 +102,7 @@ io::CheckpointMeta sample_meta() {
 }
 
 using vitk::test::contains;
-
-template <typename F>
-std::string error_of(F&& body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("wrong exception type: ") + e.what();
-  }
-  return "no exception";
-}
+using vitk::test::error_of;
 
 std::string load_error(const std::string& path, ParamStore& ps, optim::Optimizer* opt = nullptr) {
   return error_of([&] { io::load_checkpoint(path, ps, opt); });

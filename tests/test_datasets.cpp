@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "datasets/dataset.h"
+#include "test_util.h"
 
 using namespace vitk;
 using namespace vitk::datasets;
@@ -23,16 +24,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The message of the vitk::Error that f throws ("" when it throws nothing).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using vitk::test::error_of;
 
 void put_u32(std::string& s, uint32_t v) {
   for (int shift = 24; shift >= 0; shift -= 8) s += static_cast<char>((v >> shift) & 0xff);

@@ -16,6 +16,7 @@
 #include "common/nn/nn.h"
 #include "common/ops/ops.h"
 #include "op_test_util.h"
+#include "test_util.h"
 
 using namespace vitk;
 using namespace vitk::nn;
@@ -487,6 +488,134 @@ TEST_P(ArrangementTest, EncoderLayerBackwardMatchesFiniteDifferences) {
     return std::vector<Tensor>{layer.backward(ctx, dy)};
   };
   expect_gradients(c);
+}
+
+// The first R rows of x [B, T, d], as a tensor of their own [B, R, d].
+Tensor first_rows(const Tensor& x, int64_t R) {
+  const int64_t B = x.dim(0), T = x.dim(1), d = x.dim(2);
+  Tensor y({B, R, d});
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < R * d; ++i) y.f32()[b * R * d + i] = x.f32()[b * T * d + i];
+  return y;
+}
+
+// out_rows: the first R rows of the output, computed alone, are those of the full forward, and
+// the backward from d(those rows) equals the full backward from the same d padded with zeros (the
+// input gradient and every parameter's), for R = 1 and 3 of 5 positions: with and without
+// padding (the second sequence has 3 of 5 keys), through each attention kernel (f32: the fused
+// kernel without a mask, products and softmax with one, the blocked kernel) and, for pre-norm,
+// the bf16 products the ViT trains with. The arena is poisoned: a read of a gradient row nobody
+// wrote would show as NaN.
+TEST_P(ArrangementTest, EncoderLayerOutRowsAreTheFullLayersFirstRows) {
+  ParamStore store;
+  EncoderLayer layer(store, "enc", small_config(GetParam()));
+  store.finalize();
+  std::mt19937 gen(61);
+  randomize(store, gen);
+  Batch b = make_batch(gen);
+  struct Setting {
+    ops::Precision precision;
+    AttentionKernel kernel;
+    bool padded;
+  };
+  std::vector<Setting> settings;
+  for (AttentionKernel kernel : {AttentionKernel::materialized, AttentionKernel::blocked})
+    for (bool padded : {false, true}) settings.push_back({ops::Precision::f32, kernel, padded});
+  if (GetParam() && ops::bf16_supported())
+    settings.push_back({ops::Precision::bf16, AttentionKernel::automatic, true});
+  for (const Setting& set : settings)
+    for (int64_t R : {1, 3}) {
+      SCOPED_TRACE(std::string(ops::precision_name(set.precision)) + ", kernel " +
+                   std::to_string(static_cast<int>(set.kernel)) + (set.padded ? ", padded" : "") +
+                   ", out_rows " + std::to_string(R));
+      const double tol = set.precision == ops::Precision::f32 ? 1e-6 : 1e-3;
+      const AttentionMask mask = set.padded ? b.padding : AttentionMask();
+      Arena arena;
+      arena.set_poison(true);
+      Context ctx{true, &arena, nullptr};
+      ctx.precision = set.precision;
+      ctx.attention_kernel = set.kernel;
+      const Tensor dy = random_tensor({2, R, kD}, gen);
+      Tensor dy_full({2, 5, kD});  // zero beyond the first R rows
+      for (int64_t s = 0; s < 2; ++s)
+        for (int64_t i = 0; i < R * kD; ++i)
+          dy_full.f32()[s * 5 * kD + i] = dy.f32()[s * R * kD + i];
+
+      store.zero_grad();
+      const Tensor y_full = layer.forward(ctx, b.x, mask).clone();
+      const Tensor dx_full = layer.backward(ctx, dy_full).clone();
+      const Tensor grads_full = store.grads().clone();
+
+      store.zero_grad();
+      const Tensor y = layer.forward(ctx, b.x, mask, R);
+      ASSERT_EQ(y.shape(), (Shape{2, R, kD}));
+      EXPECT_TRUE(all_close(y, first_rows(y_full, R), tol, tol));
+      const Tensor dx = layer.backward(ctx, dy);
+      ASSERT_EQ(dx.shape(), b.x.shape());
+      EXPECT_TRUE(all_close(dx, dx_full, tol, tol));
+      EXPECT_TRUE(all_close(store.grads(), grads_full, tol, tol));
+      EXPECT_GT(max_abs_diff(dx, Tensor(dx.shape())), 0.0);
+    }
+}
+
+TEST_P(ArrangementTest, EncoderLayerOutRowsBackwardMatchesFiniteDifferences) {
+  ParamStore store;
+  EncoderLayer layer(store, "enc", small_config(GetParam()));
+  store.finalize();
+  std::mt19937 gen(62);
+  randomize(store, gen);
+  Batch b = make_batch(gen);
+  GradientCase c;
+  c.store = &store;
+  c.inputs = {{"x", &b.x}};
+  c.forward = [&](Context& ctx) { return layer.forward(ctx, b.x, b.padding, 2); };
+  c.backward = [&](Context& ctx, const Tensor& dy) {
+    return std::vector<Tensor>{layer.backward(ctx, dy)};
+  };
+  expect_gradients(c);
+}
+
+// What out_rows cannot do is refused with the layer's name: rows outside [0, T], and a causal
+// mask, whose rule places the queries at the end of the sequence.
+TEST_P(ArrangementTest, EncoderLayerOutRowsRefusesWhatItCannotDo) {
+  ParamStore store;
+  EncoderLayer layer(store, "blocks.5", small_config(GetParam()));
+  store.finalize();
+  std::mt19937 gen(63);
+  randomize(store, gen);
+  Batch b = make_batch(gen);
+  Arena arena;
+  Context ctx{false, &arena, nullptr};
+  for (int64_t R : {-1, 6}) {
+    const std::string e = error_of([&] { layer.forward(ctx, b.x, b.padding, R); });
+    EXPECT_TRUE(contains(e, "blocks.5: out_rows " + std::to_string(R))) << e;
+  }
+  const std::string e = error_of([&] { layer.forward(ctx, b.x, b.self_mask, 2); });
+  EXPECT_TRUE(contains(e, "blocks.5.attn") && contains(e, "causal or diagonal mask")) << e;
+  EXPECT_EQ(layer.forward(ctx, b.x, b.padding, 5).shape(), b.x.shape());  // all of them
+}
+
+// MultiHeadAttention's `queries`, under out_rows: self-attention with dot scores only.
+TEST(AttentionQueriesTest, CrossAttentionAndOtherScoresAreRefused) {
+  ParamStore store;
+  AttentionConfig cross, general;
+  cross.d_model = general.d_model = kD;
+  cross.heads = general.heads = kHeads;
+  cross.cross = true;
+  general.score = Score::general;
+  MultiHeadAttention cross_attn(store, "dec.cross_attn", cross);
+  MultiHeadAttention general_attn(store, "enc.attn", general);
+  store.finalize();
+  std::mt19937 gen(64);
+  randomize(store, gen);
+  Batch b = make_batch(gen);
+  Arena arena;
+  Context ctx{false, &arena, nullptr};
+  std::string e = error_of([&] { cross_attn.forward(ctx, b.x, b.memory, AttentionMask(), 2); });
+  EXPECT_TRUE(contains(e, "dec.cross_attn: queries 2 is for self-attention only")) << e;
+  e = error_of([&] { general_attn.forward(ctx, b.x, Tensor(), AttentionMask(), 2); });
+  EXPECT_TRUE(contains(e, "enc.attn") && contains(e, "general score")) << e;
+  EXPECT_EQ(general_attn.forward(ctx, b.x, Tensor(), AttentionMask(), 0).shape(), b.x.shape());
 }
 
 // The finite-difference case of anything with the decoder's signature (a DecoderLayer or a

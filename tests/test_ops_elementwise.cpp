@@ -155,6 +155,27 @@ TEST(Gelu, BackwardMatchesFiniteDifferences) {
   EXPECT_FALSE(check_gradient("wrong", x, wrong, loss, opt).ok());
 }
 
+// A bf16 output holds the f32 result rounded to nearest even, element for element (the fused
+// rounding a bf16 product's input gets), over a range that includes GELU's tails, zeros and a
+// size that runs in parallel; a bf16 output of another shape, or a bf16 input, is refused.
+TEST(Activation, Bf16OutputIsTheRoundedF32Output) {
+  std::mt19937 gen(17);
+  Tensor x = random_tensor({300, 257}, gen, -9.f, 9.f);
+  x.f32()[0] = 0.f;
+  x.f32()[1] = -0.f;
+  for (ops::Activation a : {ops::Activation::relu, ops::Activation::gelu}) {
+    SCOPED_TRACE(ops::activation_name(a));
+    Tensor y({300, 257}), yb({300, 257}, DType::bf16), want({300, 257}, DType::bf16);
+    ops::activation_forward(a, x, y);
+    ops::activation_forward(a, x, yb);
+    ops::round_to_bf16(y, want);
+    EXPECT_TRUE(bitwise_equal(yb, want));
+    Tensor bad({300, 256}, DType::bf16);
+    EXPECT_THROW(ops::activation_forward(a, x, bad), Error);
+    EXPECT_THROW(ops::activation_forward(a, want, yb), Error);
+  }
+}
+
 TEST(Activation, ShapeMismatchThrows) {
   Tensor x({4, 6}), y({4, 6}), bad({4, 5});
   for (ops::Activation a : {ops::Activation::relu, ops::Activation::gelu}) {

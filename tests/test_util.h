@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "common/ops/ops.h"
 
 // Skips the current test on a CPU without AVX512_BF16, saying what oneDNN sees instead.
@@ -24,6 +25,19 @@ namespace vitk::test {
 // Whether `part` occurs in `text` (for messages and command output).
 inline bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
+}
+
+// The message of the vitk::Error that body throws; "no exception" when it throws nothing.
+template <typename F>
+std::string error_of(F&& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("wrong exception type: ") + e.what();
+  }
+  return "no exception";
 }
 
 // The lines of `text`, without their newlines.

@@ -1290,6 +1290,57 @@ TEST_P(VitFfnConvGradientTest, BackwardMatchesFiniteDifferences) {
 INSTANTIATE_TEST_SUITE_P(Pools, VitFfnConvGradientTest, ::testing::Values("token", "avg"),
                          [](const auto& p) { return std::string(p.param); });
 
+// Pool "token" reads only the class token's row of the last block, so that block computes only
+// that row (nn::EncoderLayer's out_rows). The logits, d(images) and every parameter's gradient
+// must be those of the full last block, which keep_weights on its attention (as attention maps
+// set it) still runs; and the pruned step must need less activation memory. With a positional
+// convolution after block 0 and MLP convolutions in both blocks (the last one's sees the class
+// token alone and passes it unchanged), in f32 and bf16.
+TEST(VitClassRowTest, LastBlockComputesOnlyTheClassRowWithTheSameResults) {
+  VitConfig c = ffn_conv_config("token", {0, 1});
+  c.pos_conv_blocks = {0};
+  ParamStore store;
+  VisionTransformer model(store, c);
+  store.finalize();
+  std::mt19937 gen(71);
+  randomize(store, gen);
+  const Tensor images = random_tensor({3, c.channels, c.image_height, c.image_width}, gen);
+  const Tensor dlogits = random_tensor({3, c.num_classes}, gen);
+  struct Run {
+    Tensor logits, dimages, grads;
+    size_t memory = 0;
+  };
+  auto run = [&](bool full, ops::Precision precision) {
+    model.blocks().back().attention().keep_weights = full;
+    Arena arena;
+    arena.set_poison(true);
+    nn::Context ctx{true, &arena, nullptr};
+    ctx.precision = precision;
+    store.zero_grad();
+    Run r;
+    r.logits = model.forward(ctx, images).clone();
+    Tensor dimages;
+    model.backward(ctx, dlogits, &dimages);
+    r.dimages = dimages.clone();
+    r.grads = store.grads().clone();
+    r.memory = arena.high_water();
+    return r;
+  };
+  std::vector<ops::Precision> precisions{ops::Precision::f32};
+  if (ops::bf16_supported()) precisions.push_back(ops::Precision::bf16);
+  for (ops::Precision precision : precisions) {
+    SCOPED_TRACE(ops::precision_name(precision));
+    const double tol = precision == ops::Precision::f32 ? 1e-5 : 1e-3;
+    const Run full = run(true, precision), pruned = run(false, precision);
+    EXPECT_TRUE(all_close(pruned.logits, full.logits, tol, tol));
+    EXPECT_TRUE(all_close(pruned.dimages, full.dimages, tol, tol));
+    EXPECT_TRUE(all_close(pruned.grads, full.grads, tol, tol));
+    EXPECT_GT(ops::l2_norm(pruned.grads), 0.0);
+    EXPECT_LT(pruned.memory, full.memory);
+  }
+  model.blocks().back().attention().keep_weights = false;
+}
+
 TEST(VitFfnConvTest, NamesShapesDecayAndInit) {
   const VitConfig c = ffn_conv_config("avg", {1});
   ParamStore store;

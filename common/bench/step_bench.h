@@ -1,6 +1,6 @@
 #pragma once
-// Timing of a training step for `vitk bench vit-step` and `vitk bench mt-step`: one untimed
-// warm-up step, then `rounds` rounds of `steps` steps (wall clock and the process's CPU time),
+// Timing of a training step for `vitk bench vit-step` and `vitk bench mt-step`: two untimed
+// warm-up steps, then `rounds` rounds of `steps` steps (wall clock and the process's CPU time),
 // then an optional profiled round that splits the step into the ops' profile scopes.
 #include <cstdint>
 #include <functional>

@@ -9,6 +9,7 @@
 //   attn      = dropout(probs)                       [B, H, Tq, Tk]
 //   context   = attn · v, written as heads of        [B, Tq, d]
 //   y         = context·Wprojᵀ + b                   [B, Tq, d]
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -141,14 +142,15 @@ MultiHeadAttention::MultiHeadAttention(ParamStore& params, const std::string& na
 }
 
 Tensor MultiHeadAttention::forward(Context& ctx, const Tensor& x, const Tensor& memory,
-                                   const AttentionMask& mask) {
+                                   const AttentionMask& mask, int64_t queries) {
   Impl& m = *impl_;
   const int64_t d = m.d, H = m.heads, dh = m.head_dim;
   const std::string want = "[B, T, " + std::to_string(d) + "]";
   if (x.empty() || x.dtype() != DType::f32 || x.rank() != 3 || x.dim(2) != d || x.dim(0) < 1 ||
       x.dim(1) < 1)
     throw Error(m.name + ": x must be f32 " + want + ", not " + shape_str(x.shape()));
-  const int64_t B = x.dim(0), Tq = x.dim(1);
+  const int64_t B = x.dim(0);
+  int64_t Tq = x.dim(1);  // the queries (the first `queries` positions when that is set)
   if (config_.cross) {
     if (memory.empty())
       throw Error(m.name + ": cross-attention needs a memory " + want + " (x " +
@@ -161,7 +163,21 @@ Tensor MultiHeadAttention::forward(Context& ctx, const Tensor& x, const Tensor& 
   } else if (!memory.empty()) {
     throw Error(m.name + ": self-attention takes no memory, got " + shape_str(memory.shape()));
   }
-  const int64_t Tk = config_.cross ? memory.dim(1) : Tq;
+  const int64_t T = x.dim(1);  // the positions whose keys and values are read (self-attention)
+  if (queries != 0 && queries != T) {
+    if (config_.cross || queries < 0 || queries > T)
+      throw Error(m.name + ": queries " + std::to_string(queries) +
+                  (config_.cross ? " is for self-attention only"
+                                 : " must be in [1, " + std::to_string(T) + "]"));
+    if (mask.causal || mask.diagonal)
+      throw Error(m.name + ": the first " + std::to_string(queries) + " of " + std::to_string(T) +
+                  " queries with a causal or diagonal mask (their rule assumes every position)");
+    if (m.score.kind != Score::scaled_dot && m.score.kind != Score::dot)
+      throw Error(m.name + ": the first " + std::to_string(queries) + " of " + std::to_string(T) +
+                  " queries with the " + score_name(m.score.kind) + " score (dot scores only)");
+    Tq = queries;
+  }
+  const int64_t Tk = config_.cross ? memory.dim(1) : T;
   if (!mask.key_lengths.empty()) attention::check_key_lengths(m.name, mask.key_lengths, B, Tk);
   const bool training = ctx.training;
   if (training && m.dropout.p > 0.f && !ctx.rng)
@@ -188,10 +204,16 @@ Tensor MultiHeadAttention::forward(Context& ctx, const Tensor& x, const Tensor& 
     throw Error(m.name +
                 ": the blocked attention kernel does not take the diagonal mask (use "
                 "the automatic or the materialized kernel)");
+  // q [B, H, Tq, dh]: with `queries`, the first Tq rows of the projection's q block.
+  auto q_view = [&](const Tensor& projection) {
+    ops::MatrixView q = heads_view(projection, H, dh, 0);
+    q.dims[2] = Tq;
+    return q;
+  };
   if (strided && !keep_weights && !mask.diagonal &&
       ctx.attention_kernel != AttentionKernel::materialized) {
     const Tensor& kv = config_.cross ? kvp : qp;
-    const ops::MatrixView q = heads_view(qp, H, dh, 0);
+    const ops::MatrixView q = q_view(qp);
     const ops::MatrixView k = heads_view(kv, H, dh, kb), v = heads_view(kv, H, dh, vb);
     if (ops::blocked_attention_supported(q, k, v))
       blocked = ctx.attention_kernel == AttentionKernel::blocked ||
@@ -208,7 +230,7 @@ Tensor MultiHeadAttention::forward(Context& ctx, const Tensor& x, const Tensor& 
   Tensor qh, kh, vh;
   // q [B, H, Tq, dh], k and v [B, H, Tk, dh] in place in the projections (strided scores).
   const Tensor& kv_src = config_.cross ? kvp : qp;
-  const ops::MatrixView q = heads_view(qp, H, dh, 0);
+  const ops::MatrixView q = q_view(qp);
   const ops::MatrixView k = heads_view(kv_src, H, dh, kb);
   ops::MatrixView v = heads_view(kv_src, H, dh, vb);
   // Without a mask and dropout, one kernel per (batch, head) does the products and the softmax in
@@ -320,11 +342,23 @@ Tensor MultiHeadAttention::backward(Context& ctx, const Tensor& dy, Tensor* dmem
   Tensor dkvp = cross ? ctx.alloc_uninit(m.kvp.shape()) : Tensor();  // [B, Tk, 2d]
   Tensor& dk_of = cross ? dkvp : dqp;
   const int64_t kb = cross ? 0 : 1, vb = cross ? 1 : 2;
+  // With `queries`, q is the first Tq rows of the q block: its other rows get no gradient.
+  auto q_view = [&](const Tensor& projection) {
+    ops::MatrixView q = heads_view(projection, H, dh, 0);
+    q.dims[2] = Tq;
+    return q;
+  };
+  if (!cross && Tq < Tk) {
+    float* g = dqp.f32();
+#pragma omp parallel for schedule(static) if (B * Tk * d > 65536)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = Tq; t < Tk; ++t) std::fill_n(g + (b * Tk + t) * 3 * d, d, 0.f);
+  }
   if (m.fused || m.blocked) {
     const Tensor& kv_src = cross ? m.kvp : m.qp;
-    const ops::MatrixView q = heads_view(m.qp, H, dh, 0);
+    const ops::MatrixView q = q_view(m.qp);
     const ops::MatrixView k = heads_view(kv_src, H, dh, kb), v = heads_view(kv_src, H, dh, vb);
-    const ops::MatrixView dq = heads_view(dqp, H, dh, 0);
+    const ops::MatrixView dq = q_view(dqp);
     const ops::MatrixView dk = heads_view(dk_of, H, dh, kb), dv = heads_view(dk_of, H, dh, vb);
     if (m.blocked)
       ops::blocked_attention_backward(q, k, v, heads_view(m.context, H, dh, 0), m.lse, dctx,
@@ -348,11 +382,11 @@ Tensor MultiHeadAttention::backward(Context& ctx, const Tensor& dy, Tensor* dmem
   ops::softmax_backward(m.probs, dscores, dscores);  // ... then d(scores), in place
 
   if (m.strided) {
-    const ops::MatrixView q = heads_view(m.qp, H, dh, 0);
+    const ops::MatrixView q = q_view(m.qp);
     const ops::MatrixView k = heads_view(cross ? m.kvp : m.qp, H, dh, kb);
     const ops::MatrixView ds = ops::matrix_view(for_products(ctx, precision, dscores));
     const float scale = score_scale(m.score);
-    ops::bmm(ds, k, heads_view(dqp, H, dh, 0), scale, 0.f, precision);         // dQ = dS·K
+    ops::bmm(ds, k, q_view(dqp), scale, 0.f, precision);                       // dQ = dS·K
     ops::bmm(ds.t(), q, heads_view(dk_of, H, dh, kb), scale, 0.f, precision);  // dK = dSᵀ·Q
   } else {
     Tensor dqh = ctx.alloc_uninit({B, H, Tq, dh});  // [B, H, Tq, dh]

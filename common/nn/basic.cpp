@@ -57,9 +57,13 @@ Tensor Linear::forward(Context& ctx, const Tensor& x) {
   const Tensor b = bias ? bias->value : Tensor();
   precision_ = ctx.precision;
   if (ctx.training && ctx.precision == ops::Precision::bf16) {
-    // Rounded once into the arena: the forward product reads it, and the weight gradient again.
-    Tensor xb = ctx.alloc_uninit(x.shape(), DType::bf16);
-    ops::round_to_bf16(x, xb);
+    // Rounded once into the arena (unless the caller did): the forward product reads it, and the
+    // weight gradient again.
+    Tensor xb = x;
+    if (x.dtype() != DType::bf16) {
+      xb = ctx.alloc_uninit(x.shape(), DType::bf16);
+      ops::round_to_bf16(x, xb);
+    }
     ops::linear_forward(xb, w, b, y, ctx.precision);
     x_ = xb;
     return y;

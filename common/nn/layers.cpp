@@ -5,6 +5,7 @@
 //   pre-norm  (norm_first=True, ViT):             y = x + drop(f(norm(x)))
 // Encoder layers also take stochastic depth (timm's DropPath): in training, each residual branch
 // drop(f(.)) of each sample is multiplied by keep/(1 − p), keep ~ Bernoulli(1 − p).
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -27,7 +28,10 @@ Tensor FeedForward::forward(Context& ctx, const Tensor& x) {
   if (mixer_) h = mixer_->forward(ctx, h);  // pre-activation
   if (ctx.training) {
     h_ = h;  // backward needs f'(h)
-    Tensor a = ctx.alloc_uninit(h.shape());
+    // With bf16 products and no dropout here, fc2 reads (and keeps) f(h) rounded to bf16: the
+    // activation writes it so.
+    const bool rounded = ctx.precision == ops::Precision::bf16 && dropout_.p == 0.f;
+    Tensor a = ctx.alloc_uninit(h.shape(), rounded ? DType::bf16 : DType::f32);
     ops::activation_forward(activation_, h, a);
     return fc2_.forward(ctx, dropout_.forward(ctx, a));  // [.., d]
   }
@@ -114,6 +118,27 @@ class DropPath {
   Tensor scale_;  // [B]: 0 or 1/(1 − p), kept for backward
 };
 
+// x [B, T, d] -> its first R positions [B, R, d] (x itself when R = T).
+Tensor first_rows(Context& ctx, const Tensor& x, int64_t R) {
+  const int64_t B = x.dim(0), T = x.dim(1), d = x.dim(2);
+  if (R == T) return x;
+  Tensor y = ctx.alloc_uninit({B, R, d});
+  for (int64_t b = 0; b < B; ++b) std::copy_n(x.f32() + b * T * d, R * d, y.f32() + b * R * d);
+  return y;
+}
+
+// dx [B, T, d] += g [B, R, d] on dx's first R positions.
+void add_first_rows(Tensor& dx, const Tensor& g) {
+  const int64_t B = dx.dim(0), T = dx.dim(1), R = g.dim(1), d = dx.dim(2);
+  if (R == T) return ops::accumulate(dx, g);
+  for (int64_t b = 0; b < B; ++b) {
+    float* out = dx.f32() + b * T * d;
+    const float* in = g.f32() + b * R * d;
+#pragma omp simd
+    for (int64_t i = 0; i < R * d; ++i) out[i] += in[i];
+  }
+}
+
 // One sublayer with its layer norm, its residual dropout, its stochastic depth and its residual
 // connection, in either arrangement. The sublayer itself is passed in as a function, so that the
 // same code serves self-attention, cross-attention, the feed-forward block and the incremental
@@ -127,33 +152,41 @@ class Residual {
         drop_path_(layer, drop_path),
         pre_norm_(config.pre_norm) {}
 
-  // x [B, T, d]; sublayer: [B, T, d] -> [B, T, d]
+  // x [B, T, d]; sublayer: [B, T, d] -> [B, R, d], the first R positions (R = T but for
+  // EncoderLayer's out_rows), so the residual adds x's first R rows.
   template <typename Sublayer>
   Tensor forward(Context& ctx, const Tensor& x, Sublayer&& sublayer) {
     if (pre_norm_) {
       Tensor s = dropout_.forward(ctx, sublayer(norm_.forward(ctx, x)));
-      Tensor y = ctx.alloc_uninit(x.shape());
-      drop_path_.add(ctx, x, s, y);
+      const Tensor xr = first_rows(ctx, x, s.dim(1));
+      Tensor y = ctx.alloc_uninit(s.shape());
+      drop_path_.add(ctx, xr, s, y);
       return y;
     }
     Tensor s = dropout_.forward(ctx, sublayer(x));
-    Tensor r = ctx.alloc_uninit(x.shape());  // x + s, kept by the norm for its backward
-    drop_path_.add(ctx, x, s, r);
+    const Tensor xr = first_rows(ctx, x, s.dim(1));
+    Tensor r = ctx.alloc_uninit(s.shape());  // x + s, kept by the norm for its backward
+    drop_path_.add(ctx, xr, s, r);
     return norm_.forward(ctx, r);
   }
 
   // sublayer_backward: d(sublayer output) -> d(sublayer input), a fresh tensor (every layer's
   // backward allocates its result), so the residual gradient can be added into it.
+  // dy [B, R, d] -> dx [B, T, d].
   template <typename SublayerBackward>
   Tensor backward(Context& ctx, const Tensor& dy, SublayerBackward&& sublayer_backward) {
     if (pre_norm_) {
       Tensor ds = drop_path_.backward(ctx, dy);
-      // d(norm input) + dy, the residual's share, in the norm's own pass.
-      return norm_.backward(ctx, sublayer_backward(dropout_.backward(ctx, ds)), dy);
+      Tensor dn = sublayer_backward(dropout_.backward(ctx, ds));  // d(norm output) [B, T, d]
+      if (dn.dim(1) == dy.dim(1))  // d(norm input) + dy, the residual's share, in the norm's pass
+        return norm_.backward(ctx, dn, dy);
+      Tensor dx = norm_.backward(ctx, dn);
+      add_first_rows(dx, dy);
+      return dx;
     }
     Tensor dr = norm_.backward(ctx, dy);  // d(x + s)
     Tensor dx = sublayer_backward(dropout_.backward(ctx, drop_path_.backward(ctx, dr)));
-    ops::accumulate(dx, dr);
+    add_first_rows(dx, dr);
     return dx;
   }
 
@@ -207,12 +240,17 @@ struct EncoderLayer::Impl {
 EncoderLayer::EncoderLayer(ParamStore& params, const std::string& name, const LayerConfig& config)
     : impl_(std::make_shared<Impl>(params, name, config)) {}
 
-Tensor EncoderLayer::forward(Context& ctx, const Tensor& x, const AttentionMask& mask) {
+Tensor EncoderLayer::forward(Context& ctx, const Tensor& x, const AttentionMask& mask,
+                             int64_t out_rows) {
   Impl& m = *impl_;
   check_input(m.name, "input", x, m.d_model);
+  if (out_rows < 0 || out_rows > x.dim(1))
+    throw Error(m.name + ": out_rows " + std::to_string(out_rows) + " is not in [0, " +
+                std::to_string(x.dim(1)) + "] (input " + shape_str(x.shape()) + ")");
   m.trained = ctx.training;
+  // Only the attention's queries shrink: everything after it is per position.
   Tensor h = m.attn_block.forward(
-      ctx, x, [&](const Tensor& t) { return m.attn.forward(ctx, t, Tensor(), mask); });
+      ctx, x, [&](const Tensor& t) { return m.attn.forward(ctx, t, Tensor(), mask, out_rows); });
   return m.mlp_block.forward(ctx, h, [&](const Tensor& t) { return m.mlp.forward(ctx, t); });
 }
 

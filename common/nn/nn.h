@@ -62,7 +62,8 @@ class Linear {
   // weight [out, in] (truncated-normal init is the model's job), bias [out] (no weight decay).
   Linear(ParamStore& params, const std::string& name, int64_t in_features, int64_t out_features,
          bool with_bias = true);
-  Tensor forward(Context& ctx, const Tensor& x);  // [..., in] -> [..., out]
+  // [..., in] -> [..., out]; x f32, or bf16 already rounded for bf16 products
+  Tensor forward(Context& ctx, const Tensor& x);
   Tensor backward(Context& ctx, const Tensor& dy);
   Parameter& weight;
   Parameter* bias = nullptr;
@@ -155,7 +156,12 @@ class MultiHeadAttention {
  public:
   MultiHeadAttention(ParamStore& params, const std::string& name, AttentionConfig config);
   // x [B, Tq, d]; memory [B, Tk, d] for cross-attention (empty for self) -> [B, Tq, d].
-  Tensor forward(Context& ctx, const Tensor& x, const Tensor& memory, const AttentionMask& mask);
+  // queries (self-attention, dot scores, no causal or diagonal mask): only the first `queries`
+  // positions of x query (keys and values still come from all T of them) -> [B, queries, d],
+  // those rows of the full result; 0 means all. A model that reads only some rows of the last
+  // layer's output (the ViT's class token) skips the other rows' work.
+  Tensor forward(Context& ctx, const Tensor& x, const Tensor& memory, const AttentionMask& mask,
+                 int64_t queries = 0);
   // Returns dx; for cross-attention also writes d(memory) into *dmemory (a fresh arena tensor).
   Tensor backward(Context& ctx, const Tensor& dy, Tensor* dmemory = nullptr);
 
@@ -231,7 +237,11 @@ class FeedForward {
 class EncoderLayer {
  public:
   EncoderLayer(ParamStore& params, const std::string& name, const LayerConfig& config);
-  Tensor forward(Context& ctx, const Tensor& x, const AttentionMask& mask);  // [B, T, d]
+  // x [B, T, d] -> [B, T, d]. With out_rows in [1, T), only the first out_rows positions of the
+  // output are computed, [B, out_rows, d], exactly those rows of the full output (self-attention
+  // still reads every position's key and value; pre-norm layers and MultiHeadAttention's
+  // `queries` conditions); backward then takes dy [B, out_rows, d] and returns dx [B, T, d].
+  Tensor forward(Context& ctx, const Tensor& x, const AttentionMask& mask, int64_t out_rows = 0);
   Tensor backward(Context& ctx, const Tensor& dy);
   MultiHeadAttention& attention();
   FeedForward& feed_forward();

@@ -108,15 +108,26 @@ Operand transposed(const Tensor& t, int64_t rows, int64_t cols) {
 // out[c] += Σ_r g[r, c] over g [m, n]. Rows are cut into fixed blocks whose partial sums are added
 // in block order: the result does not depend on the thread count, and both threads stay busy
 // whatever n is (a split by columns left one of two threads idle for n = 192).
-void column_sums(const float* g, int64_t m, int64_t n, float* out) {
+// With `rounded` non-null, the same pass also writes g rounded to bf16 there ([m, n]): the bf16
+// backward's dy operand and its bias gradient from one read of dy.
+void column_sums(const float* g, int64_t m, int64_t n, float* out, uint16_t* rounded = nullptr) {
   constexpr int64_t kRows = 128;
   const int64_t blocks = (m + kRows - 1) / kRows;
+  auto round_rows = [&](int64_t r0, int64_t r1) {
+    if (!rounded) return;
+    const float* src = g + r0 * n;
+    uint16_t* dst = rounded + r0 * n;
+    const int64_t count = (r1 - r0) * n;
+#pragma omp simd
+    for (int64_t i = 0; i < count; ++i) dst[i] = f32_to_bf16(src[i]);
+  };
   if (blocks <= 1 || m * n < 32768) {
     for (int64_t r = 0; r < m; ++r) {
       const float* row = g + r * n;
 #pragma omp simd
       for (int64_t c = 0; c < n; ++c) out[c] += row[c];
     }
+    round_rows(0, m);
     return;
   }
   static thread_local std::vector<float> partial;
@@ -132,6 +143,7 @@ void column_sums(const float* g, int64_t m, int64_t n, float* out) {
 #pragma omp simd
       for (int64_t c = 0; c < n; ++c) acc[c] += row[c];
     }
+    round_rows(r0, r1);  // the block is in cache
   }
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const float* acc = part + blk * n;
@@ -323,11 +335,22 @@ void linear_backward(const Tensor& x, const Weight& w, const Tensor& dy, Tensor&
     if (!dw.empty() || !db.empty()) linear_backward_weights(x, dy, dw, db, precision);
     return;
   }
-  // bf16: dy is rounded once, for both products; db sums the f32 dy.
+  // bf16: dy is rounded once, for both products; db sums the f32 dy, in the same pass.
   const char* op = "linear_backward";
   const Mkn s = check_backward_weights(op, x, dy, dw, db);
   if (!dx.empty()) check_backward_data(op, dy, w.value, dx);
-  const Operand dy_b = detail::rounded(plain(dy, s.m, s.n), detail::kScratchDy);
+  Operand dy_b;
+  if (db.empty()) {
+    dy_b = detail::rounded(plain(dy, s.m, s.n), detail::kScratchDy);
+  } else {
+    dy_b = plain(dy, s.m, s.n);
+    dy_b.dtype = DType::bf16;
+    auto* rounded = static_cast<uint16_t*>(
+        detail::scratch(detail::kScratchDy, static_cast<size_t>(s.m * s.n) * 2));
+    dy_b.data = rounded;
+    profile::Scope scope("bias_grad+round_bf16", s.m, s.n);
+    column_sums(dy.f32(), s.m, s.n, db.f32(), rounded);
+  }
   if (!dx.empty()) {
     profile::Scope scope("linear_backward_data", s.m, s.n, s.k);
     backward_data_product(dy_b, w, dx, s, precision);
@@ -336,7 +359,6 @@ void linear_backward(const Tensor& x, const Weight& w, const Tensor& dy, Tensor&
     profile::Scope scope("linear_backward_weights", s.m, s.n, s.k);
     backward_weights_product(input_operand(x, s.m, s.k, precision, detail::kScratchA), dy_b, dw, s);
   }
-  if (!db.empty()) bias_gradient(dy, db, s);
 }
 
 }  // namespace vitk::ops

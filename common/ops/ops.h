@@ -217,7 +217,9 @@ enum class Activation { relu, gelu };
 Activation parse_activation(
     const std::string& name);  // "relu" | "gelu"; vitk::UsageError otherwise
 const char* activation_name(Activation a);
-void activation_forward(Activation a, const Tensor& x, Tensor& y);  // y may be x
+// y may be x; y may also be bf16 (x f32): f(x) rounded to bf16 as it is written, the input of a
+// bf16 product without a rounding pass of its own.
+void activation_forward(Activation a, const Tensor& x, Tensor& y);
 // dx = dy ⊙ f'(x), overwritten (dx may be dy).
 void activation_backward(Activation a, const Tensor& x, const Tensor& dy, Tensor& dx);
 

@@ -103,7 +103,7 @@ def make_rows(quick):
                     "vit-train", "images/s", "bf16", "vit-train", "vit-train",
                     Target(2.5, "pytorch"), train))
     mt = dict(batch=8, length=8, steps=2, warmup=1) if quick else dict(batch=128, length=32,
-                                                                          steps=5, warmup=1)
+                                                                          steps=5, warmup=2)
     title = "MT training step, %dx%d tokens" % (mt["batch"], mt["length"])
     rows.append(Row("mt-train", title, "mt-train", "target tokens/s", "f32", "mt-train", None,
                     Target(2.5, "pytorch"), mt))

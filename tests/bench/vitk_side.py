@@ -52,8 +52,8 @@ def parse_step_bench(text, cmd=("vitk bench",)):
 
 
 def step_bench(vitk, what, threads, batch, steps, length=None, precision=None):
-    """(seconds per training step, Measured) of `vitk bench vit-step` or `mt-step`: one untimed
-    warm-up step, then one round of `steps` steps (forward, loss, backward, optimizer) on random
+    """(seconds per training step, Measured) of `vitk bench vit-step` or `mt-step`: two untimed
+    warm-up steps (as the PyTorch side skips two), then one round of `steps` steps (forward, loss, backward, optimizer) on random
     data in memory; no profiled round."""
     cmd = [vitk, "bench", what, "--threads", str(threads), "--batch-size", str(batch), "--steps",
            str(steps), "--repeats", "1", "--no-breakdown"]
