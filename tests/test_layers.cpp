@@ -346,6 +346,48 @@ TEST(FeedForwardTest, MixerRunsBetweenFc1AndTheActivation) {
   EXPECT_TRUE(all_close(layer.forward(ctx, xs, AttentionMask{}), before, 0, 0));
 }
 
+// A mixer that leaves h as it is: it turns off FeedForward's fused bf16 backward (which needs
+// f'(h) ⊙ da right before fc1) without changing the function.
+class IdentityMixer : public HiddenMixer {
+ public:
+  Tensor forward(Context&, const Tensor& h) override { return h; }
+  Tensor backward(Context&, const Tensor& dout) override { return dout; }
+};
+
+// With bf16 products, the activation writes bf16 for fc2 and its backward hands fc1 the rounded
+// gradient with fc1's bias gradient summed in the same pass: the same bits as the separate passes
+// (the identity mixer's path), for the output, d(x) and every parameter's gradient, at a size
+// whose bias gradients are summed in parallel blocks. With FFN dropout the forward keeps f32.
+TEST(FeedForwardTest, Bf16FusedPassesGiveTheSeparatePassesBits) {
+  SKIP_WITHOUT_BF16();
+  for (float dropout : {0.f, 0.2f}) {
+    SCOPED_TRACE("dropout " + std::to_string(dropout));
+    ParamStore store;
+    FeedForward ffn(store, "mlp", 32, 96, ops::Activation::gelu, dropout);
+    store.finalize();
+    std::mt19937 gen(5);
+    randomize(store, gen);
+    const Tensor x = random_tensor({4, 150, 32}, gen), dy = random_tensor({4, 150, 32}, gen);
+    auto run = [&](bool fused) {
+      ffn.set_mixer(fused ? nullptr : std::make_shared<IdentityMixer>());
+      Arena arena;
+      arena.set_poison(true);
+      ops::Rng rng(3);
+      Context ctx{true, &arena, &rng};
+      ctx.precision = ops::Precision::bf16;
+      store.zero_grad();
+      std::vector<Tensor> out{ffn.forward(ctx, x).clone()};
+      out.push_back(ffn.backward(ctx, dy).clone());
+      out.push_back(store.grads().clone());
+      return out;
+    };
+    const std::vector<Tensor> fused = run(true), separate = run(false);
+    for (size_t i = 0; i < fused.size(); ++i)
+      EXPECT_TRUE(bitwise_equal(fused[i], separate[i])) << i;
+    EXPECT_GT(ops::l2_norm(fused[2]), 0.0);
+  }
+}
+
 // ---- Parameter names (checkpoint compatibility) ----
 
 TEST(LayerNamesTest, EncoderLayerRegistersTimmNames) {

@@ -176,6 +176,32 @@ TEST(Activation, Bf16OutputIsTheRoundedF32Output) {
   }
 }
 
+// The fused backward for a bf16 product with a bias: bitwise the gradient of activation_backward
+// rounded, and bitwise the bias gradient linear_backward_weights sums from the f32 gradient (the
+// same blocks in the same order), added to what dsum held; for a matrix summed in parallel blocks
+// and a small one summed serially.
+TEST(Activation, RoundedBackwardIsTheF32BackwardRoundedAndSummed) {
+  std::mt19937 gen(18);
+  for (const Shape& shape : {Shape{300, 257}, Shape{5, 7}}) {
+    const Tensor x = random_tensor(shape, gen, -6.f, 6.f), dy = random_tensor(shape, gen);
+    const Tensor start = random_tensor({shape[1]}, gen);
+    for (ops::Activation a : {ops::Activation::relu, ops::Activation::gelu}) {
+      SCOPED_TRACE(std::string(ops::activation_name(a)) + " " + shape_str(shape));
+      Tensor g(shape), want(shape, DType::bf16), want_sum = start.clone(), no_dw;
+      ops::activation_backward(a, x, dy, g);
+      ops::round_to_bf16(g, want);
+      ops::linear_backward_weights(g, g, no_dw, want_sum);
+      Tensor got(shape, DType::bf16), sum = start.clone();
+      ops::activation_backward_rounded(a, x, dy, got, sum);
+      EXPECT_TRUE(bitwise_equal(got, want));
+      EXPECT_TRUE(bitwise_equal(sum, want_sum));
+      Tensor f32_out(shape), short_sum({shape[1] - 1});
+      EXPECT_THROW(ops::activation_backward_rounded(a, x, dy, f32_out, sum), Error);
+      EXPECT_THROW(ops::activation_backward_rounded(a, x, dy, got, short_sum), Error);
+    }
+  }
+}
+
 TEST(Activation, ShapeMismatchThrows) {
   Tensor x({4, 6}), y({4, 6}), bad({4, 5});
   for (ops::Activation a : {ops::Activation::relu, ops::Activation::gelu}) {

@@ -83,6 +83,20 @@ Tensor Linear::backward(Context& ctx, const Tensor& dy) {
   return dx;
 }
 
+Tensor Linear::backward_rounded(Context& ctx, const Tensor& dy) {
+  if (x_.empty()) throw Error(weight.name + ": backward without a training forward");
+  if (precision_ != ops::Precision::bf16 || dy.dtype() != DType::bf16)
+    throw Error(weight.name + ": a rounded backward needs a bf16 forward and a bf16 dy, not " +
+                dtype_name(dy.dtype()) + " after a " + ops::precision_name(precision_) +
+                " forward");
+  Tensor dx = ctx.alloc_uninit(x_.shape());
+  Tensor no_bias;  // the caller's
+  Context at_forward = ctx;
+  at_forward.precision = precision_;
+  ops::linear_backward(x_, weight_of(weight, at_forward), dy, dx, weight.grad, no_bias, precision_);
+  return dx;
+}
+
 LayerNorm::LayerNorm(ParamStore& params, const std::string& name, int64_t dim, float epsilon)
     : weight(params.add(name + ".weight", {dim}, /*decay=*/false)),
       bias(params.add(name + ".bias", {dim}, /*decay=*/false)),

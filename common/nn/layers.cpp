@@ -28,6 +28,7 @@ Tensor FeedForward::forward(Context& ctx, const Tensor& x) {
   if (mixer_) h = mixer_->forward(ctx, h);  // pre-activation
   if (ctx.training) {
     h_ = h;  // backward needs f'(h)
+    precision_ = ctx.precision;
     // With bf16 products and no dropout here, fc2 reads (and keeps) f(h) rounded to bf16: the
     // activation writes it so.
     const bool rounded = ctx.precision == ops::Precision::bf16 && dropout_.p == 0.f;
@@ -46,6 +47,12 @@ Tensor FeedForward::backward(Context& ctx, const Tensor& dy) {
   // Both backwards return tensors of their own (fresh from the arena), so f'(h) can be applied in
   // place.
   Tensor da = dropout_.backward(ctx, fc2_.backward(ctx, dy));  // [.., d_ff]
+  if (!mixer_ && precision_ == ops::Precision::bf16 && fc1_.bias) {
+    // fc1's products read f'(h) ⊙ da rounded to bf16 and its bias sums it: one pass makes both.
+    Tensor g = ctx.alloc_uninit(h_.shape(), DType::bf16);
+    ops::activation_backward_rounded(activation_, h_, da, g, fc1_.bias->grad);
+    return fc1_.backward_rounded(ctx, g);  // [.., d]
+  }
   ops::activation_backward(activation_, h_, da, da);
   if (mixer_) da = mixer_->backward(ctx, da);
   return fc1_.backward(ctx, da);  // [.., d]

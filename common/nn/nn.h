@@ -65,6 +65,9 @@ class Linear {
   // [..., in] -> [..., out]; x f32, or bf16 already rounded for bf16 products
   Tensor forward(Context& ctx, const Tensor& x);
   Tensor backward(Context& ctx, const Tensor& dy);
+  // After a bf16 forward: the backward from dy already rounded to bf16 whose bias gradient the
+  // caller has added (ops::activation_backward_rounded), so the products alone.
+  Tensor backward_rounded(Context& ctx, const Tensor& dy);
   Parameter& weight;
   Parameter* bias = nullptr;
   int64_t in, out;
@@ -230,7 +233,8 @@ class FeedForward {
   ops::Activation activation_;
   Dropout dropout_;
   std::shared_ptr<HiddenMixer> mixer_;
-  Tensor h_;  // pre-activation [.., d_ff]
+  Tensor h_;                                        // pre-activation [.., d_ff]
+  ops::Precision precision_ = ops::Precision::f32;  // of the last training forward
 };
 
 // "norm1", "attn", "norm2", "mlp"

@@ -9,8 +9,11 @@
 // the same exp(−x²/2) gives the density φ(x) for the backward.
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "common/error.h"
+#include "common/ops/column_sums.h"
 #include "common/ops/ops.h"
 #include "common/ops/profile.h"
 #include "common/ops/vmath.h"
@@ -120,6 +123,55 @@ void activation_forward(Activation a, const Tensor& x, Tensor& y) {
   for (int64_t i = 0; i < n; ++i) out[i] = in[i] * gelu_cdf(in[i]);
 }
 
+namespace {
+
+// dx[i] = dy[i] · f'(x[i]) for i in [0, n), in one thread.
+void activation_grad(Activation a, const float* in, const float* g, float* out, int64_t n) {
+  if (a == Activation::relu) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) out[i] = in[i] > 0.f ? g[i] : 0.f;
+    return;
+  }
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    float cdf, gauss;
+    gelu_parts(in[i], cdf, gauss);
+    out[i] = g[i] * (cdf + in[i] * gauss * kInvSqrt2Pi);
+  }
+}
+
+}  // namespace
+
+void activation_backward_rounded(Activation a, const Tensor& x, const Tensor& dy, Tensor& dx,
+                                 Tensor& dsum) {
+  check_same("activation_backward_rounded", x, dy);
+  const int64_t n = x.dim(-1), m = n > 0 ? x.numel() / n : 0;
+  if (dx.dtype() != DType::bf16 || dx.shape() != x.shape() || dsum.dtype() != DType::f32 ||
+      dsum.numel() != n)
+    throw Error("activation_backward_rounded: x " + shape_str(x.shape()) + ", dx " +
+                dtype_name(dx.dtype()) + " " + shape_str(dx.shape()) + ", dsum " +
+                dtype_name(dsum.dtype()) + " " + shape_str(dsum.shape()) +
+                ": want dx bf16 shaped like x and dsum f32 [" + std::to_string(n) + "]");
+  if (m == 0) return;
+  profile::Scope scope("activation_backward_rounded", m, n);
+  const float* in = x.f32();
+  const float* g = dy.f32();
+  uint16_t* out = dx.bf16();
+  // Each block of rows is computed into its thread's buffer, summed and rounded there: the f32
+  // gradient never goes to memory.
+  detail::column_sums_by_block(
+      m, n, dsum.f32(),
+      [&](int64_t r0, int64_t r1) {
+        static thread_local std::vector<float> buffer;
+        buffer.resize(static_cast<size_t>((r1 - r0) * n));
+        activation_grad(a, in + r0 * n, g + r0 * n, buffer.data(), (r1 - r0) * n);
+        return static_cast<const float*>(buffer.data());
+      },
+      [&](int64_t r0, int64_t r1, const float* block) {
+        detail::round_block(block, (r1 - r0) * n, out + r0 * n);
+      });
+}
+
 void activation_backward(Activation a, const Tensor& x, const Tensor& dy, Tensor& dx) {
   check_same("activation_backward", x, dy);
   check_same("activation_backward", x, dx);
@@ -129,16 +181,12 @@ void activation_backward(Activation a, const Tensor& x, const Tensor& dy, Tensor
   const float* in = x.f32();
   const float* g = dy.f32();
   float* out = dx.f32();
-  if (a == Activation::relu) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) out[i] = in[i] > 0.f ? g[i] : 0.f;
-    return;
-  }
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    float cdf, gauss;
-    gelu_parts(in[i], cdf, gauss);
-    out[i] = g[i] * (cdf + in[i] * gauss * kInvSqrt2Pi);
+  constexpr int64_t kChunk = 1 << 14;  // element-wise: how the work is split changes no bit
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t i0 = c * kChunk;
+    activation_grad(a, in + i0, g + i0, out + i0, std::min(kChunk, n - i0));
   }
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/ops/column_sums.h"
 #include "common/ops/matmul_impl.h"
 #include "common/ops/profile.h"
 
@@ -105,51 +106,15 @@ Operand transposed(const Tensor& t, int64_t rows, int64_t cols) {
   return {{rows, cols}, {1, rows}, t.dtype(), t.data()};
 }
 
-// out[c] += Σ_r g[r, c] over g [m, n]. Rows are cut into fixed blocks whose partial sums are added
-// in block order: the result does not depend on the thread count, and both threads stay busy
-// whatever n is (a split by columns left one of two threads idle for n = 192).
-// With `rounded` non-null, the same pass also writes g rounded to bf16 there ([m, n]): the bf16
-// backward's dy operand and its bias gradient from one read of dy.
+// out[c] += Σ_r g[r, c] over g [m, n] (column_sums.h). With `rounded` non-null, the same pass also
+// writes g rounded to bf16 there ([m, n]): the bf16 backward's dy operand and its bias gradient
+// from one read of dy.
 void column_sums(const float* g, int64_t m, int64_t n, float* out, uint16_t* rounded = nullptr) {
-  constexpr int64_t kRows = 128;
-  const int64_t blocks = (m + kRows - 1) / kRows;
-  auto round_rows = [&](int64_t r0, int64_t r1) {
-    if (!rounded) return;
-    const float* src = g + r0 * n;
-    uint16_t* dst = rounded + r0 * n;
-    const int64_t count = (r1 - r0) * n;
-#pragma omp simd
-    for (int64_t i = 0; i < count; ++i) dst[i] = f32_to_bf16(src[i]);
-  };
-  if (blocks <= 1 || m * n < 32768) {
-    for (int64_t r = 0; r < m; ++r) {
-      const float* row = g + r * n;
-#pragma omp simd
-      for (int64_t c = 0; c < n; ++c) out[c] += row[c];
-    }
-    round_rows(0, m);
-    return;
-  }
-  static thread_local std::vector<float> partial;
-  partial.resize(static_cast<size_t>(blocks * n));
-  float* part = partial.data();
-#pragma omp parallel for schedule(static)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    float* acc = part + blk * n;
-    const int64_t r0 = blk * kRows, r1 = std::min(m, r0 + kRows);
-    std::copy(g + r0 * n, g + (r0 + 1) * n, acc);
-    for (int64_t r = r0 + 1; r < r1; ++r) {
-      const float* row = g + r * n;
-#pragma omp simd
-      for (int64_t c = 0; c < n; ++c) acc[c] += row[c];
-    }
-    round_rows(r0, r1);  // the block is in cache
-  }
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const float* acc = part + blk * n;
-#pragma omp simd
-    for (int64_t c = 0; c < n; ++c) out[c] += acc[c];
-  }
+  detail::column_sums_by_block(
+      m, n, out, [&](int64_t r0, int64_t) { return g + r0 * n; },
+      [&](int64_t r0, int64_t r1, const float* block) {
+        if (rounded) detail::round_block(block, (r1 - r0) * n, rounded + r0 * n);
+      });
 }
 
 // Shapes of y = x·wᵀ + b: returns {m, k, n}.

@@ -222,6 +222,11 @@ const char* activation_name(Activation a);
 void activation_forward(Activation a, const Tensor& x, Tensor& y);
 // dx = dy ⊙ f'(x), overwritten (dx may be dy).
 void activation_backward(Activation a, const Tensor& x, const Tensor& dy, Tensor& dx);
+// The same gradient g = dy ⊙ f'(x) [M, N] for a bf16 product with a bias: dx (bf16, x's shape) =
+// g rounded, and dsum [N] += Σ_rows g of the f32 g, in one pass that never writes g itself. The
+// same bits as activation_backward, round_to_bf16 and the bias gradient of linear_backward.
+void activation_backward_rounded(Activation a, const Tensor& x, const Tensor& dy, Tensor& dx,
+                                 Tensor& dsum);
 
 // ---- Random numbers and dropout ----
 // A counter-based generator: the value at (seed, counter) does not depend on the thread count, and
