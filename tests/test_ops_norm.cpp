@@ -397,6 +397,26 @@ TEST(LayerNorm, InferenceWithoutStatisticsGivesSameOutput) {
   EXPECT_TRUE(all_close(y_infer, y_train, 1e-6, 1e-6));
 }
 
+// A bf16 y holds the f32 result rounded to nearest even, element for element, with the same
+// statistics (the pre-norm block's input to its bf16 product); a bf16 x or a y of another type is
+// refused.
+TEST(LayerNorm, Bf16OutputIsTheRoundedF32Output) {
+  std::mt19937 gen(204);
+  Tensor x = random_tensor({300, 192}, gen, -3.f, 3.f), gamma = random_tensor({192}, gen),
+         beta = random_tensor({192}, gen);
+  Tensor y({300, 192}), mean({300}), rstd({300}), want({300, 192}, DType::bf16);
+  ops::layernorm_forward(x, gamma, beta, 1e-6f, y, mean, rstd);
+  ops::round_to_bf16(y, want);
+  Tensor yb({300, 192}, DType::bf16), mean_b({300}), rstd_b({300});
+  ops::layernorm_forward(x, gamma, beta, 1e-6f, yb, mean_b, rstd_b);
+  EXPECT_TRUE(bitwise_equal(yb, want));
+  EXPECT_TRUE(bitwise_equal(mean_b, mean));
+  EXPECT_TRUE(bitwise_equal(rstd_b, rstd));
+  Tensor y_i32({300, 192}, DType::i32);
+  EXPECT_THROW(ops::layernorm_forward(want, gamma, beta, 1e-6f, yb, mean_b, rstd_b), Error);
+  EXPECT_THROW(ops::layernorm_forward(x, gamma, beta, 1e-6f, y_i32, mean_b, rstd_b), Error);
+}
+
 TEST(LayerNorm, ConstantRowUsesEpsAndStaysFinite) {
   Tensor x({2, 8});
   x.fill(3.f);

@@ -146,9 +146,13 @@ Tensor MultiHeadAttention::forward(Context& ctx, const Tensor& x, const Tensor& 
   Impl& m = *impl_;
   const int64_t d = m.d, H = m.heads, dh = m.head_dim;
   const std::string want = "[B, T, " + std::to_string(d) + "]";
-  if (x.empty() || x.dtype() != DType::f32 || x.rank() != 3 || x.dim(2) != d || x.dim(0) < 1 ||
-      x.dim(1) < 1)
-    throw Error(m.name + ": x must be f32 " + want + ", not " + shape_str(x.shape()));
+  const bool rounded_x = x.dtype() == DType::bf16 && ctx.training &&
+                         ctx.precision == ops::Precision::bf16;  // Linear takes it as it is
+  if (x.empty() || (x.dtype() != DType::f32 && !rounded_x) || x.rank() != 3 || x.dim(2) != d ||
+      x.dim(0) < 1 || x.dim(1) < 1)
+    throw Error(m.name + ": x must be f32 " + want +
+                " (bf16 with bf16 products in training), not " + dtype_name(x.dtype()) + " " +
+                shape_str(x.shape()));
   const int64_t B = x.dim(0);
   int64_t Tq = x.dim(1);  // the queries (the first `queries` positions when that is set)
   if (config_.cross) {

@@ -102,8 +102,8 @@ LayerNorm::LayerNorm(ParamStore& params, const std::string& name, int64_t dim, f
       bias(params.add(name + ".bias", {dim}, /*decay=*/false)),
       eps(epsilon) {}
 
-Tensor LayerNorm::forward(Context& ctx, const Tensor& x) {
-  Tensor y = ctx.alloc_uninit(x.shape());
+Tensor LayerNorm::forward(Context& ctx, const Tensor& x, DType out) {
+  Tensor y = ctx.alloc_uninit(x.shape(), out);
   const int64_t rows = x.numel() / x.dim(-1);
   if (ctx.training) {
     x_ = x;

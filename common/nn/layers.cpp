@@ -164,7 +164,11 @@ class Residual {
   template <typename Sublayer>
   Tensor forward(Context& ctx, const Tensor& x, Sublayer&& sublayer) {
     if (pre_norm_) {
-      Tensor s = dropout_.forward(ctx, sublayer(norm_.forward(ctx, x)));
+      // Every sublayer starts with a Linear on the norm's output: with bf16 products in training
+      // that product reads it rounded, so the norm writes it so.
+      const bool rounded = ctx.training && ctx.precision == ops::Precision::bf16;
+      Tensor s = dropout_.forward(
+          ctx, sublayer(norm_.forward(ctx, x, rounded ? DType::bf16 : DType::f32)));
       const Tensor xr = first_rows(ctx, x, s.dim(1));
       Tensor y = ctx.alloc_uninit(s.shape());
       drop_path_.add(ctx, xr, s, y);

@@ -80,7 +80,8 @@ class Linear {
 class LayerNorm {
  public:
   LayerNorm(ParamStore& params, const std::string& name, int64_t dim, float eps = 1e-5f);
-  Tensor forward(Context& ctx, const Tensor& x);
+  // x f32; out bf16: the result rounded to bf16 as it is written, for a bf16 product that reads it.
+  Tensor forward(Context& ctx, const Tensor& x, DType out = DType::f32);
   Tensor backward(Context& ctx, const Tensor& dy);
   // backward(dy) + add in one pass (a pre-norm block's residual gradient).
   Tensor backward(Context& ctx, const Tensor& dy, const Tensor& add);
@@ -158,7 +159,8 @@ struct KVCache {
 class MultiHeadAttention {
  public:
   MultiHeadAttention(ParamStore& params, const std::string& name, AttentionConfig config);
-  // x [B, Tq, d]; memory [B, Tk, d] for cross-attention (empty for self) -> [B, Tq, d].
+  // x [B, Tq, d]; memory [B, Tk, d] for cross-attention (empty for self) -> [B, Tq, d]. With
+  // bf16 products in training, x may be bf16 already (a pre-norm block's rounded norm output).
   // queries (self-attention, dot scores, no causal or diagonal mask): only the first `queries`
   // positions of x query (keys and values still come from all T of them) -> [B, queries, d],
   // those rows of the full result; 0 means all. A model that reads only some rows of the last

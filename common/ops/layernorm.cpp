@@ -24,9 +24,11 @@ void check_vec(const char* op, const Tensor& t, int64_t n, const char* name) {
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                        Tensor& y, Tensor& mean, Tensor& rstd) {
   const char* op = "layernorm_forward";
-  if (x.shape() != y.shape() || x.rank() < 1)
-    throw Error(std::string(op) + ": x " + shape_str(x.shape()) + " and y " + shape_str(y.shape()) +
-                " differ");
+  if (x.shape() != y.shape() || x.rank() < 1 || x.dtype() != DType::f32 ||
+      (y.dtype() != DType::f32 && y.dtype() != DType::bf16))
+    throw Error(std::string(op) + ": x " + dtype_name(x.dtype()) + " " + shape_str(x.shape()) +
+                " and y " + dtype_name(y.dtype()) + " " + shape_str(y.shape()) +
+                ": want f32 x and an f32 or bf16 y of its shape");
   const int64_t n = x.dim(-1), rows = n ? x.numel() / n : 0;
   check_vec(op, gamma, n, "gamma");
   check_vec(op, beta, n, "beta");
@@ -39,13 +41,14 @@ void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   const float* xp = x.f32();
   const float* g = gamma.f32();
   const float* b = beta.f32();
-  float* yp = y.f32();
+  const bool rounded = y.dtype() == DType::bf16;  // the input of a bf16 product
+  float* yp = rounded ? nullptr : y.f32();
+  uint16_t* yb = rounded ? y.bf16() : nullptr;
   float* mp = save ? mean.f32() : nullptr;
   float* sp = save ? rstd.f32() : nullptr;
 #pragma omp parallel for schedule(static) if (rows * n > 16384)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = xp + r * n;
-    float* yr = yp + r * n;
     float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
     for (int64_t j = 0; j < n; ++j) sum += xr[j];
@@ -54,8 +57,15 @@ void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
 #pragma omp simd reduction(+ : sq)
     for (int64_t j = 0; j < n; ++j) sq += (xr[j] - mu) * (xr[j] - mu);
     const float rs = 1.f / std::sqrt(sq / static_cast<float>(n) + eps);
+    if (rounded) {
+      uint16_t* yr = yb + r * n;
 #pragma omp simd
-    for (int64_t j = 0; j < n; ++j) yr[j] = (xr[j] - mu) * rs * g[j] + b[j];
+      for (int64_t j = 0; j < n; ++j) yr[j] = f32_to_bf16((xr[j] - mu) * rs * g[j] + b[j]);
+    } else {
+      float* yr = yp + r * n;
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) yr[j] = (xr[j] - mu) * rs * g[j] + b[j];
+    }
     if (save) mp[r] = mu, sp[r] = rs;
   }
 }

@@ -202,6 +202,7 @@ void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
 
 // ---- Layer normalization over the last axis ----
 // x, y [M, N]; gamma, beta [N]; mean, rstd [M] are written when non-empty (training) for backward.
+// y may be bf16: the result rounded as it is written (the input of a bf16 product).
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                        Tensor& y, Tensor& mean, Tensor& rstd);
 // dx [M, N] overwritten; dgamma, dbeta [N] accumulated (either may be empty). With `add`

@@ -366,6 +366,8 @@ def missing_packages(rows):
         modules.add("torchvision")
     if "vit-train" in kinds:
         modules.add("numpy")
+    if "mt-train" in kinds:  # its model comes from tests/parity/make_core_fixtures.py
+        modules.add("h5py")
     if "mt-decode" in kinds:
         modules |= {"numpy", "h5py", "sentencepiece"}
     missing = [APT_PACKAGES[m] for m in sorted(modules) if importlib.util.find_spec(m) is None]
