@@ -388,6 +388,30 @@ TEST(FeedForwardTest, Bf16FusedPassesGiveTheSeparatePassesBits) {
   }
 }
 
+// A Linear's bf16 output (attention's projections with bf16 products) is its f32 output rounded
+// to bf16; asking for it without bf16 products is refused with the weight's name.
+TEST(LinearTest, Bf16OutputIsTheRoundedF32Output) {
+  SKIP_WITHOUT_BF16();
+  ParamStore store;
+  Linear fc(store, "attn.qkv", 64, 96);
+  store.finalize();
+  std::mt19937 gen(9);
+  randomize(store, gen);
+  const Tensor x = random_tensor({4, 50, 64}, gen);
+  Arena arena;
+  Context ctx{true, &arena, nullptr};
+  ctx.precision = ops::Precision::bf16;
+  const Tensor y = fc.forward(ctx, x).clone();
+  Tensor want({4, 50, 96}, DType::bf16);
+  ops::round_to_bf16(y, want);
+  const Tensor yb = fc.forward(ctx, x, DType::bf16);
+  ASSERT_EQ(yb.dtype(), DType::bf16);
+  EXPECT_TRUE(bitwise_equal(yb, want));
+  Context f32{true, &arena, nullptr};
+  const std::string e = error_of([&] { fc.forward(f32, x, DType::bf16); });
+  EXPECT_TRUE(contains(e, "attn.qkv.weight") && contains(e, "needs bf16 products")) << e;
+}
+
 // ---- Parameter names (checkpoint compatibility) ----
 
 TEST(LayerNamesTest, EncoderLayerRegistersTimmNames) {

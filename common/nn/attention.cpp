@@ -187,18 +187,27 @@ Tensor MultiHeadAttention::forward(Context& ctx, const Tensor& x, const Tensor& 
   if (training && m.dropout.p > 0.f && !ctx.rng)
     throw Error(m.name + ": attention dropout in training needs nn::Context::rng");
 
-  // Projections: self [B, T, 3d] (q, k, v), cross [B, Tq, d] (q) and [B, Tk, 2d] (k, v).
-  Tensor qp, kvp;
-  if (config_.cross) {
-    qp = m.q->forward(ctx, x);
-    kvp = m.kv->forward(ctx, memory);
-  } else {
-    qp = m.qkv->forward(ctx, x);
-  }
   const bool strided = m.score.kind == Score::scaled_dot || m.score.kind == Score::dot;
   const ops::Precision precision = ctx.precision;
   const bool bf16 = precision == ops::Precision::bf16;
   const bool dropout = training && m.dropout.p > 0.f;
+  // Whether the blocked kernel may be taken (below, once the projections' views exist).
+  const bool may_block =
+      strided && !keep_weights && !mask.diagonal &&
+      ctx.attention_kernel != AttentionKernel::materialized &&
+      (ctx.attention_kernel == AttentionKernel::blocked ||
+       attention::prefer_blocked(B, H, Tq, Tk, dh, mask.hides_keys(), dropout, precision));
+  // Projections: self [B, T, 3d] (q, k, v), cross [B, Tq, d] (q) and [B, Tk, 2d] (k, v). With
+  // bf16 products the strided scores read them rounded to bf16 (forward and backward), so the
+  // projections write them so, unless the blocked kernel (f32) may read them.
+  const DType projected = strided && bf16 && !may_block ? DType::bf16 : DType::f32;
+  Tensor qp, kvp;
+  if (config_.cross) {
+    qp = m.q->forward(ctx, x, projected);
+    kvp = m.kv->forward(ctx, memory, projected);
+  } else {
+    qp = m.qkv->forward(ctx, x, projected);
+  }
   const int64_t kb = config_.cross ? 0 : 1, vb = config_.cross ? 1 : 2;
   // The blocked kernel takes masks and dropout itself and never holds the [Tq, Tk] weights (so
   // it cannot hand them to keep_weights). It computes in f32 whatever the precision: with bf16
@@ -214,14 +223,11 @@ Tensor MultiHeadAttention::forward(Context& ctx, const Tensor& x, const Tensor& 
     q.dims[2] = Tq;
     return q;
   };
-  if (strided && !keep_weights && !mask.diagonal &&
-      ctx.attention_kernel != AttentionKernel::materialized) {
+  if (may_block) {
     const Tensor& kv = config_.cross ? kvp : qp;
     const ops::MatrixView q = q_view(qp);
     const ops::MatrixView k = heads_view(kv, H, dh, kb), v = heads_view(kv, H, dh, vb);
-    if (ops::blocked_attention_supported(q, k, v))
-      blocked = ctx.attention_kernel == AttentionKernel::blocked ||
-                attention::prefer_blocked(B, H, Tq, Tk, dh, mask.hides_keys(), dropout, precision);
+    blocked = ops::blocked_attention_supported(q, k, v);
   }
   if (strided && bf16 && !blocked) {
     // bf16 products read q, k and v from rounded projections (the backward reads them too).

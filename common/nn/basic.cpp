@@ -48,11 +48,14 @@ Linear::Linear(ParamStore& params, const std::string& name, int64_t in_features,
   if (with_bias) bias = &params.add(name + ".bias", {out_features}, /*decay=*/false);
 }
 
-Tensor Linear::forward(Context& ctx, const Tensor& x) {
+Tensor Linear::forward(Context& ctx, const Tensor& x, DType out_dtype) {
   if (x.rank() < 1 || x.dim(-1) != in)
     throw Error(weight.name + ": input " + shape_str(x.shape()) + " does not end in " +
                 std::to_string(in));
-  Tensor y = ctx.alloc_uninit(with_last(x.shape(), out));
+  if (out_dtype != DType::f32 &&
+      (out_dtype != DType::bf16 || ctx.precision != ops::Precision::bf16))
+    throw Error(weight.name + ": a " + dtype_name(out_dtype) + " output needs bf16 products");
+  Tensor y = ctx.alloc_uninit(with_last(x.shape(), out), out_dtype);
   const ops::Weight w = weight_of(weight, ctx);
   const Tensor b = bias ? bias->value : Tensor();
   precision_ = ctx.precision;

@@ -62,8 +62,9 @@ class Linear {
   // weight [out, in] (truncated-normal init is the model's job), bias [out] (no weight decay).
   Linear(ParamStore& params, const std::string& name, int64_t in_features, int64_t out_features,
          bool with_bias = true);
-  // [..., in] -> [..., out]; x f32, or bf16 already rounded for bf16 products
-  Tensor forward(Context& ctx, const Tensor& x);
+  // [..., in] -> [..., out]; x f32, or bf16 already rounded for bf16 products. y is f32, or with
+  // bf16 products `out` bf16: rounded as the product writes it (for a reader that rounds it).
+  Tensor forward(Context& ctx, const Tensor& x, DType out = DType::f32);
   Tensor backward(Context& ctx, const Tensor& dy);
   // After a bf16 forward: the backward from dy already rounded to bf16 whose bias gradient the
   // caller has added (ops::activation_backward_rounded), so the products alone.
