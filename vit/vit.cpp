@@ -449,7 +449,7 @@ Tensor VisionTransformer::forward(nn::Context& ctx, const Tensor& images) {
   mask.diagonal = c.diag_mask;
   // Pool "token" reads only the class token's row of the last block, so that block computes only
   // that row (its keys and values still come from every token): the same logits and gradients
-  // for about 5/6 less of the block's work. Not when a positional convolution follows the block,
+  // for about 3/4 less of the block's products (its qkv projection still runs on every token). Not when a positional convolution follows the block,
   // with the diagonal mask (its rule is per query) or when attention maps read the block's
   // weights.
   const size_t last = m.blocks.size() - 1;

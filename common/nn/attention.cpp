@@ -72,6 +72,14 @@ ops::MatrixView heads_view(const Tensor& x, int64_t heads, int64_t head_dim, int
   return ops::heads_view(x, heads, head_dim, block);
 }
 
+// q [B, H, Tq, dh] in the projection's q block: its first Tq positions (all of them but with
+// MultiHeadAttention's `queries`).
+ops::MatrixView query_view(const Tensor& projection, int64_t heads, int64_t head_dim, int64_t Tq) {
+  ops::MatrixView q = heads_view(projection, heads, head_dim, 0);
+  q.dims[2] = Tq;
+  return q;
+}
+
 // What the products read: x itself, or with bf16 products x rounded once into the arena (each of
 // these tensors feeds two products, so rounding it here halves the work of rounding in the ops).
 Tensor for_products(Context& ctx, ops::Precision precision, const Tensor& x) {
@@ -217,12 +225,7 @@ Tensor MultiHeadAttention::forward(Context& ctx, const Tensor& x, const Tensor& 
     throw Error(m.name +
                 ": the blocked attention kernel does not take the diagonal mask (use "
                 "the automatic or the materialized kernel)");
-  // q [B, H, Tq, dh]: with `queries`, the first Tq rows of the projection's q block.
-  auto q_view = [&](const Tensor& projection) {
-    ops::MatrixView q = heads_view(projection, H, dh, 0);
-    q.dims[2] = Tq;
-    return q;
-  };
+  auto q_view = [&](const Tensor& projection) { return query_view(projection, H, dh, Tq); };
   if (may_block) {
     const Tensor& kv = config_.cross ? kvp : qp;
     const ops::MatrixView q = q_view(qp);
@@ -353,11 +356,7 @@ Tensor MultiHeadAttention::backward(Context& ctx, const Tensor& dy, Tensor* dmem
   Tensor& dk_of = cross ? dkvp : dqp;
   const int64_t kb = cross ? 0 : 1, vb = cross ? 1 : 2;
   // With `queries`, q is the first Tq rows of the q block: its other rows get no gradient.
-  auto q_view = [&](const Tensor& projection) {
-    ops::MatrixView q = heads_view(projection, H, dh, 0);
-    q.dims[2] = Tq;
-    return q;
-  };
+  auto q_view = [&](const Tensor& projection) { return query_view(projection, H, dh, Tq); };
   if (!cross && Tq < Tk) {
     float* g = dqp.f32();
 #pragma omp parallel for schedule(static) if (B * Tk * d > 65536)
