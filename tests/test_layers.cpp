@@ -539,21 +539,37 @@ TEST_P(ArrangementTest, DecoderLayerForwardFollowsTheFormula) {
   EXPECT_TRUE(all_close(y, want, 1e-6, 1e-6));
 }
 
-TEST_P(ArrangementTest, EncoderLayerBackwardMatchesFiniteDifferences) {
+// An encoder layer with randomize()d parameters (generator seeded with `seed`, then drawing the
+// batch), as the tests below start from.
+struct RandomEncoderLayer {
+  RandomEncoderLayer(bool pre_norm, unsigned seed, const std::string& name = "enc")
+      : layer(store, name, small_config(pre_norm)), gen(seed) {
+    store.finalize();
+    randomize(store, gen);
+    b = make_batch(gen);
+  }
   ParamStore store;
-  EncoderLayer layer(store, "enc", small_config(GetParam()));
-  store.finalize();
-  std::mt19937 gen(6);
-  randomize(store, gen);
-  Batch b = make_batch(gen);
+  EncoderLayer layer;
+  std::mt19937 gen;
+  Batch b;
+};
+
+// The finite-difference case of an encoder layer with padding: input x, gradient dx; out_rows as
+// EncoderLayer::forward takes it.
+void expect_encoder_gradients(RandomEncoderLayer& e, int64_t out_rows = 0) {
   GradientCase c;
-  c.store = &store;
-  c.inputs = {{"x", &b.x}};
-  c.forward = [&](Context& ctx) { return layer.forward(ctx, b.x, b.padding); };
+  c.store = &e.store;
+  c.inputs = {{"x", &e.b.x}};
+  c.forward = [&](Context& ctx) { return e.layer.forward(ctx, e.b.x, e.b.padding, out_rows); };
   c.backward = [&](Context& ctx, const Tensor& dy) {
-    return std::vector<Tensor>{layer.backward(ctx, dy)};
+    return std::vector<Tensor>{e.layer.backward(ctx, dy)};
   };
   expect_gradients(c);
+}
+
+TEST_P(ArrangementTest, EncoderLayerBackwardMatchesFiniteDifferences) {
+  RandomEncoderLayer e(GetParam(), 6);
+  expect_encoder_gradients(e);
 }
 
 // The first R rows of x [B, T, d], as a tensor of their own [B, R, d].
@@ -573,12 +589,10 @@ Tensor first_rows(const Tensor& x, int64_t R) {
 // the bf16 products the ViT trains with. The arena is poisoned: a read of a gradient row nobody
 // wrote would show as NaN.
 TEST_P(ArrangementTest, EncoderLayerOutRowsAreTheFullLayersFirstRows) {
-  ParamStore store;
-  EncoderLayer layer(store, "enc", small_config(GetParam()));
-  store.finalize();
-  std::mt19937 gen(61);
-  randomize(store, gen);
-  Batch b = make_batch(gen);
+  RandomEncoderLayer e(GetParam(), 61);
+  ParamStore& store = e.store;
+  EncoderLayer& layer = e.layer;
+  const Batch& b = e.b;
   struct Setting {
     ops::Precision precision;
     AttentionKernel kernel;
@@ -601,7 +615,7 @@ TEST_P(ArrangementTest, EncoderLayerOutRowsAreTheFullLayersFirstRows) {
       Context ctx{true, &arena, nullptr};
       ctx.precision = set.precision;
       ctx.attention_kernel = set.kernel;
-      const Tensor dy = random_tensor({2, R, kD}, gen);
+      const Tensor dy = random_tensor({2, R, kD}, e.gen);
       Tensor dy_full({2, 5, kD});  // zero beyond the first R rows
       for (int64_t s = 0; s < 2; ++s)
         for (int64_t i = 0; i < R * kD; ++i)
@@ -625,31 +639,16 @@ TEST_P(ArrangementTest, EncoderLayerOutRowsAreTheFullLayersFirstRows) {
 }
 
 TEST_P(ArrangementTest, EncoderLayerOutRowsBackwardMatchesFiniteDifferences) {
-  ParamStore store;
-  EncoderLayer layer(store, "enc", small_config(GetParam()));
-  store.finalize();
-  std::mt19937 gen(62);
-  randomize(store, gen);
-  Batch b = make_batch(gen);
-  GradientCase c;
-  c.store = &store;
-  c.inputs = {{"x", &b.x}};
-  c.forward = [&](Context& ctx) { return layer.forward(ctx, b.x, b.padding, 2); };
-  c.backward = [&](Context& ctx, const Tensor& dy) {
-    return std::vector<Tensor>{layer.backward(ctx, dy)};
-  };
-  expect_gradients(c);
+  RandomEncoderLayer e(GetParam(), 62);
+  expect_encoder_gradients(e, 2);
 }
 
 // What out_rows cannot do is refused with the layer's name: rows outside [0, T], and a causal
 // mask, whose rule places the queries at the end of the sequence.
 TEST_P(ArrangementTest, EncoderLayerOutRowsRefusesWhatItCannotDo) {
-  ParamStore store;
-  EncoderLayer layer(store, "blocks.5", small_config(GetParam()));
-  store.finalize();
-  std::mt19937 gen(63);
-  randomize(store, gen);
-  Batch b = make_batch(gen);
+  RandomEncoderLayer random(GetParam(), 63, "blocks.5");
+  EncoderLayer& layer = random.layer;
+  const Batch& b = random.b;
   Arena arena;
   Context ctx{false, &arena, nullptr};
   for (int64_t R : {-1, 6}) {

@@ -449,9 +449,9 @@ Tensor VisionTransformer::forward(nn::Context& ctx, const Tensor& images) {
   mask.diagonal = c.diag_mask;
   // Pool "token" reads only the class token's row of the last block, so that block computes only
   // that row (its keys and values still come from every token): the same logits and gradients
-  // for about 3/4 less of the block's products (its qkv projection still runs on every token). Not when a positional convolution follows the block,
-  // with the diagonal mask (its rule is per query) or when attention maps read the block's
-  // weights.
+  // for about 3/4 less of the block's products (its qkv projection still runs on every token). Not
+  // when a positional convolution follows the block, with the diagonal mask (its rule is per query)
+  // or when attention maps read the block's weights.
   const size_t last = m.blocks.size() - 1;
   const bool class_row_only =
       c.pool == "token" && !c.diag_mask && !m.blocks[last].attention().keep_weights &&

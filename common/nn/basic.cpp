@@ -78,12 +78,7 @@ Tensor Linear::forward(Context& ctx, const Tensor& x, DType out_dtype) {
 
 Tensor Linear::backward(Context& ctx, const Tensor& dy) {
   if (x_.empty()) throw Error(weight.name + ": backward without a training forward");
-  Tensor dx = ctx.alloc_uninit(x_.shape());
-  Tensor db = bias ? bias->grad : Tensor();
-  Context at_forward = ctx;  // the products of the backward run at the forward's precision
-  at_forward.precision = precision_;
-  ops::linear_backward(x_, weight_of(weight, at_forward), dy, dx, weight.grad, db, precision_);
-  return dx;
+  return backward_products(ctx, dy, bias ? bias->grad : Tensor());
 }
 
 Tensor Linear::backward_rounded(Context& ctx, const Tensor& dy) {
@@ -92,11 +87,14 @@ Tensor Linear::backward_rounded(Context& ctx, const Tensor& dy) {
     throw Error(weight.name + ": a rounded backward needs a bf16 forward and a bf16 dy, not " +
                 dtype_name(dy.dtype()) + " after a " + ops::precision_name(precision_) +
                 " forward");
+  return backward_products(ctx, dy, Tensor());  // the bias gradient is the caller's
+}
+
+Tensor Linear::backward_products(Context& ctx, const Tensor& dy, Tensor db) {
   Tensor dx = ctx.alloc_uninit(x_.shape());
-  Tensor no_bias;  // the caller's
-  Context at_forward = ctx;
+  Context at_forward = ctx;  // the products of the backward run at the forward's precision
   at_forward.precision = precision_;
-  ops::linear_backward(x_, weight_of(weight, at_forward), dy, dx, weight.grad, no_bias, precision_);
+  ops::linear_backward(x_, weight_of(weight, at_forward), dy, dx, weight.grad, db, precision_);
   return dx;
 }
 

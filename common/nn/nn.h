@@ -74,6 +74,8 @@ class Linear {
   int64_t in, out;
 
  private:
+  // dx, and the weight's gradient and db's (empty: none), from the kept input.
+  Tensor backward_products(Context& ctx, const Tensor& dy, Tensor db);
   Tensor x_;  // the input kept for backward: f32, or its bf16 rounding with bf16 products
   ops::Precision precision_ = ops::Precision::f32;  // of the last forward
 };

@@ -78,6 +78,18 @@ inline float gelu_cdf(float x) {
 constexpr float kInvSqrt2Pi = 0.3989422804014327f;
 constexpr int64_t kParallelMin = 1 << 15;
 
+// out[i] = f(in[i]), f32 or bf16 (detail::store).
+template <typename Out>
+void forward_into(Activation a, const float* in, int64_t n, Out* out) {
+  if (a == Activation::relu) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+    for (int64_t i = 0; i < n; ++i) detail::store(out + i, in[i] > 0.f ? in[i] : 0.f);
+    return;
+  }
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) detail::store(out + i, in[i] * gelu_cdf(in[i]));
+}
+
 }  // namespace
 
 Activation parse_activation(const std::string& name) {
@@ -101,26 +113,10 @@ void activation_forward(Activation a, const Tensor& x, Tensor& y) {
   const int64_t n = x.numel();
   if (n == 0) return;
   profile::Scope scope("activation_forward", n);
-  const float* in = x.f32();
-  if (y.dtype() == DType::bf16) {  // f(x) rounded as it is written: one pass instead of two
-    uint16_t* out = y.bf16();
-    if (a == Activation::relu) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-      for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(in[i] > 0.f ? in[i] : 0.f);
-      return;
-    }
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(in[i] * gelu_cdf(in[i]));
-    return;
-  }
-  float* out = y.f32();
-  if (a == Activation::relu) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) out[i] = in[i] > 0.f ? in[i] : 0.f;
-    return;
-  }
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) out[i] = in[i] * gelu_cdf(in[i]);
+  if (y.dtype() == DType::bf16)  // f(x) rounded as it is written: one pass instead of two
+    forward_into(a, x.f32(), n, y.bf16());
+  else
+    forward_into(a, x.f32(), n, y.f32());
 }
 
 namespace {

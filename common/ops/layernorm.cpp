@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/ops/ops.h"
 #include "common/ops/profile.h"
+#include "common/ops/vmath.h"
 
 namespace vitk::ops {
 namespace {
@@ -17,6 +18,30 @@ void check_vec(const char* op, const Tensor& t, int64_t n, const char* name) {
   if (t.dtype() != DType::f32 || t.numel() != n)
     throw Error(std::string(op) + ": " + name + " " + shape_str(t.shape()) + " should be f32 [" +
                 std::to_string(n) + "]");
+}
+
+// y = (x − mean) · rstd · g + b per row of x [rows, n], y f32 or bf16 (detail::store); mean and
+// rstd written when mp and sp are given.
+template <typename Out>
+void normalize_rows(const float* xp, const float* g, const float* b, float eps, int64_t rows,
+                    int64_t n, Out* yp, float* mp, float* sp) {
+  const bool save = mp != nullptr;
+#pragma omp parallel for schedule(static) if (rows * n > 16384)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = xp + r * n;
+    float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < n; ++j) sum += xr[j];
+    const float mu = sum / static_cast<float>(n);
+    float sq = 0.f;  // two passes: the variance of centred values does not cancel
+#pragma omp simd reduction(+ : sq)
+    for (int64_t j = 0; j < n; ++j) sq += (xr[j] - mu) * (xr[j] - mu);
+    const float rs = 1.f / std::sqrt(sq / static_cast<float>(n) + eps);
+    Out* yr = yp + r * n;
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) detail::store(yr + j, (xr[j] - mu) * rs * g[j] + b[j]);
+    if (save) mp[r] = mu, sp[r] = rs;
+  }
 }
 
 }  // namespace
@@ -38,36 +63,12 @@ void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
     check_vec(op, rstd, rows, "rstd");
   }
   profile::Scope scope("layernorm_forward", rows, n);
-  const float* xp = x.f32();
-  const float* g = gamma.f32();
-  const float* b = beta.f32();
-  const bool rounded = y.dtype() == DType::bf16;  // the input of a bf16 product
-  float* yp = rounded ? nullptr : y.f32();
-  uint16_t* yb = rounded ? y.bf16() : nullptr;
   float* mp = save ? mean.f32() : nullptr;
   float* sp = save ? rstd.f32() : nullptr;
-#pragma omp parallel for schedule(static) if (rows * n > 16384)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = xp + r * n;
-    float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < n; ++j) sum += xr[j];
-    const float mu = sum / static_cast<float>(n);
-    float sq = 0.f;  // two passes: the variance of centred values does not cancel
-#pragma omp simd reduction(+ : sq)
-    for (int64_t j = 0; j < n; ++j) sq += (xr[j] - mu) * (xr[j] - mu);
-    const float rs = 1.f / std::sqrt(sq / static_cast<float>(n) + eps);
-    if (rounded) {
-      uint16_t* yr = yb + r * n;
-#pragma omp simd
-      for (int64_t j = 0; j < n; ++j) yr[j] = f32_to_bf16((xr[j] - mu) * rs * g[j] + b[j]);
-    } else {
-      float* yr = yp + r * n;
-#pragma omp simd
-      for (int64_t j = 0; j < n; ++j) yr[j] = (xr[j] - mu) * rs * g[j] + b[j];
-    }
-    if (save) mp[r] = mu, sp[r] = rs;
-  }
+  if (y.dtype() == DType::bf16)  // the input of a bf16 product, rounded as it is written
+    normalize_rows(x.f32(), gamma.f32(), beta.f32(), eps, rows, n, y.bf16(), mp, sp);
+  else
+    normalize_rows(x.f32(), gamma.f32(), beta.f32(), eps, rows, n, y.f32(), mp, sp);
 }
 
 void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean,

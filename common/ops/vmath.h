@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "common/tensor.h"
+
 namespace vitk::ops::detail {
 
 // exp(x) with about 1 ulp of error on [-87, 88]: range reduction by ln 2 in two parts (Cody and
@@ -33,6 +35,15 @@ inline float fast_exp(float x) {
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
   return p * scale;
+}
+
+// Writes v as f32, or rounded to nearest even as bf16: one loop body for loops that write either
+// (a bf16 output being the input of a bf16 product, rounded as it is written).
+inline void store(float* p, float v) {
+  *p = v;
+}
+inline void store(uint16_t* p, float v) {
+  *p = f32_to_bf16(v);
 }
 
 }  // namespace vitk::ops::detail
