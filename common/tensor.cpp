@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+
+#include <sys/mman.h>
 #include <sstream>
 
 #include "common/error.h"
@@ -69,10 +71,20 @@ void bf16_to_f32(const uint16_t* src, float* dst, size_t n) {
 }
 
 std::shared_ptr<void> aligned_alloc_shared(size_t bytes) {
-  size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  // Large blocks (the arena's, the optimizer's, the weights') are asked for in 2 MiB pages where
+  // the kernel grants them on request (transparent huge pages in "madvise" mode, Debian's
+  // default): passes that stride across a big activation, such as the transposes of the bf16
+  // weight gradients, otherwise miss the TLB on almost every row.
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const bool huge = bytes >= 2 * kHugePage;
+  const size_t align = huge ? kHugePage : kAlignment;
+  size_t rounded = (bytes + align - 1) / align * align;
   if (rounded == 0) rounded = kAlignment;
-  void* p = std::aligned_alloc(kAlignment, rounded);
+  void* p = std::aligned_alloc(align, rounded);
   if (!p) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
+#ifdef MADV_HUGEPAGE
+  if (huge) madvise(p, rounded, MADV_HUGEPAGE);  // a hint: without huge pages, 4 KiB ones
+#endif
   std::memset(p, 0, rounded);
   return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
 }

@@ -45,6 +45,15 @@ inline Tensor to_bf16(const Tensor& t) {
   return out;
 }
 
+// The transpose [N, M] of a bf16 matrix [M, N] (the leading axes flattened), by a plain loop.
+inline Tensor naive_transpose_bf16(const Tensor& t) {
+  const int64_t n = t.dim(-1), m = t.numel() / n;
+  Tensor out({n, m}, DType::bf16);
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t c = 0; c < n; ++c) out.bf16()[c * m + r] = t.bf16()[r * n + c];
+  return out;
+}
+
 // Garbage in an output that the op must overwrite: NaN survives any accidental "+=" or "β·c".
 inline Tensor garbage_tensor(const Shape& shape) {
   Tensor t(shape);

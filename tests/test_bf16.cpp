@@ -163,6 +163,32 @@ TEST_P(Bf16Linear, ForwardBackwardDataAndWeightsMatchNaiveOnRoundedOperands) {
   EXPECT_TRUE(bitwise_equal(dw2, dw));
   EXPECT_TRUE(bitwise_equal(db2, db));
 
+  // From dy already rounded to bf16 (no bias gradient then): the weight gradient transposes it
+  // itself or reads the transpose given as dy_t; both give the bits of the f32 dy's pass, which
+  // rounds and transposes in one go.
+  const Tensor dyb = to_bf16(dy), dyb_t = naive_transpose_bf16(dyb);
+  Tensor none;
+  for (const Tensor& given : {Tensor(), dyb_t}) {
+    SCOPED_TRACE(given.empty() ? "transposed here" : "dy_t given");
+    Tensor dx3 = garbage_tensor({s.m, s.k}), dw3 = dw0.clone();
+    ops::linear_backward(x, weight, dyb, dx3, dw3, none, ops::Precision::bf16, given);
+    EXPECT_TRUE(bitwise_equal(dx3, dx));
+    EXPECT_TRUE(bitwise_equal(dw3, dw));
+  }
+  Tensor dw4 = dw0.clone();
+  ops::linear_backward_weights(x, dyb, dw4, none, ops::Precision::bf16);
+  EXPECT_TRUE(bitwise_equal(dw4, dw));
+  // A dy_t that is not dy's transpose in shape and type, or with f32 products, is refused.
+  Tensor dx4({s.m, s.k});
+  EXPECT_THROW(ops::linear_backward(x, weight, dyb, dx4, dw4, none, ops::Precision::bf16,
+                                    Tensor({s.n, s.m + 1}, DType::bf16)),
+               Error);
+  EXPECT_THROW(ops::linear_backward(x, weight, dyb, dx4, dw4, none, ops::Precision::bf16,
+                                    Tensor({s.n, s.m})),
+               Error);
+  EXPECT_THROW(ops::linear_backward(x, weight, dy, dx4, dw4, none, ops::Precision::bf16, dyb_t),
+               Error);
+
   // Against the unrounded operands, within what the 8-bit significand allows (the bias is added
   // in f32: it is not part of Σ|x·w|).
   const Tensor ax = absolute(x), aw = absolute(w), ady = absolute(dy);

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -198,6 +199,19 @@ TEST(Activation, RoundedBackwardIsTheF32BackwardRoundedAndSummed) {
       Tensor f32_out(shape), short_sum({shape[1] - 1});
       EXPECT_THROW(ops::activation_backward_rounded(a, x, dy, f32_out, sum), Error);
       EXPECT_THROW(ops::activation_backward_rounded(a, x, dy, got, short_sum), Error);
+
+      // With the transpose written too (dx_t, poisoned first): the same dx and sums, and dx_t
+      // is dx's transpose.
+      Tensor got2(shape, DType::bf16), got_t({shape[1], shape[0]}, DType::bf16);
+      std::fill(got_t.bf16(), got_t.bf16() + got_t.numel(), uint16_t{0xFFFF});
+      Tensor sum2 = start.clone();
+      ops::activation_backward_rounded(a, x, dy, got2, sum2, got_t);
+      EXPECT_TRUE(bitwise_equal(got2, want));
+      EXPECT_TRUE(bitwise_equal(sum2, want_sum));
+      EXPECT_TRUE(bitwise_equal(got_t, naive_transpose_bf16(want)));
+      Tensor not_transposed(shape, DType::bf16), f32_t({shape[1], shape[0]});
+      EXPECT_THROW(ops::activation_backward_rounded(a, x, dy, got2, sum2, not_transposed), Error);
+      EXPECT_THROW(ops::activation_backward_rounded(a, x, dy, got2, sum2, f32_t), Error);
     }
   }
 }

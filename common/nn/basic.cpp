@@ -81,20 +81,21 @@ Tensor Linear::backward(Context& ctx, const Tensor& dy) {
   return backward_products(ctx, dy, bias ? bias->grad : Tensor());
 }
 
-Tensor Linear::backward_rounded(Context& ctx, const Tensor& dy) {
+Tensor Linear::backward_rounded(Context& ctx, const Tensor& dy, const Tensor& dy_t) {
   if (x_.empty()) throw Error(weight.name + ": backward without a training forward");
   if (precision_ != ops::Precision::bf16 || dy.dtype() != DType::bf16)
     throw Error(weight.name + ": a rounded backward needs a bf16 forward and a bf16 dy, not " +
                 dtype_name(dy.dtype()) + " after a " + ops::precision_name(precision_) +
                 " forward");
-  return backward_products(ctx, dy, Tensor());  // the bias gradient is the caller's
+  return backward_products(ctx, dy, Tensor(), dy_t);  // the bias gradient is the caller's
 }
 
-Tensor Linear::backward_products(Context& ctx, const Tensor& dy, Tensor db) {
+Tensor Linear::backward_products(Context& ctx, const Tensor& dy, Tensor db, const Tensor& dy_t) {
   Tensor dx = ctx.alloc_uninit(x_.shape());
   Context at_forward = ctx;  // the products of the backward run at the forward's precision
   at_forward.precision = precision_;
-  ops::linear_backward(x_, weight_of(weight, at_forward), dy, dx, weight.grad, db, precision_);
+  ops::linear_backward(x_, weight_of(weight, at_forward), dy, dx, weight.grad, db, precision_,
+                       dy_t);
   return dx;
 }
 

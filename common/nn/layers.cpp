@@ -48,10 +48,13 @@ Tensor FeedForward::backward(Context& ctx, const Tensor& dy) {
   // place.
   Tensor da = dropout_.backward(ctx, fc2_.backward(ctx, dy));  // [.., d_ff]
   if (!mixer_ && precision_ == ops::Precision::bf16 && fc1_.bias) {
-    // fc1's products read f'(h) ⊙ da rounded to bf16 and its bias sums it: one pass makes both.
+    // fc1's products read f'(h) ⊙ da rounded to bf16, as it is and transposed, and its bias
+    // sums it: one pass makes all three.
+    const int64_t d_ff = h_.dim(-1);
     Tensor g = ctx.alloc_uninit(h_.shape(), DType::bf16);
-    ops::activation_backward_rounded(activation_, h_, da, g, fc1_.bias->grad);
-    return fc1_.backward_rounded(ctx, g);  // [.., d]
+    Tensor g_t = ctx.alloc_uninit({d_ff, h_.numel() / d_ff}, DType::bf16);
+    ops::activation_backward_rounded(activation_, h_, da, g, fc1_.bias->grad, g_t);
+    return fc1_.backward_rounded(ctx, g, g_t);  // [.., d]
   }
   ops::activation_backward(activation_, h_, da, da);
   if (mixer_) da = mixer_->backward(ctx, da);

@@ -67,15 +67,17 @@ class Linear {
   Tensor forward(Context& ctx, const Tensor& x, DType out = DType::f32);
   Tensor backward(Context& ctx, const Tensor& dy);
   // After a bf16 forward: the backward from dy already rounded to bf16 whose bias gradient the
-  // caller has added (ops::activation_backward_rounded), so the products alone.
-  Tensor backward_rounded(Context& ctx, const Tensor& dy);
+  // caller has added (ops::activation_backward_rounded), so the products alone; dy_t, if not
+  // empty, is dy's transpose (bf16 [out, rows]), which the weight gradient reads.
+  Tensor backward_rounded(Context& ctx, const Tensor& dy, const Tensor& dy_t = Tensor());
   Parameter& weight;
   Parameter* bias = nullptr;
   int64_t in, out;
 
  private:
   // dx, and the weight's gradient and db's (empty: none), from the kept input.
-  Tensor backward_products(Context& ctx, const Tensor& dy, Tensor db);
+  Tensor backward_products(Context& ctx, const Tensor& dy, Tensor db,
+                           const Tensor& dy_t = Tensor());
   Tensor x_;  // the input kept for backward: f32, or its bf16 rounding with bf16 products
   ops::Precision precision_ = ops::Precision::f32;  // of the last forward
 };

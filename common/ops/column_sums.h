@@ -1,8 +1,8 @@
 #pragma once
 // Column sums of a row-major matrix in a fixed order, for the bias gradients (internal to
-// common/ops). The rows are cut into blocks of kRows whose partial sums are added in block order:
-// the result does not depend on the thread count, and both threads stay busy whatever the width
-// is (a split by columns left one of two threads idle for n = 192).
+// common/ops). The rows are cut into blocks of kBlockRows whose partial sums are added in block
+// order: the result does not depend on the thread count, and both threads stay busy whatever the
+// width is (a split by columns left one of two threads idle for n = 192).
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -11,6 +11,19 @@
 
 namespace vitk::ops::detail {
 
+// Rows per block of the passes below: the same cut for every pass over a matrix.
+constexpr int64_t kBlockRows = 128;
+
+// fn(r0, r1) for each block of kBlockRows rows of an [m, n] matrix, the blocks shared out among
+// the threads when the matrix is big enough to pay for it.
+template <typename Fn>
+void for_row_blocks(int64_t m, int64_t n, Fn&& fn) {
+  const int64_t blocks = (m + kBlockRows - 1) / kBlockRows;
+#pragma omp parallel for schedule(static) if (m * n >= 32768)
+  for (int64_t blk = 0; blk < blocks; ++blk)
+    fn(blk * kBlockRows, std::min(m, (blk + 1) * kBlockRows));
+}
+
 // out[c] += Σ_r g[r, c] over g [m, n], where the caller hands the rows out block by block:
 // rows(r0, r1) returns rows r0..r1 of g ([r1 − r0, n], contiguous: g itself, or a block it
 // computes on demand into a buffer of its thread), and done(r0, r1, block) is called once the
@@ -18,8 +31,7 @@ namespace vitk::ops::detail {
 // every caller, so the sums of a matrix are the same bits whichever way its rows are handed out.
 template <typename Rows, typename Done>
 void column_sums_by_block(int64_t m, int64_t n, float* out, Rows&& rows, Done&& done) {
-  constexpr int64_t kRows = 128;
-  const int64_t blocks = (m + kRows - 1) / kRows;
+  const int64_t blocks = (m + kBlockRows - 1) / kBlockRows;
   if (blocks <= 1 || m * n < 32768) {
     const float* g = rows(int64_t{0}, m);
     for (int64_t r = 0; r < m; ++r) {
@@ -36,7 +48,7 @@ void column_sums_by_block(int64_t m, int64_t n, float* out, Rows&& rows, Done&& 
 #pragma omp parallel for schedule(static)
   for (int64_t blk = 0; blk < blocks; ++blk) {
     float* acc = part + blk * n;
-    const int64_t r0 = blk * kRows, r1 = std::min(m, r0 + kRows);
+    const int64_t r0 = blk * kBlockRows, r1 = std::min(m, r0 + kBlockRows);
     const float* g = rows(r0, r1);
     std::copy(g, g + n, acc);
     for (int64_t r = 1; r < r1 - r0; ++r) {

@@ -1,7 +1,9 @@
-// Linear layers on oneDNN's matmul primitive. Transposes are strides, never copies; weights stay
-// in PyTorch's {out, in} layout, which is what the arena holds, and are read from there directly
-// in f32, or from their packed forms (ops::WeightCache) in bf16 and in f32 inference where the
-// blocked layout is faster. The batched products are in bmm.cpp.
+// Linear layers on oneDNN's matmul primitive. Transposes are strides, with one exception: the
+// bf16 weight gradient reads dyᵀ from a transposed copy, written by the pass that rounds dy
+// (backward_weights_product says why). Weights stay in PyTorch's {out, in} layout, which is what
+// the arena holds, and are read from there directly in f32, or from their packed forms
+// (ops::WeightCache) in bf16 and in f32 inference where the blocked layout is faster. The batched
+// products are in bmm.cpp.
 #include <algorithm>
 #include <sstream>
 #include <unordered_map>
@@ -11,6 +13,7 @@
 #include "common/ops/column_sums.h"
 #include "common/ops/matmul_impl.h"
 #include "common/ops/profile.h"
+#include "common/ops/transpose.h"
 
 namespace vitk::ops {
 namespace detail {
@@ -106,15 +109,43 @@ Operand transposed(const Tensor& t, int64_t rows, int64_t cols) {
   return {{rows, cols}, {1, rows}, t.dtype(), t.data()};
 }
 
-// out[c] += Σ_r g[r, c] over g [m, n] (column_sums.h). With `rounded` non-null, the same pass also
-// writes g rounded to bf16 there ([m, n]): the bf16 backward's dy operand and its bias gradient
-// from one read of dy.
-void column_sums(const float* g, int64_t m, int64_t n, float* out, uint16_t* rounded = nullptr) {
+// out[c] += Σ_r g[r, c] over g [m, n] (column_sums.h).
+void column_sums(const float* g, int64_t m, int64_t n, float* out) {
   detail::column_sums_by_block(
       m, n, out, [&](int64_t r0, int64_t) { return g + r0 * n; },
-      [&](int64_t r0, int64_t r1, const float* block) {
-        if (rounded) detail::round_block(block, (r1 - r0) * n, rounded + r0 * n);
-      });
+      [](int64_t, int64_t, const float*) {});
+}
+
+// g [m, n] rounded to bf16 as rounded [m, n] and as its transpose rounded_t [n, m] (either may be
+// null), with sums[c] += Σ_r g[r, c] when sums is non-null: one read of g for the bf16 backward's
+// two dy operands and its bias gradient. Each block of rows is transposed while it is in cache.
+void round_dy(const float* g, int64_t m, int64_t n, uint16_t* rounded, uint16_t* rounded_t,
+              float* sums) {
+  profile::Scope scope(sums ? (rounded_t ? "bias_grad+round_bf16+t" : "bias_grad+round_bf16")
+                            : (rounded_t ? "round_bf16+t" : "round_bf16"),
+                       m, n);
+  // A block's rounded rows: in `rounded`, or in its thread's buffer when only the transpose is
+  // kept.
+  auto finish = [&](int64_t r0, int64_t r1, const float* block) {
+    static thread_local std::vector<uint16_t> staging;
+    uint16_t* out = rounded ? rounded + r0 * n : nullptr;
+    if (!out) {
+      staging.resize(static_cast<size_t>((r1 - r0) * n));
+      out = staging.data();
+    }
+    detail::round_block(block, (r1 - r0) * n, out);
+    if (rounded_t) detail::transpose_u16(out, r1 - r0, n, n, rounded_t + r0, m);
+  };
+  if (sums)
+    detail::column_sums_by_block(
+        m, n, sums, [&](int64_t r0, int64_t) { return g + r0 * n; }, finish);
+  else
+    detail::for_row_blocks(m, n, [&](int64_t r0, int64_t r1) { finish(r0, r1, g + r0 * n); });
+}
+
+// A scratch buffer of `count` bf16 values.
+uint16_t* scratch_bf16(detail::ScratchSlot slot, int64_t count) {
+  return static_cast<uint16_t*>(detail::scratch(slot, static_cast<size_t>(count) * 2));
 }
 
 // Shapes of y = x·wᵀ + b: returns {m, k, n}.
@@ -210,10 +241,32 @@ void backward_data_product(const Operand& dy, const Weight& w, Tensor& dx, Mkn s
   run_matmul(dy, plain(w.value, s.n, s.k), nullptr, plain(dx, s.m, s.k), 1.f, 0.f, packing);
 }
 
-// dw [N, K] += dyᵀ [N, M] · x [M, K]; dy given as its [M, N] operand.
-void backward_weights_product(const Operand& x, const Operand& dy, Tensor& dw, Mkn s) {
-  const Operand dy_t{{s.n, s.m}, {1, s.n}, dy.dtype, dy.data};
+// dw [N, K] += dyᵀ [N, M] · x [M, K]. dy_t is dyᵀ: in f32 a strided view of dy [M, N]
+// (f32_dy_t), in bf16 a plain [N, M] matrix (bf16_dy_t). oneDNN 2.6's bf16 kernel multiplies the
+// plain one about 1.3× faster: 375–420 against 290–330 GFLOP/s at the ViT's shapes (M = 6400
+// tokens; N, K = 768, 192 / 192, 768 / 576, 192), timed on oneDNN alone. Its f32 kernel gains
+// too little there (195–203 against 156–202 GFLOP/s) to pay for the copy.
+void backward_weights_product(const Operand& x, const Operand& dy_t, Tensor& dw, Mkn s) {
   run_matmul(dy_t, x, nullptr, plain(dw, s.n, s.k), 1.f, 1.f);
+}
+
+Operand f32_dy_t(const Tensor& dy, Mkn s) {
+  return {{s.n, s.m}, {1, s.n}, DType::f32, dy.data()};
+}
+
+Operand bf16_dy_t(const uint16_t* data, Mkn s) {
+  return {{s.n, s.m}, {s.m, 1}, DType::bf16, data};
+}
+
+// dyᵀ of a bf16 dy [M, N] (already rounded), transposed into scratch.
+Operand transposed_bf16(const Tensor& dy, Mkn s) {
+  uint16_t* t = scratch_bf16(detail::kScratchDyT, s.m * s.n);
+  const uint16_t* src = dy.bf16();
+  profile::Scope scope("transpose_bf16", s.m, s.n);
+  detail::for_row_blocks(s.m, s.n, [&](int64_t r0, int64_t r1) {
+    detail::transpose_u16(src + r0 * s.n, r1 - r0, s.n, s.n, t + r0, s.m);
+  });
+  return bf16_dy_t(t, s);
 }
 
 void bias_gradient(const Tensor& dy, Tensor& db, Mkn s) {
@@ -249,7 +302,7 @@ void linear_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tens
   const Mkn s = check_backward_weights("linear_backward_weights", x, dy, dw, db);
   if (!dw.empty()) {
     profile::Scope scope("linear_backward_weights", s.m, s.n, s.k);
-    backward_weights_product(plain(x, s.m, s.k), plain(dy, s.m, s.n), dw, s);
+    backward_weights_product(plain(x, s.m, s.k), f32_dy_t(dy, s), dw, s);
   }
   if (!db.empty()) bias_gradient(dy, db, s);
 }
@@ -285,44 +338,67 @@ void linear_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tens
   const char* op = "linear_backward_weights";
   const Mkn s = check_backward_weights(op, x, dy, dw, db);
   check_precision(op, x, dy, precision);
-  if (!dw.empty()) {
-    profile::Scope scope("linear_backward_weights", s.m, s.n, s.k);
-    backward_weights_product(input_operand(x, s.m, s.k, precision, detail::kScratchA),
-                             input_operand(dy, s.m, s.n, precision, detail::kScratchDy), dw, s);
+  if (dw.empty()) {
+    if (!db.empty()) bias_gradient(dy, db, s);
+    return;
   }
-  if (!db.empty()) bias_gradient(dy, db, s);
+  Operand dy_t;
+  if (precision == Precision::f32) {
+    dy_t = f32_dy_t(dy, s);
+  } else if (dy.dtype() == DType::bf16) {
+    dy_t = transposed_bf16(dy, s);
+  } else {
+    // dyᵀ rounded and the bias gradient in one pass over dy.
+    uint16_t* t = scratch_bf16(detail::kScratchDyT, s.m * s.n);
+    round_dy(dy.f32(), s.m, s.n, nullptr, t, db.empty() ? nullptr : db.f32());
+    dy_t = bf16_dy_t(t, s);
+  }
+  if (precision == Precision::f32 && !db.empty()) bias_gradient(dy, db, s);
+  profile::Scope scope("linear_backward_weights", s.m, s.n, s.k);
+  backward_weights_product(input_operand(x, s.m, s.k, precision, detail::kScratchA), dy_t, dw, s);
 }
 
 void linear_backward(const Tensor& x, const Weight& w, const Tensor& dy, Tensor& dx, Tensor& dw,
-                     Tensor& db, Precision precision) {
+                     Tensor& db, Precision precision, const Tensor& dy_t) {
+  if (!dy_t.empty()) {
+    const char* op = "linear_backward";
+    const Mkn s = check_backward_weights(op, x, dy, dw, db);
+    if (precision != Precision::bf16 || dy.dtype() != DType::bf16 || dy_t.dtype() != DType::bf16 ||
+        dy_t.shape() != Shape{s.n, s.m})
+      shape_error(op, "dy_t " + std::string(dtype_name(dy_t.dtype())) + " " +
+                          shape_str(dy_t.shape()) + " should be bf16 [" + std::to_string(s.n) +
+                          ", " + std::to_string(s.m) + "], the transpose of a bf16 dy " +
+                          shape_str(dy.shape()) + ", for bf16 products");
+    if (!dx.empty()) linear_backward_data(dy, w, dx, precision);
+    if (!dw.empty()) {
+      profile::Scope scope("linear_backward_weights", s.m, s.n, s.k);
+      backward_weights_product(input_operand(x, s.m, s.k, precision, detail::kScratchA),
+                               bf16_dy_t(dy_t.bf16(), s), dw, s);
+    }
+    return;
+  }
   if (precision == Precision::f32 || dy.dtype() != DType::f32) {
     if (!dx.empty()) linear_backward_data(dy, w, dx, precision);
     if (!dw.empty() || !db.empty()) linear_backward_weights(x, dy, dw, db, precision);
     return;
   }
-  // bf16: dy is rounded once, for both products; db sums the f32 dy, in the same pass.
+  // bf16: dy is rounded once, for both products, as dy for dx and as dyᵀ for dw; db sums the f32
+  // dy, in the same pass.
+  if (dx.empty()) return linear_backward_weights(x, dy, dw, db, precision);
   const char* op = "linear_backward";
   const Mkn s = check_backward_weights(op, x, dy, dw, db);
-  if (!dx.empty()) check_backward_data(op, dy, w.value, dx);
-  Operand dy_b;
-  if (db.empty()) {
-    dy_b = detail::rounded(plain(dy, s.m, s.n), detail::kScratchDy);
-  } else {
-    dy_b = plain(dy, s.m, s.n);
-    dy_b.dtype = DType::bf16;
-    auto* rounded = static_cast<uint16_t*>(
-        detail::scratch(detail::kScratchDy, static_cast<size_t>(s.m * s.n) * 2));
-    dy_b.data = rounded;
-    profile::Scope scope("bias_grad+round_bf16", s.m, s.n);
-    column_sums(dy.f32(), s.m, s.n, db.f32(), rounded);
-  }
-  if (!dx.empty()) {
+  check_backward_data(op, dy, w.value, dx);
+  uint16_t* rounded = scratch_bf16(detail::kScratchDy, s.m * s.n);
+  uint16_t* rounded_t = dw.empty() ? nullptr : scratch_bf16(detail::kScratchDyT, s.m * s.n);
+  round_dy(dy.f32(), s.m, s.n, rounded, rounded_t, db.empty() ? nullptr : db.f32());
+  {
     profile::Scope scope("linear_backward_data", s.m, s.n, s.k);
-    backward_data_product(dy_b, w, dx, s, precision);
+    backward_data_product({{s.m, s.n}, {s.n, 1}, DType::bf16, rounded}, w, dx, s, precision);
   }
   if (!dw.empty()) {
     profile::Scope scope("linear_backward_weights", s.m, s.n, s.k);
-    backward_weights_product(input_operand(x, s.m, s.k, precision, detail::kScratchA), dy_b, dw, s);
+    backward_weights_product(input_operand(x, s.m, s.k, precision, detail::kScratchA),
+                             bf16_dy_t(rounded_t, s), dw, s);
   }
 }
 

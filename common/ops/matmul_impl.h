@@ -36,7 +36,14 @@ void run_matmul(const Operand& a, const Operand& b, const Operand* bias, const O
 
 // Scratch buffers reused from call to call (per thread): slot i grows to the largest size asked
 // and is never shrunk, so the steady state of a loop allocates nothing.
-enum ScratchSlot { kScratchA = 0, kScratchB = 1, kScratchDy = 2, kScratchWeight = 3, kSlots = 4 };
+enum ScratchSlot {
+  kScratchA = 0,
+  kScratchB = 1,
+  kScratchDy = 2,
+  kScratchWeight = 3,
+  kScratchDyT = 4,  // dyᵀ of a bf16 weight gradient (matmul.cpp)
+  kSlots = 5
+};
 void* scratch(ScratchSlot slot, size_t bytes);
 
 // Elements from the first to the last one a view touches (1 + Σ (dim − 1)·stride).
