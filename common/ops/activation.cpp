@@ -1,14 +1,15 @@
 // ReLU and exact (erf) GELU as plain vectorised loops. oneDNN 2.6's eltwise gelu_erf took about
 // 13 ms on a [6400, 768] activation; these loops take about 2.5 ms (forward, 2 threads).
 //
-// GELU needs Φ(x) = 1 − erfc(x/√2)/2 (x ≥ 0) or erfc(|x|/√2)/2 (x < 0) to a few ulp, including the
-// tiny values of the left tail, so erfc is computed with its relative error bounded everywhere, in
-// the form of Numerical Recipes' erfcc (t = 1 / (1 + z/2) maps z ∈ [0, ∞) onto t ∈ (0, 1]):
+// GELU needs Φ(x) = 1 − erfc(x/√2)/2 (x ≥ 0) or erfc(|x|/√2)/2 (x < 0) to a few ulp, including
+// the tiny values of the left tail, so erfc is computed with its relative error bounded
+// everywhere, in the form of Numerical Recipes' erfcc (t = 1 / (1 + z/2) maps z ∈ [0, ∞) onto
+// t ∈ (0, 1]):
 //   erfc(z) = t · exp(−z²) · Q(t),
-// where Q(t) = erfc(z)·exp(z²)/t is smooth on [0, 1] (from 1/(2√π) at t = 0 to 1 at t = 1) and is
-// a degree-10 polynomial of our own fit (common/ops/fit_gelu_poly.py: relative error 1.1e-8, and
-// 1.5e-7 evaluated in f32). Numerical Recipes' form, exp(−z² + P(t)), needs a second exp for P; here the
-// one exp(−z²) = exp(−x²/2) also gives the density φ(x) for the backward.
+// where Q(t) = erfc(z)·exp(z²)/t is smooth on [0, 1] (from 1/(2√π) at t = 0 to 1 at t = 1) and
+// is a degree-10 polynomial of our own fit (common/ops/fit_gelu_poly.py: relative error 1.1e-8,
+// and 1.5e-7 evaluated in f32). Numerical Recipes' form, exp(−z² + P(t)), needs a second exp for
+// P; here the one exp(−z²) = exp(−x²/2) also gives the density φ(x) for the backward.
 #include <algorithm>
 #include <cmath>
 #include <string>
