@@ -337,6 +337,14 @@ TEST(Linear, Bf16InputsMatchF32OnRoundedInputs) {
     ops::linear_forward(x16, w16, Tensor(), y16);
     // One bf16 rounding of the f32 result: relative error at most 2^-9, allow one ulp (2^-8).
     EXPECT_TRUE(all_close(y16, want, 1e-6, 1.0 / 256)) << "bf16 output";
+
+    // The weight gradient from bf16 x and dy, read in their own type.
+    Tensor dy16 = to_bf16(random_tensor({c.M, c.N}, gen));
+    Tensor dw({c.N, c.K}), no_db;
+    std::vector<double> gw, gb;
+    naive_linear_dw(x16, dy16, gw, gb);
+    ops::linear_backward_weights(x16, dy16, dw, no_db);
+    EXPECT_TRUE(all_close(dw, gw, 1e-4, 1e-4)) << "weight gradient";
   }
 }
 

@@ -242,16 +242,27 @@ void backward_data_product(const Operand& dy, const Weight& w, Tensor& dx, Mkn s
 }
 
 // dw [N, K] += dyᵀ [N, M] · x [M, K]. dy_t is dyᵀ: in f32 a strided view of dy [M, N]
-// (f32_dy_t), in bf16 a plain [N, M] matrix (bf16_dy_t). oneDNN 2.6's bf16 kernel multiplies the
-// plain one about 1.3× faster: 375–420 against 290–330 GFLOP/s at the ViT's shapes (M = 6400
+// (strided_dy_t), in bf16 a plain [N, M] matrix (bf16_dy_t). oneDNN 2.6's bf16 kernel multiplies
+// the plain one about 1.3× faster: 375–420 against 290–330 GFLOP/s at the ViT's shapes (M = 6400
 // tokens; N, K = 768, 192 / 192, 768 / 576, 192), timed on oneDNN alone. Its f32 kernel gains
-// too little there (195–203 against 156–202 GFLOP/s) to pay for the copy.
-void backward_weights_product(const Operand& x, const Operand& dy_t, Tensor& dw, Mkn s) {
-  run_matmul(dy_t, x, nullptr, plain(dw, s.n, s.k), 1.f, 1.f);
+Operand input_operand(const Tensor& t, int64_t rows, int64_t cols, Precision precision,
+                      detail::ScratchSlot slot) {
+  const Operand op = plain(t, rows, cols);
+  return precision == Precision::bf16 ? detail::rounded(op, slot) : op;
 }
 
-Operand f32_dy_t(const Tensor& dy, Mkn s) {
-  return {{s.n, s.m}, {1, s.n}, DType::f32, dy.data()};
+// too little there (195–203 against 156–202 GFLOP/s) to pay for the copy. x is read as it is
+// (f32) or rounded (bf16: x may also be bf16 already).
+void backward_weights_product(const Tensor& x, const Operand& dy_t, Tensor& dw, Mkn s,
+                              Precision precision) {
+  profile::Scope scope("linear_backward_weights", s.m, s.n, s.k);
+  run_matmul(dy_t, input_operand(x, s.m, s.k, precision, detail::kScratchA), nullptr,
+             plain(dw, s.n, s.k), 1.f, 1.f);
+}
+
+// dyᵀ as a strided view of dy [M, N], in dy's own type.
+Operand strided_dy_t(const Tensor& dy, Mkn s) {
+  return {{s.n, s.m}, {1, s.n}, dy.dtype(), dy.data()};
 }
 
 Operand bf16_dy_t(const uint16_t* data, Mkn s) {
@@ -274,12 +285,6 @@ void bias_gradient(const Tensor& dy, Tensor& db, Mkn s) {
   column_sums(dy.f32(), s.m, s.n, db.f32());
 }
 
-Operand input_operand(const Tensor& t, int64_t rows, int64_t cols, Precision precision,
-                      detail::ScratchSlot slot) {
-  const Operand op = plain(t, rows, cols);
-  return precision == Precision::bf16 ? detail::rounded(op, slot) : op;
-}
-
 }  // namespace
 
 // ---- Tensor weights: the operands' own types, no packing ----
@@ -300,10 +305,7 @@ void linear_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx) {
 
 void linear_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db) {
   const Mkn s = check_backward_weights("linear_backward_weights", x, dy, dw, db);
-  if (!dw.empty()) {
-    profile::Scope scope("linear_backward_weights", s.m, s.n, s.k);
-    backward_weights_product(plain(x, s.m, s.k), f32_dy_t(dy, s), dw, s);
-  }
+  if (!dw.empty()) backward_weights_product(x, strided_dy_t(dy, s), dw, s, Precision::f32);
   if (!db.empty()) bias_gradient(dy, db, s);
 }
 
@@ -344,7 +346,7 @@ void linear_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tens
   }
   Operand dy_t;
   if (precision == Precision::f32) {
-    dy_t = f32_dy_t(dy, s);
+    dy_t = strided_dy_t(dy, s);
   } else if (dy.dtype() == DType::bf16) {
     dy_t = transposed_bf16(dy, s);
   } else {
@@ -354,8 +356,7 @@ void linear_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tens
     dy_t = bf16_dy_t(t, s);
   }
   if (precision == Precision::f32 && !db.empty()) bias_gradient(dy, db, s);
-  profile::Scope scope("linear_backward_weights", s.m, s.n, s.k);
-  backward_weights_product(input_operand(x, s.m, s.k, precision, detail::kScratchA), dy_t, dw, s);
+  backward_weights_product(x, dy_t, dw, s, precision);
 }
 
 void linear_backward(const Tensor& x, const Weight& w, const Tensor& dy, Tensor& dx, Tensor& dw,
@@ -370,11 +371,7 @@ void linear_backward(const Tensor& x, const Weight& w, const Tensor& dy, Tensor&
                           ", " + std::to_string(s.m) + "], the transpose of a bf16 dy " +
                           shape_str(dy.shape()) + ", for bf16 products");
     if (!dx.empty()) linear_backward_data(dy, w, dx, precision);
-    if (!dw.empty()) {
-      profile::Scope scope("linear_backward_weights", s.m, s.n, s.k);
-      backward_weights_product(input_operand(x, s.m, s.k, precision, detail::kScratchA),
-                               bf16_dy_t(dy_t.bf16(), s), dw, s);
-    }
+    if (!dw.empty()) backward_weights_product(x, bf16_dy_t(dy_t.bf16(), s), dw, s, precision);
     return;
   }
   if (precision == Precision::f32 || dy.dtype() != DType::f32) {
@@ -395,11 +392,7 @@ void linear_backward(const Tensor& x, const Weight& w, const Tensor& dy, Tensor&
     profile::Scope scope("linear_backward_data", s.m, s.n, s.k);
     backward_data_product({{s.m, s.n}, {s.n, 1}, DType::bf16, rounded}, w, dx, s, precision);
   }
-  if (!dw.empty()) {
-    profile::Scope scope("linear_backward_weights", s.m, s.n, s.k);
-    backward_weights_product(input_operand(x, s.m, s.k, precision, detail::kScratchA),
-                             bf16_dy_t(rounded_t, s), dw, s);
-  }
+  if (!dw.empty()) backward_weights_product(x, bf16_dy_t(rounded_t, s), dw, s, precision);
 }
 
 }  // namespace vitk::ops
