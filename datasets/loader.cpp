@@ -104,7 +104,7 @@ Loader::Loader(const Dataset& data, LoaderOptions options)
     throw UsageError("channels must be 1 or 3, not " + std::to_string(o.channels));
   if (o.prefetch < 1) throw UsageError("prefetch must be at least 1");
   o.preprocess.validate(o.channels);
-  s.interpolation = vit::parse_interpolation(o.preprocess.interpolation);
+  s.interpolation = datasets::parse_interpolation(o.preprocess.interpolation);
   for (int c = 0; c < o.channels; ++c)
     s.black.push_back(-o.preprocess.mean[static_cast<size_t>(c)] /
                       o.preprocess.std[static_cast<size_t>(c)]);
@@ -317,19 +317,19 @@ bool Loader::Impl::try_sample(int64_t src, ops::Rng rng, float* dst, std::string
       why = "empty image";
       return false;
     }
-    const cv::Mat image = vit::to_channels(decoded, opt.channels);
+    const cv::Mat image = datasets::to_channels(decoded, opt.channels);
     const int64_t c = opt.channels, h = opt.height, w = opt.width;
     if (!opt.training) {
-      vit::preprocess_image(image, opt.preprocess, h, w, dst);
+      datasets::preprocess_image(image, opt.preprocess, h, w, dst);
       return true;
     }
     const AugmentOptions& a = opt.augment;
     if (a.random_resized_crop) {
       cv::Mat crop = random_resized_crop(image, h, w, a.scale, a.ratio, interpolation, rng);
       random_hflip(crop, a.hflip, rng);
-      vit::normalize_to_chw(crop, opt.preprocess, dst);
+      datasets::normalize_to_chw(crop, opt.preprocess, dst);
     } else {
-      vit::preprocess_image(image, opt.preprocess, h, w, dst);
+      datasets::preprocess_image(image, opt.preprocess, h, w, dst);
       if (rng.uniform() < a.hflip) flip_chw(dst, c * h, w);  // the draw random_hflip makes
     }
     random_translate(dst, c, h, w, a.crop_padding, black.data(), rng);

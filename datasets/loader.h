@@ -8,7 +8,7 @@
 #include "common/tensor.h"
 #include "datasets/augment.h"
 #include "datasets/dataset.h"
-#include "vit/preprocess.h"
+#include "datasets/preprocess.h"
 
 namespace vitk::datasets {
 
@@ -28,7 +28,7 @@ struct LoaderOptions {
   bool training = false;    // shuffle, augment, mix, drop the last partial batch
   uint64_t seed = 0;        // order and augmentation
   AugmentOptions augment;   // training only
-  vit::Preprocess preprocess;
+  datasets::Preprocess preprocess;
   int prefetch = 3;  // batches prepared ahead
 };
 

@@ -16,7 +16,6 @@
 #include <unordered_map>
 
 #include "common/error.h"
-#include "common/seq2seq/config.h"
 
 // Exported by libsentencepiece but declared only in its internal common.h.
 namespace sentencepiece::logging {
@@ -25,11 +24,6 @@ void SetMinLogLevel(int v);
 }  // namespace sentencepiece::logging
 
 namespace vitk::datasets {
-
-// The model (common/seq2seq) and the tokenizer must agree on the special ids.
-static_assert(Tokenizer::kPad == seq2seq::kPadId && Tokenizer::kUnk == seq2seq::kUnkId &&
-                  Tokenizer::kBos == seq2seq::kBosId && Tokenizer::kEos == seq2seq::kEosId,
-              "tokenizer and model special ids differ");
 
 struct Tokenizer::Impl {
   std::string bytes;
@@ -192,7 +186,7 @@ const std::string& Tokenizer::bytes() const {
   return impl_ ? impl_->bytes : kEmpty;
 }
 
-int Tokenizer::vocab_size() const {
+int Tokenizer::size() const {
   return impl_ ? impl_->processor.GetPieceSize() : 0;
 }
 

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "common/vocabulary.h"
+
 namespace vitk::datasets {
 
 struct TokenizerOptions {
@@ -17,10 +19,8 @@ struct TokenizerOptions {
   int threads = 2;
 };
 
-class Tokenizer {
+class Tokenizer : public Vocabulary {
  public:
-  static constexpr int kPad = 0, kUnk = 1, kBos = 2, kEos = 3;  // fixed ids for every model
-
   Tokenizer();  // empty; usable() false
   // Trains on the sentences (empty ones are ignored), quietly and deterministically: the same
   // sentences and options give the same model bytes. Throws vitk::Error with SentencePiece's
@@ -34,11 +34,11 @@ class Tokenizer {
   void save(const std::string& path) const;        // a .model file spm_encode can use
 
   bool usable() const;
-  const std::string& bytes() const;  // serialized ModelProto
-  int vocab_size() const;
-  std::vector<int> encode(const std::string& text) const;              // no BOS/EOS added
-  std::string decode(const std::vector<int>& ids) const;               // pad/bos/eos ignored
-  std::vector<std::string> pieces(const std::vector<int>& ids) const;  // for labels in plots
+  const std::string& bytes() const override;  // serialized ModelProto
+  int size() const override;
+  std::vector<int> encode(const std::string& text) const override;  // no BOS/EOS added
+  std::string decode(const std::vector<int>& ids) const override;   // pad/bos/eos ignored
+  std::vector<std::string> pieces(const std::vector<int>& ids) const override;
 
  private:
   struct Impl;

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "common/ops/ops.h"
-#include "tests/mt_corpus.h"
-#include "tests/test_util.h"
-#include "tests/vitk_process.h"
+#include "mt_corpus.h"
+#include "test_util.h"
+#include "vitk_process.h"
 
 namespace {
 

@@ -24,11 +24,11 @@
 
 #include "common/io/checkpoint.h"
 #include "datasets/image_io.h"
-#include "tests/profile_table.h"
+#include "profile_table.h"
 #include "tools/classify_output.h"
 #include "vit/checkpoint.h"
 #include "vit/classify.h"
-#include "vit/preprocess.h"
+#include "datasets/preprocess.h"
 #include "vit/vit.h"
 
 namespace {
@@ -478,7 +478,7 @@ class Classify : public ::testing::Test {
   // What the model gives for a file, computed in-process: decode, eval transform, forward.
   static std::vector<float> expected_probabilities(
       const std::string& checkpoint, const std::string& file,
-      const vitk::vit::Preprocess* override = nullptr) {
+      const vitk::datasets::Preprocess* override = nullptr) {
     vitk::vit::LoadedVit m = vitk::vit::load_vit((*dir_ / checkpoint).string());
     const auto& c = m.config;
     cv::Mat decoded;
@@ -486,7 +486,7 @@ class Classify : public ::testing::Test {
     EXPECT_TRUE(vitk::datasets::decode_image_file((*dir_ / file).string(), decoded, error))
         << error;
     vitk::Tensor x({1, c.channels, c.image_height, c.image_width});
-    vitk::vit::preprocess_image(vitk::vit::to_channels(decoded, static_cast<int>(c.channels)),
+    vitk::datasets::preprocess_image(vitk::datasets::to_channels(decoded, static_cast<int>(c.channels)),
                                 override ? *override : c.preprocess, c.image_height, c.image_width,
                                 x.f32());
     vitk::Arena arena;
@@ -661,7 +661,7 @@ TEST_F(Classify, DirectoryIsWalkedRecursively) {
 }
 
 TEST_F(Classify, PreprocessingFlagsOverrideTheCheckpoint) {
-  vitk::vit::Preprocess p;
+  vitk::datasets::Preprocess p;
   p.resize = "squash";
   p.interpolation = "bilinear";
   p.mean = {0.5f, 0.5f, 0.5f};
@@ -674,7 +674,7 @@ TEST_F(Classify, PreprocessingFlagsOverrideTheCheckpoint) {
   for (const char* f : {"photo.jpg", "rgb.png"})
     check_entry(*doc.get(f), expected_probabilities("rgb.h5", f, &p), 4, f);
 
-  p = vitk::vit::Preprocess();
+  p = vitk::datasets::Preprocess();
   p.crop_fraction = 0.5f;
   p.interpolation = "nearest";
   r = run({"classify", "--model", "rgb.h5", "--json", "--top-k", "4", "--crop-fraction", "0.5",

@@ -22,7 +22,7 @@
 #include "common/error.h"
 #include "datasets/dataset.h"
 #include "datasets/loader.h"
-#include "vit/preprocess.h"
+#include "datasets/preprocess.h"
 
 using namespace vitk;
 using namespace vitk::datasets;
@@ -207,7 +207,7 @@ TEST(Loader, EvalBatchesAreTheEvalTransform) {
     cv::Mat m;
     std::string why;
     ASSERT_TRUE(data.load(i, m, why));
-    vit::preprocess_image(vit::to_channels(m, 3), o.preprocess, 16, 16, want.data());
+    datasets::preprocess_image(datasets::to_channels(m, 3), o.preprocess, 16, 16, want.data());
     const Batch& b = batches[i / 4];
     const float* got = b.images.f32() + (i % 4) * want.size();
     EXPECT_EQ(std::vector<float>(got, got + want.size()), want) << i;
@@ -240,15 +240,15 @@ TEST(Loader, TrainingPipelineIsCropFlipNormalise) {
       cv::Mat m;
       std::string why;
       ASSERT_TRUE(data.load(i, m, why));
-      const cv::Mat rgb = vit::to_channels(m, 3);
+      const cv::Mat rgb = datasets::to_channels(m, 3);
       if (crop) {
         cv::Mat resized;
         cv::resize(rgb, resized, cv::Size(12, 12), 0, 0,
-                   vit::parse_interpolation(o.preprocess.interpolation));
+                   datasets::parse_interpolation(o.preprocess.interpolation));
         cv::flip(resized, resized, 1);
-        vit::normalize_to_chw(resized, o.preprocess, want.data());
+        datasets::normalize_to_chw(resized, o.preprocess, want.data());
       } else {
-        vit::preprocess_image(rgb, o.preprocess, 12, 12, want.data());
+        datasets::preprocess_image(rgb, o.preprocess, 12, 12, want.data());
         for (int64_t r = 0; r < 3 * 12; ++r)
           std::reverse(want.begin() + r * 12, want.begin() + (r + 1) * 12);
       }
@@ -282,7 +282,7 @@ TEST(Loader, CropPaddingShiftsTheImageOverABlackBorder) {
     std::string why;
     ASSERT_TRUE(data.load(i, m, why));
     std::vector<float> plain_image(n);
-    vit::preprocess_image(vit::to_channels(m, 3), o.preprocess, 12, 12, plain_image.data());
+    datasets::preprocess_image(datasets::to_channels(m, 3), o.preprocess, 12, 12, plain_image.data());
     const float* got = b.images.f32() + row * n;
     int matches = 0;
     for (int64_t dy = -3; dy <= 3; ++dy)

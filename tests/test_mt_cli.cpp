@@ -19,10 +19,10 @@
 #include "common/error.h"
 #include "common/optim/optim.h"
 #include "common/seq2seq/checkpoint.h"
-#include "tests/mt_corpus.h"
-#include "tests/profile_table.h"
-#include "tests/test_util.h"
-#include "tests/vitk_process.h"
+#include "mt_corpus.h"
+#include "profile_table.h"
+#include "test_util.h"
+#include "vitk_process.h"
 
 namespace {
 
@@ -141,28 +141,34 @@ TEST(TranslationCheckpoint, RoundTripsWeightsConfigTokenizerAndState) {
   adam.step(0.1f);
   const char raw[] = "spm\0bytes\xff with NUL";
   const std::string tokenizer(raw, sizeof raw - 1);
-  vitk::seq2seq::TrainState s;
-  s.epoch = 2, s.batch = 5, s.batches_in_epoch = 9, s.max_tokens = 300, s.seed = 7;
-  s.rng_seed = 11, s.rng_counter = 12, s.best_bleu = 33.25, s.best_step = 40;
-  s.bad_validations = 1, s.loss_sum = 1.5, s.loss_tokens = 6, s.last_validation = 40;
   const std::string path = (dir / "t.h5").string();
-  vitk::seq2seq::save_translation(path, params, c, tokenizer, 41, &s, &adam);
+  vitk::seq2seq::save_translation(path, params, c, tokenizer, 41);
 
   const auto meta = vitk::seq2seq::read_translation_meta(path);
   EXPECT_EQ(meta.tokenizer, tokenizer);
   EXPECT_EQ(vitk::seq2seq::to_config_map(meta.config), vitk::seq2seq::to_config_map(c));
   EXPECT_EQ(meta.meta.step, 41);
-  ASSERT_TRUE(meta.state.has_value());
-  EXPECT_EQ(meta.state->words(), s.words());
+  EXPECT_FALSE(meta.state.has_value());
   const auto loaded = vitk::seq2seq::load_translation(path);
   for (const auto& p : params.params()) {
     const auto* q = loaded.params->find(p.name);
     ASSERT_NE(q, nullptr) << p.name;
     EXPECT_EQ(0, std::memcmp(p.value.f32(), q->value.f32(), p.value.nbytes())) << p.name;
   }
-  // Without training state; without a tokenizer it is not a translation checkpoint.
-  vitk::seq2seq::save_translation(path, params, c, tokenizer, 41);
-  EXPECT_FALSE(vitk::seq2seq::read_translation_meta(path).state.has_value());
+  // With a training state (a run's last.h5).
+  vitk::io::CheckpointMeta with_state;
+  with_state.config = vitk::seq2seq::to_config_map(c);
+  with_state.step = 41;
+  with_state.files[vitk::seq2seq::kTokenizerFile] = tokenizer;
+  vitk::train::TrainState s;
+  s.step = 41, s.epoch = 2, s.batch = 5, s.batches_in_epoch = 9, s.batching = "max-tokens";
+  s.batch_size = 300;
+  with_state.train_state = s.values();
+  vitk::io::save_checkpoint(path, params, with_state, &adam);
+  const auto resumable = vitk::seq2seq::read_translation_meta(path);
+  ASSERT_TRUE(resumable.state.has_value());
+  EXPECT_EQ(resumable.state->values(), s.values());
+  // Without a tokenizer it is not a translation checkpoint.
   vitk::io::CheckpointMeta bare;
   bare.config = vitk::seq2seq::to_config_map(c);
   vitk::io::save_checkpoint(path, params, bare);
@@ -202,14 +208,14 @@ TEST_F(MtCli, TrainingRaisesBleuAndWritesTheRun) {
     EXPECT_TRUE(fs::exists(suite_ / "base" / f)) << f;
   const auto rows = lines_of(slurp_file(suite_ / "base/metrics.csv"));
   ASSERT_EQ(rows.size(), 4u) << slurp_file(suite_ / "base/metrics.csv");
-  EXPECT_EQ(rows[0], "step,epoch,lr,train_loss,target_tokens_per_s,valid_loss,valid_bleu");
+  EXPECT_EQ(rows[0], "step,epoch,lr,train_loss,val_loss,val_bleu,target_tokens_per_s,seconds");
   std::vector<double> bleu, loss;
   for (size_t i = 1; i < rows.size(); ++i) {
     const auto f = fields_of(rows[i], ',');
-    ASSERT_EQ(f.size(), 7u) << rows[i];
+    ASSERT_EQ(f.size(), 8u) << rows[i];
     EXPECT_EQ(std::stoll(f[0]), 200 * static_cast<int64_t>(i));
-    loss.push_back(std::stod(f[5]));
-    bleu.push_back(std::stod(f[6]));
+    loss.push_back(std::stod(f[4]));
+    bleu.push_back(std::stod(f[5]));
   }
   // Chance (a random word per position) is near 0 BLEU; the copy task is nearly solved.
   EXPECT_GT(bleu.back(), 60.0) << rows.back();

@@ -12,8 +12,9 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/seq2seq/batches.h"
+#include "common/vocabulary.h"
 #include "datasets/parallel.h"
-#include "datasets/tokenizer.h"
 #include "test_util.h"
 
 namespace {
@@ -21,9 +22,9 @@ namespace {
 namespace fs = std::filesystem;
 using vitk::datasets::ParallelReport;
 using vitk::datasets::read_parallel;
-using vitk::datasets::TokenBatch;
-using vitk::datasets::TokenBatcher;
-using vitk::datasets::Tokenizer;
+using vitk::seq2seq::TokenBatch;
+using vitk::seq2seq::TokenBatcher;
+using Tokenizer = vitk::Vocabulary;
 
 class Parallel : public ::testing::Test {
  protected:

@@ -16,7 +16,7 @@
 #include "common/io/checkpoint.h"
 #include "common/seq2seq/checkpoint.h"
 #include "datasets/tokenizer.h"
-#include "tests/vitk_process.h"
+#include "vitk_process.h"
 #include "vit/vit.h"
 
 namespace {
@@ -217,7 +217,7 @@ TEST_F(PlotCli, TranslateDrawsOneAlignmentPerTranslatedLine) {
   o.vocab_size = 48;
   const vitk::datasets::Tokenizer tokenizer = vitk::datasets::Tokenizer::train(text, o);
   vitk::seq2seq::TransformerConfig c;
-  c.vocab_size = tokenizer.vocab_size();
+  c.vocab_size = tokenizer.size();
   c.d_model = 16;
   c.heads = 2;
   c.d_ff = 32;

@@ -11,11 +11,11 @@
 #include <opencv2/imgcodecs.hpp>
 
 #include "common/error.h"
-#include "vit/preprocess.h"
+#include "datasets/preprocess.h"
 
 namespace {
 
-using vitk::vit::Preprocess;
+using vitk::datasets::Preprocess;
 
 const std::string kFixtures = std::string(VITK_SOURCE_DIR) + "/tests/fixtures/images/";
 
@@ -43,8 +43,8 @@ struct Geometry {
   int top, left;
 };
 Geometry geometry(int64_t h, int64_t w, const Preprocess& p, int64_t size_h, int64_t size_w) {
-  auto [rh, rw] = vitk::vit::eval_resize_size(h, w, p, size_h, size_w);
-  cv::Rect crop = vitk::vit::center_crop_rect(rh, rw, size_h, size_w);
+  auto [rh, rw] = vitk::datasets::eval_resize_size(h, w, p, size_h, size_w);
+  cv::Rect crop = vitk::datasets::center_crop_rect(rh, rw, size_h, size_w);
   EXPECT_EQ(crop.height, size_h);
   EXPECT_EQ(crop.width, size_w);
   return {rh, rw, crop.y, crop.x};
@@ -118,7 +118,7 @@ TEST(EvalGeometry, ExtremeAspectRatioIsAnErrorNotAnAllocation) {
   // the 224 × 224 crop is ever computed.
   cv::Mat thin(100000, 1, CV_8UC3, cv::Scalar(10, 20, 30));
   std::vector<float> out(3 * 224 * 224);
-  vitk::vit::preprocess_image(thin, imagenet(), 224, 224, out.data());
+  vitk::datasets::preprocess_image(thin, imagenet(), 224, 224, out.data());
   EXPECT_NEAR(out[0], (10.f / 255.f - 0.485f) / 0.229f, 1e-6f);
 }
 
@@ -131,7 +131,7 @@ TEST(ResizeLikePil, MatchesPillowForEveryInterpolation) {
     for (cv::Size size : {cv::Size(10, 7), cv::Size(40, 31), cv::Size(9, 30)}) {
       const std::string file = std::string("resample_") + name + "_" + std::to_string(size.width) +
                                "x" + std::to_string(size.height) + ".png";
-      cv::Mat got = vitk::vit::resize_like_pil(src, size.height, size.width, name);
+      cv::Mat got = vitk::datasets::resize_like_pil(src, size.height, size.width, name);
       EXPECT_EQ(max_abs_diff(got, read_fixture(file)), 0) << file;
     }
   }
@@ -139,27 +139,27 @@ TEST(ResizeLikePil, MatchesPillowForEveryInterpolation) {
 
 TEST(ResizeLikePil, GreyConversionAndResizeMatchPillow) {
   // Pillow's convert("L") then resize: to_channels must use Pillow's luma, not OpenCV's.
-  cv::Mat grey = vitk::vit::to_channels(read_fixture("resample_src.png"), 1);
-  cv::Mat got = vitk::vit::resize_like_pil(grey, 7, 10, "bicubic");
+  cv::Mat grey = vitk::datasets::to_channels(read_fixture("resample_src.png"), 1);
+  cv::Mat got = vitk::datasets::resize_like_pil(grey, 7, 10, "bicubic");
   EXPECT_EQ(max_abs_diff(got, read_fixture("resample_gray_bicubic_10x7.png")), 0);
 }
 
 TEST(ResizeLikePil, RoiIsACropOfTheFullResult) {
   const cv::Mat src = read_fixture("resample_src.png");
   for (const char* name : {"bicubic", "bilinear", "area", "nearest"}) {
-    cv::Mat full = vitk::vit::resize_like_pil(src, 31, 40, name);
+    cv::Mat full = vitk::datasets::resize_like_pil(src, 31, 40, name);
     cv::Rect roi(5, 3, 20, 17);
-    cv::Mat part = vitk::vit::resize_like_pil(src, 31, 40, name, roi);
+    cv::Mat part = vitk::datasets::resize_like_pil(src, 31, 40, name, roi);
     EXPECT_EQ(max_abs_diff(part, full(roi)), 0) << name;
   }
 }
 
 TEST(ResizeLikePil, SameSizeIsACopyAndBadArgumentsThrow) {
   const cv::Mat src = read_fixture("resample_src.png");
-  EXPECT_EQ(max_abs_diff(vitk::vit::resize_like_pil(src, 17, 23, "bicubic"), src), 0);
-  EXPECT_THROW(vitk::vit::resize_like_pil(src, 0, 5, "bicubic"), vitk::Error);
-  EXPECT_THROW(vitk::vit::resize_like_pil(src, 5, 5, "lanczos"), vitk::UsageError);
-  EXPECT_THROW(vitk::vit::resize_like_pil(src, 5, 5, "bicubic", cv::Rect(3, 3, 5, 5)), vitk::Error);
+  EXPECT_EQ(max_abs_diff(vitk::datasets::resize_like_pil(src, 17, 23, "bicubic"), src), 0);
+  EXPECT_THROW(vitk::datasets::resize_like_pil(src, 0, 5, "bicubic"), vitk::Error);
+  EXPECT_THROW(vitk::datasets::resize_like_pil(src, 5, 5, "lanczos"), vitk::UsageError);
+  EXPECT_THROW(vitk::datasets::resize_like_pil(src, 5, 5, "bicubic", cv::Rect(3, 3, 5, 5)), vitk::Error);
 }
 
 // ---- The whole transform against torchvision ---------------------------------------------------
@@ -175,7 +175,7 @@ std::vector<float> read_floats(const std::string& name) {
 TEST(EvalTransform, MatchesTorchvision) {
   // 23 × 17 source: bicubic 8 at 0.875 resizes to 12 × 9 and crops at left round(2) = 2, top
   // round(0.5) = 0; bilinear 12 at 0.9 resizes to 17 × 13 and crops at left round(2.5) = 2.
-  const cv::Mat rgb = vitk::vit::to_channels(read_fixture("resample_src.png"), 3);
+  const cv::Mat rgb = vitk::datasets::to_channels(read_fixture("resample_src.png"), 3);
   struct Case {
     const char* file;
     const char* interpolation;
@@ -187,7 +187,7 @@ TEST(EvalTransform, MatchesTorchvision) {
     const std::vector<float> want = read_floats(c.file);
     ASSERT_EQ(want.size(), size_t(3 * c.size * c.size)) << c.file;
     std::vector<float> got(want.size());
-    vitk::vit::preprocess_image(rgb, imagenet(c.interpolation, c.crop), c.size, c.size, got.data());
+    vitk::datasets::preprocess_image(rgb, imagenet(c.interpolation, c.crop), c.size, c.size, got.data());
     float worst = 0;
     for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
     EXPECT_LE(worst, 1e-6f) << c.file;
@@ -202,32 +202,32 @@ TEST(ToChannels, AlphaIsCompositedOnWhite) {
   bgra.at<cv::Vec4b>(0, 0) = {0, 0, 255, 0};        // transparent red -> white
   bgra.at<cv::Vec4b>(0, 1) = {0, 0, 255, 255};      // opaque red
   bgra.at<cv::Vec4b>(0, 2) = {100, 100, 100, 128};  // 100·128/255 + 255·127/255 = 177.2
-  cv::Mat rgb = vitk::vit::to_channels(bgra, 3);
+  cv::Mat rgb = vitk::datasets::to_channels(bgra, 3);
   EXPECT_EQ(rgb.at<cv::Vec3b>(0, 0), cv::Vec3b(255, 255, 255));
   EXPECT_EQ(rgb.at<cv::Vec3b>(0, 1), cv::Vec3b(255, 0, 0));  // RGB order now
   EXPECT_EQ(rgb.at<cv::Vec3b>(0, 2), cv::Vec3b(177, 177, 177));
   cv::Mat grey_alpha(1, 1, CV_8UC2, cv::Scalar(0, 0));
-  EXPECT_EQ(vitk::vit::to_channels(grey_alpha, 1).at<uint8_t>(0, 0), 255);
+  EXPECT_EQ(vitk::datasets::to_channels(grey_alpha, 1).at<uint8_t>(0, 0), 255);
 }
 
 TEST(ToChannels, DepthsAndGrey) {
   cv::Mat deep(1, 2, CV_16UC1);
   deep.at<uint16_t>(0, 0) = 65535;
   deep.at<uint16_t>(0, 1) = 257 * 100;
-  cv::Mat m = vitk::vit::to_channels(deep, 3);
+  cv::Mat m = vitk::datasets::to_channels(deep, 3);
   EXPECT_EQ(m.type(), CV_8UC3);
   EXPECT_EQ(m.at<cv::Vec3b>(0, 0), cv::Vec3b(255, 255, 255));
   EXPECT_EQ(m.at<cv::Vec3b>(0, 1), cv::Vec3b(100, 100, 100));
   cv::Mat real(1, 1, CV_32FC3, cv::Scalar(0.f, 0.5f, 1.f));
-  EXPECT_EQ(vitk::vit::to_channels(real, 3).at<cv::Vec3b>(0, 0), cv::Vec3b(255, 128, 0));
+  EXPECT_EQ(vitk::datasets::to_channels(real, 3).at<cv::Vec3b>(0, 0), cv::Vec3b(255, 128, 0));
   // Pillow's luma (R·19595 + G·38470 + B·7471 + 32768) >> 16; pure red 76, (10, 200, 30) 123.
   cv::Mat bgr(1, 2, CV_8UC3);
   bgr.at<cv::Vec3b>(0, 0) = {0, 0, 255};
   bgr.at<cv::Vec3b>(0, 1) = {30, 200, 10};
-  cv::Mat grey = vitk::vit::to_channels(bgr, 1);
+  cv::Mat grey = vitk::datasets::to_channels(bgr, 1);
   EXPECT_EQ(grey.at<uint8_t>(0, 0), 76);
   EXPECT_EQ(grey.at<uint8_t>(0, 1), (10 * 19595 + 200 * 38470 + 30 * 7471 + 32768) >> 16);
-  EXPECT_THROW(vitk::vit::to_channels(bgr, 2), vitk::Error);
+  EXPECT_THROW(vitk::datasets::to_channels(bgr, 2), vitk::Error);
 }
 
 TEST(Normalize, ChwAsTorchvision) {
@@ -236,7 +236,7 @@ TEST(Normalize, ChwAsTorchvision) {
   rgb.at<cv::Vec3b>(0, 1) = {255, 0, 7};
   Preprocess p;
   float out[6];
-  vitk::vit::normalize_to_chw(rgb, p, out);
+  vitk::datasets::normalize_to_chw(rgb, p, out);
   const uint8_t v[3][2] = {{0, 255}, {128, 0}, {255, 7}};
   for (int c = 0; c < 3; ++c)
     for (int x = 0; x < 2; ++x)

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "common/ops/profile.h"
-#include "tests/profile_table.h"
-#include "tests/test_util.h"
+#include "profile_table.h"
+#include "test_util.h"
 
 namespace profile = vitk::ops::profile;
 

@@ -58,7 +58,7 @@ TokenizerOptions small(const std::string& type = "bpe", int vocab = 120) {
 TEST(Tokenizer, EmptyIsNotUsable) {
   Tokenizer t;
   EXPECT_FALSE(t.usable());
-  EXPECT_EQ(t.vocab_size(), 0);
+  EXPECT_EQ(t.size(), 0);
   EXPECT_TRUE(t.bytes().empty());
   EXPECT_THROW(t.encode("x"), vitk::Error);
   EXPECT_THROW(t.decode({4}), vitk::Error);
@@ -72,7 +72,7 @@ TEST(Tokenizer, SpecialIdsAndRoundTrip) {
     const int vocab = type == "unigram" ? 80 : 120;
     const Tokenizer t = Tokenizer::train(text, small(type, vocab));
     ASSERT_TRUE(t.usable());
-    EXPECT_EQ(t.vocab_size(), vocab);
+    EXPECT_EQ(t.size(), vocab);
     EXPECT_EQ(t.pieces({Tokenizer::kPad, Tokenizer::kUnk, Tokenizer::kBos, Tokenizer::kEos}),
               (std::vector<std::string>{"<pad>", "<unk>", "<s>", "</s>"}));
     for (int i = 0; i < 20; ++i) {
@@ -80,7 +80,7 @@ TEST(Tokenizer, SpecialIdsAndRoundTrip) {
       ASSERT_FALSE(ids.empty());
       for (int id : ids) {
         EXPECT_GT(id, Tokenizer::kEos);  // no BOS/EOS/pad added, no unknown piece
-        EXPECT_LT(id, t.vocab_size());
+        EXPECT_LT(id, t.size());
       }
       EXPECT_EQ(t.decode(ids), text[i]);
       // Padding, BOS and EOS are ignored by decode.
@@ -126,7 +126,7 @@ TEST(Tokenizer, BytesAndFileRoundTrip) {
   const Tokenizer t = Tokenizer::train(text, small());
   const Tokenizer u = Tokenizer::from_bytes(t.bytes());
   EXPECT_EQ(u.bytes(), t.bytes());
-  EXPECT_EQ(u.vocab_size(), t.vocab_size());
+  EXPECT_EQ(u.size(), t.size());
   EXPECT_EQ(u.encode(text[3]), t.encode(text[3]));
 
   std::string tmpl = (fs::temp_directory_path() / "vitk_spm_XXXXXX").string();
@@ -176,7 +176,7 @@ TEST(Tokenizer, ErrorsNameTheCause) {
   EXPECT_THROW(Tokenizer::train(text, small("bpe", 4)), vitk::Error);
   EXPECT_THROW(Tokenizer::train({"", ""}, small()), vitk::Error);
   const Tokenizer t = Tokenizer::train(corpus(), small());
-  EXPECT_THROW(t.decode({t.vocab_size()}), vitk::Error);
+  EXPECT_THROW(t.decode({t.size()}), vitk::Error);
   EXPECT_THROW(t.pieces({-1}), vitk::Error);
 }
 

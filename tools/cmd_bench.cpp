@@ -12,12 +12,12 @@
 
 #include "common/bench/attention_bench.h"
 #include "common/bench/layer_bench.h"
-#include "common/bench/mt_step_bench.h"
 #include "common/bench/ops_bench.h"
-#include "common/bench/vit_step_bench.h"
 #include "common/error.h"
 #include "common/ops/ops.h"
+#include "common/seq2seq/step_bench.h"
 #include "tools/cli.h"
+#include "vit/step_bench.h"
 #include "vit/vit.h"
 
 namespace vitk::tools {
@@ -160,7 +160,7 @@ int run_bench(const po::variables_map& vm) {
     const int batch = vm["batch-size"].as<int>();
     if (timing.steps < 1 || batch < 1) throw UsageError("--steps and --batch-size must be >= 1");
     if (what == "vit-step") {
-      bench::VitStepOptions vo;
+      vit::StepBenchOptions vo;
       vo.timing = timing;
       vo.batch = batch;
       vo.precision = precision;
@@ -178,16 +178,16 @@ int run_bench(const po::variables_map& vm) {
       vo.stem_strides = list("stem-strides", vit::parse_stem_strides);
       vo.pos_conv_blocks = list("pos-conv-blocks", vit::parse_pos_conv_blocks);
       vo.ffn_conv_blocks = list("ffn-conv-blocks", vit::parse_ffn_conv_blocks);
-      bench::print_vit_step(std::cout, vo, bench::run_vit_step_bench(vo, &std::cerr));
+      vit::print_step_bench(std::cout, vo, vit::run_step_bench(vo, &std::cerr));
     } else {
-      bench::MtStepOptions mo;
+      seq2seq::StepBenchOptions mo;
       mo.timing = timing;
       mo.batch = batch;
       mo.precision = precision;
       const int length = vm["length"].as<int>();
       if (length < 1) throw UsageError("--length must be >= 1");
       mo.source_length = mo.target_length = length;
-      bench::print_mt_step(std::cout, mo, bench::run_mt_step_bench(mo, &std::cerr));
+      seq2seq::print_step_bench(std::cout, mo, seq2seq::run_step_bench(mo, &std::cerr));
     }
     return kExitOk;
   }

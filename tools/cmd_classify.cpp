@@ -160,7 +160,8 @@ std::vector<float> parse_floats(const std::string& option, const std::string& te
 }
 
 // The checkpoint's eval transform with any of the five flags put in.
-vit::Preprocess preprocess_from(const po::variables_map& vm, vit::Preprocess p, int channels) {
+datasets::Preprocess preprocess_from(const po::variables_map& vm, datasets::Preprocess p,
+                                     int channels) {
   if (vm.count("resize")) p.resize = vm["resize"].as<std::string>();
   if (vm.count("crop-fraction")) p.crop_fraction = vm["crop-fraction"].as<float>();
   if (vm.count("interpolation")) p.interpolation = vm["interpolation"].as<std::string>();

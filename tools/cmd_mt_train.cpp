@@ -1,6 +1,7 @@
 // `vitk mt-train`: options (named as `vitk train` names the same things, Marian and fairseq the
-// others) onto seq2seq::TrainOptions, and the run with SIGINT/SIGTERM as a stop flag. Wiring only;
-// the loop is common/seq2seq/trainer.cpp.
+// others) onto seq2seq::TrainOptions, the corpora and SentencePiece (datasets/) wired into the
+// translation task, and the run with SIGINT/SIGTERM as a stop flag. Wiring only; the task is
+// common/seq2seq/train_task.cpp, the loop common/train/trainer.cpp.
 #include <unistd.h>
 
 #include <iostream>
@@ -9,12 +10,51 @@
 #include "common/error.h"
 #include "common/progress.h"
 #include "common/seq2seq/config.h"
+#include "common/seq2seq/train_task.h"
 #include "common/seq2seq/trainer.h"
+#include "datasets/parallel.h"
+#include "datasets/tokenizer.h"
 #include "tools/cli.h"
 #include "tools/train_options.h"
 
 namespace vitk::tools {
 namespace {
+
+// The translation task's corpora and vocabulary, from datasets/.
+class SentencePieceData : public seq2seq::TranslationData {
+ public:
+  seq2seq::ParallelText read(const std::string& path, const std::string& target) override {
+    seq2seq::ParallelText t;
+    t.name = target.empty() ? path : path + " + " + target;
+    datasets::ParallelReport report;
+    datasets::ParallelCorpus c = datasets::read_parallel(path, target, 0, &report);
+    t.source = std::move(c.source);
+    t.target = std::move(c.target);
+    t.read = report.read;
+    t.empty = report.empty;
+    return t;
+  }
+  std::unique_ptr<Vocabulary> train_vocabulary(const std::vector<std::string>& text,
+                                               const seq2seq::TrainOptions& o) override {
+    datasets::TokenizerOptions to;
+    to.model_type = o.spm_type;
+    to.vocab_size = o.vocab_size;
+    to.threads = ops::num_threads();
+    try {
+      return std::make_unique<datasets::Tokenizer>(datasets::Tokenizer::train(text, to));
+    } catch (const Error& e) {
+      throw Error("cannot train the SentencePiece model on " + o.train +
+                  (o.train_target.empty() ? "" : " + " + o.train_target) + " (--vocab-size " +
+                  std::to_string(o.vocab_size) + "): " + e.what());
+    }
+  }
+  std::unique_ptr<Vocabulary> load_vocabulary(const std::string& path) override {
+    return std::make_unique<datasets::Tokenizer>(datasets::Tokenizer::load(path));
+  }
+  std::unique_ptr<Vocabulary> vocabulary_from_bytes(const std::string& bytes) override {
+    return std::make_unique<datasets::Tokenizer>(datasets::Tokenizer::from_bytes(bytes));
+  }
+};
 
 // The [model] keys of a translation model, as --model.KEY options (strings: from_config_map
 // reads them, so a config file and a checkpoint spell values the same way).
@@ -175,9 +215,10 @@ int run_mt_train(const po::variables_map& vm) {
   options.validate();  // before the signal handlers and the version line
   const std::atomic<int>& stop = install_stop_flag();
   std::cout << version_line() << "\n";
-  const seq2seq::TrainResult r =
-      seq2seq::train(options, std::cout, is_terminal(STDOUT_FILENO), &stop);
-  if (r.end == seq2seq::TrainEnd::interrupted) return 128 + stop.load();
+  SentencePieceData data;
+  const train::Result r =
+      seq2seq::train(options, data, std::cout, is_terminal(STDOUT_FILENO), &stop);
+  if (r.end == train::End::interrupted) return 128 + stop.load();
   return kExitOk;
 }
 

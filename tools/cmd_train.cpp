@@ -11,7 +11,7 @@
 #include "tools/cli.h"
 #include "tools/train_options.h"
 #include "tools/vit_options.h"
-#include "vit/trainer.h"
+#include "vit/evaluate.h"
 
 namespace vitk::tools {
 namespace {

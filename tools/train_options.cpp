@@ -287,8 +287,8 @@ int run_training(const vit::TrainOptions& options) {
   install_stop_signals();
   const bool tty = is_terminal(STDOUT_FILENO);
   std::cout << version_line() << "\n";
-  vit::TrainResult r = vit::train(options, std::cout, tty, &g_stop_signal);
-  if (r.end == vit::TrainEnd::interrupted) return 128 + g_stop_signal.load();
+  const train::Result r = vit::train(options, std::cout, tty, &g_stop_signal);
+  if (r.end == train::End::interrupted) return 128 + g_stop_signal.load();
   return kExitOk;
 }
 

@@ -117,9 +117,9 @@ class Pipeline {
       cv::Mat decoded;
       if (datasets::decode_image_file(r.path, decoded, r.error, options_.decode)) {
         try {
-          const cv::Mat image = to_channels(decoded, static_cast<int>(channels_));
-          preprocess_image(image, options_.preprocess, height_, width_,
-                           s.images.f32() + s.rows * image_floats);
+          const cv::Mat image = datasets::to_channels(decoded, static_cast<int>(channels_));
+          datasets::preprocess_image(image, options_.preprocess, height_, width_,
+                                     s.images.f32() + s.rows * image_floats);
           ++s.rows;
         } catch (const std::exception& e) {
           r.error = std::string("cannot preprocess: ") + e.what();

@@ -10,15 +10,15 @@
 
 #include "common/ops/profile.h"
 #include "datasets/image_io.h"
-#include "vit/preprocess.h"
+#include "datasets/preprocess.h"
 #include "vit/vit.h"
 
 namespace vitk::vit {
 
 struct ClassifyOptions {
-  int64_t batch_size = 32;  // files per batch (the model runs on the readable ones)
-  int top_k = 5;            // capped at the number of classes
-  Preprocess preprocess;    // the eval transform, usually the checkpoint's
+  int64_t batch_size = 32;          // files per batch (the model runs on the readable ones)
+  int top_k = 5;                    // capped at the number of classes
+  datasets::Preprocess preprocess;  // the eval transform, usually the checkpoint's
   datasets::DecodeOptions decode;
   int prefetch = 2;                                // batches prepared ahead of the model
   ops::Precision precision = ops::Precision::f32;  // of the model's matrix products

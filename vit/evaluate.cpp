@@ -9,7 +9,7 @@
 #include "common/ops/ops.h"
 #include "datasets/loader.h"
 #include "vit/checkpoint.h"
-#include "vit/trainer.h"
+#include "vit/evaluate.h"
 
 namespace vitk::vit {
 namespace {

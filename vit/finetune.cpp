@@ -1,10 +1,13 @@
 // Fine-tuning recipes and layer-wise learning-rate decay.
 #include "vit/finetune.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
 #include "common/error.h"
+#include "common/io/checkpoint.h"
+#include "vit/checkpoint.h"
 
 namespace vitk::vit {
 
@@ -95,6 +98,128 @@ void apply_layer_decay(ParamStore& params, int num_layers, double decay) {
   if (!(decay > 0 && decay <= 1))
     throw Error("layer decay must be in (0, 1], got " + std::to_string(decay));
   for (Parameter& p : params.params()) p.lr_scale = layer_decay_scale(p.name, num_layers, decay);
+}
+
+// ---- The model a fine-tuning run starts from ---------------------------------------------------
+
+namespace {
+
+std::string size_text(int64_t height, int64_t width) {
+  return std::to_string(height) + "x" + std::to_string(width);
+}
+
+// Model settings a fine-tuning run may change: they do not touch the weights' shapes or meaning.
+bool changeable_when_finetuning(const std::string& key) {
+  return key == "dropout" || key == "attention_dropout" || key == "drop_path" ||
+         key == "patch_drop" || key == "resize" || key == "crop_fraction" || key == "interpolation";
+}
+
+// "class_0", "class_1", ...: the names `vitk import` makes up when it is given none.
+bool placeholder_names(const std::vector<std::string>& names) {
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] != "class_" + std::to_string(i)) return false;
+  return true;
+}
+
+// The first difference between two lists of class names, for messages.
+std::string first_difference(const std::vector<std::string>& a, const std::string& a_name,
+                             const std::vector<std::string>& b, const std::string& b_name) {
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    if (a[i] != b[i])
+      return "class " + std::to_string(i) + " is '" + a[i] + "' in " + a_name + ", '" + b[i] +
+             "' in " + b_name;
+  return std::to_string(a.size()) + " classes in " + a_name + ", " + std::to_string(b.size()) +
+         " in " + b_name;
+}
+
+}  // namespace
+
+FinetuneStart finetune_start(const TrainOptions& o, const std::vector<std::string>& class_names,
+                             const std::string& source) {
+  const FinetuneOptions& f = o.finetune;
+  const int64_t classes = static_cast<int64_t>(class_names.size());
+  const io::CheckpointMeta meta = io::read_checkpoint_meta(f.from);
+  FinetuneStart start;
+  start.from = from_config_map(meta.config, f.from);
+  VitConfig& cfg = start.config;
+  cfg = start.from;
+  const auto file = to_config_map(start.from), given = to_config_map(o.model);
+  for (const std::string& key : o.model_keys_given) {
+    auto a = given.find(key), b = file.find(key);
+    if (a == given.end() || b == file.end() || a->second == b->second) continue;
+    if (!changeable_when_finetuning(key))
+      throw UsageError("--model." + key + " " + a->second + " differs from the " + b->second +
+                       " of " + f.from +
+                       ": fine-tuning keeps the model's architecture and input statistics" +
+                       (key == "image_size"    ? " (train at another size with --image-size)"
+                        : key == "num_classes" ? " (a new head: --num-classes)"
+                                               : ""));
+  }
+  for (const std::string& key : o.model_keys_given) {
+    if (key == "dropout") cfg.dropout = o.model.dropout;
+    if (key == "attention_dropout") cfg.attention_dropout = o.model.attention_dropout;
+    if (key == "drop_path") cfg.drop_path = o.model.drop_path;
+    if (key == "patch_drop") cfg.patch_drop = o.model.patch_drop;
+    if (key == "resize") cfg.preprocess.resize = o.model.preprocess.resize;
+    if (key == "crop_fraction") cfg.preprocess.crop_fraction = o.model.preprocess.crop_fraction;
+    if (key == "interpolation") cfg.preprocess.interpolation = o.model.preprocess.interpolation;
+  }
+  try {
+    cfg.validate();
+  } catch (const UsageError& e) {
+    const std::string what = e.what();
+    throw UsageError(what.rfind("model.", 0) == 0 ? "--" + what : "model option " + what);
+  }
+
+  if (f.image_height > 0) {
+    const int64_t p = cfg.patch_size;
+    if (f.image_height % p || f.image_width % p) {
+      auto down = [p](int64_t x) { return std::max<int64_t>(p, x / p * p); };
+      auto up = [p](int64_t x) { return (x + p - 1) / p * p; };
+      throw UsageError("--image-size " + size_text(f.image_height, f.image_width) +
+                       ": the patch size " + std::to_string(p) + " of " + f.from +
+                       " does not divide it (" +
+                       size_text(down(f.image_height), down(f.image_width)) + " or " +
+                       size_text(up(f.image_height), up(f.image_width)) + " would do)");
+    }
+    cfg = at_size(cfg, f.image_height, f.image_width, f.from);
+  }
+  start.align_corners = f.align_corners.value_or(start.from.pos_embed_align_corners);
+  cfg.pos_embed_align_corners = start.align_corners;  // the convention the positions now follow
+
+  start.new_head = f.num_classes > 0;
+  if (start.new_head) {
+    if (f.num_classes != classes)
+      throw UsageError("--num-classes " + std::to_string(f.num_classes) + ": the data " + source +
+                       " has " + std::to_string(classes) + " classes" +
+                       (f.labels.empty() ? "" : " (and --labels " + f.labels + " as many names)"));
+    cfg.num_classes = f.num_classes;
+  } else {
+    if (start.from.num_classes != classes)
+      throw UsageError(f.from + " has a head of " + std::to_string(start.from.num_classes) +
+                       " classes, the data " + source + " " + std::to_string(classes) +
+                       ": give --num-classes " + std::to_string(classes) + " for a new head");
+    const auto& names = meta.class_names;
+    if (!names.empty() && names != class_names && !placeholder_names(names) && f.labels.empty())
+      throw Error("the data's classes are not those of the head of " + f.from + " (" +
+                  first_difference(class_names, source, names, f.from) + "): give --num-classes " +
+                  std::to_string(classes) +
+                  " for a new head, or --labels FILE to keep the head with the names of FILE");
+  }
+  return start;
+}
+
+void check_resumed_finetune(const FinetuneOptions& f, const VitConfig& cfg,
+                            const std::string& resume) {
+  if (f.image_height > 0 &&
+      (f.image_height != cfg.image_height || f.image_width != cfg.image_width))
+    throw UsageError("--image-size " + size_text(f.image_height, f.image_width) +
+                     " differs from the " + size_text(cfg.image_height, cfg.image_width) + " of " +
+                     resume + "; a resumed run keeps its model");
+  if (f.num_classes > 0 && f.num_classes != cfg.num_classes)
+    throw UsageError("--num-classes " + std::to_string(f.num_classes) + " differs from the " +
+                     std::to_string(cfg.num_classes) + " classes of " + resume +
+                     "; a resumed run keeps its model");
 }
 
 }  // namespace vitk::vit

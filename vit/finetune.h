@@ -17,6 +17,8 @@
 #include <string>
 
 #include "common/params.h"
+#include "vit/trainer.h"
+#include "vit/vit.h"
 
 namespace vitk::vit {
 
@@ -42,6 +44,27 @@ const Recipe& recipe(const std::string& name);
 // The recipe whose optimizer is `optimizer` ("sgd" -> vit, "adamw" -> deit); vitk::UsageError
 // naming --opt otherwise.
 const Recipe& recipe_for_optimizer(const std::string& optimizer);
+
+// ---- The model a fine-tuning run starts from ---------------------------------------------------
+
+// A fine-tuning run that does not resume trains the model of --from with the [model] settings that
+// may change taken from the options (those that do not touch the weights; the others must agree),
+// at --image-size (positions resampled), with a new zero head for --num-classes. `classes` are
+// the data's class names, `source` names the data in messages. vitk::UsageError naming the option
+// at fault, vitk::Error for a head whose classes are not the data's.
+struct FinetuneStart {
+  VitConfig config;            // the model to train
+  VitConfig from;              // the checkpoint's
+  bool new_head = false;       // head.weight and head.bias start at zero
+  bool align_corners = false;  // the resampling convention of the positions
+};
+FinetuneStart finetune_start(const TrainOptions& options, const std::vector<std::string>& classes,
+                             const std::string& source);
+
+// A resumed fine-tuning run keeps its model: --image-size and --num-classes, when given, must be
+// those of `config`, the model of the checkpoint `resume`.
+void check_resumed_finetune(const FinetuneOptions& f, const VitConfig& config,
+                            const std::string& resume);
 
 // ---- Layer-wise learning-rate decay (BEiT; timm's param_groups_layer_decay) -------------------
 //

@@ -41,7 +41,7 @@ struct ImportOptions {
   // For resampling at import, and recorded in the checkpoint (pos_embed_align_corners) as the
   // model's convention for any later change of size.
   bool align_corners = false;
-  Preprocess preprocess;
+  datasets::Preprocess preprocess;
   // One per class; empty: "class_0", "class_1", ...
   std::vector<std::string> class_names;
 };

@@ -45,7 +45,7 @@
 #include <vector>
 
 #include "common/nn/nn.h"
-#include "vit/preprocess.h"
+#include "datasets/preprocess.h"
 
 namespace vitk::vit {
 
@@ -76,7 +76,7 @@ struct VitConfig {
   // Every token's attention skips the token itself (LSA's diagonal masking, Lee et al., 2021;
   // not a timm option): scores softmax(q_i·k_j/√dh) over j ≠ i. No parameters.
   bool diag_mask = false;
-  Preprocess preprocess;  // what eval and classify do to an image file
+  datasets::Preprocess preprocess;  // what eval and classify do to an image file
   // How pos_embed is resampled to another patch grid by default (vit/resample.h): false as timm,
   // DeiT and Hugging Face do it, true as torchvision's interpolate_embeddings.
   bool pos_embed_align_corners = false;

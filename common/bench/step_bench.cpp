@@ -7,6 +7,7 @@
 #include "common/ops/ops.h"
 #include "common/ops/profile.h"
 #include "common/timer.h"
+#include "common/train/step.h"
 
 namespace vitk::bench {
 
@@ -43,6 +44,21 @@ StepResult time_steps(const std::function<void()>& step, const StepTiming& o, st
     r.part_steps = o.steps;
   }
   return r;
+}
+
+StepResult time_training_steps(train::Task& task, ops::Precision precision,
+                               const StepTiming& timing, std::ostream* log) {
+  task.setup(nullptr, 1);
+  const std::unique_ptr<optim::Optimizer> optimizer = task.make_optimizer();
+  const train::ConstantRate schedule(1e-3f);
+  train::Step step(task, *optimizer, schedule, 0.f, precision);
+  ops::Rng rng(1);  // dropout
+  return time_steps(
+      [&] {
+        task.next_batch();
+        step.run(rng);
+      },
+      timing, log);
 }
 
 void print_step_result(std::ostream& out, const std::string& name, const std::string& what,

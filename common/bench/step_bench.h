@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "common/ops/ops.h"
 #include "common/ops/profile.h"
+#include "common/train/task.h"
 
 namespace vitk::bench {
 
@@ -29,6 +31,12 @@ struct StepResult {
 // Runs `step` as above; logs one line per round to `log` when given.
 StepResult time_steps(const std::function<void()>& step, const StepTiming& timing,
                       std::ostream* log = nullptr);
+
+// The training step of `task` (train::Step: the one every trainer runs) on its batches, with the
+// task's optimizer at a constant learning rate of 1e-3 and no clipping, timed as above. The task
+// is set up here (a new model, seed 1).
+StepResult time_training_steps(train::Task& task, ops::Precision precision,
+                               const StepTiming& timing, std::ostream* log = nullptr);
 
 // "<name>: <what>, N threads: best X ms/step (Y <unit>/s), median ...", then the breakdown table.
 // units_per_step: images or target tokens per step.

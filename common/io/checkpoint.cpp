@@ -30,6 +30,7 @@ constexpr int64_t kFormatVersion = 1;
 constexpr const char* kConfigPrefix = "config.";
 constexpr const char* kOptimizerGroup = "optimizer";
 constexpr const char* kFilesGroup = "files";
+constexpr const char* kStateGroup = "train_state";
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
   throw Error(path + ": " + what);
@@ -193,6 +194,46 @@ void write_tensor(hid_t loc, const std::string& name, const float* data, const S
           "cannot write tensor " + quoted(name));
 }
 
+// The training state as attributes of /train_state and of its subgroups: "rng/dropout/counter"
+// is the attribute `counter` of /train_state/rng/dropout.
+void write_state(hid_t root, const std::map<std::string, StateValue>& values,
+                 const std::string& path) {
+  Hid gcpl = untimed(H5P_GROUP_CREATE, path);
+  std::map<std::string, Hid> groups;  // by path below the root
+  auto group = [&](const std::string& where) -> hid_t {
+    auto it = groups.find(where);
+    if (it != groups.end()) return it->second.get();
+    Hid g = checked(H5Gcreate2(root, where.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT), H5Gclose,
+                    path, "cannot create group " + quoted(where));
+    return groups.emplace(where, std::move(g)).first->second.get();
+  };
+  group(kStateGroup);
+  for (const auto& [key, value] : values) {
+    std::string where = kStateGroup, rest = key;
+    for (size_t slash; (slash = rest.find('/')) != std::string::npos;) {
+      where += "/" + rest.substr(0, slash);
+      rest = rest.substr(slash + 1);
+      group(where);
+    }
+    const hid_t loc = group(where);
+    const std::string name = rest;
+    if (const auto* i = std::get_if<int64_t>(&value)) {
+      write_int64(loc, name, *i, path);
+    } else if (const auto* u = std::get_if<uint64_t>(&value)) {
+      write_integers(loc, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, u, 1, false, path);
+    } else if (const auto* d = std::get_if<double>(&value)) {
+      Hid space = make_space({}, path);
+      Hid attr = checked(
+          H5Acreate2(loc, name.c_str(), H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+          H5Aclose, path, "cannot create attribute " + quoted(name));
+      checked(H5Awrite(attr.get(), H5T_NATIVE_DOUBLE, d), path,
+              "cannot write attribute " + quoted(name));
+    } else {
+      write_strings(loc, name, {std::get<std::string>(value)}, false, path);
+    }
+  }
+}
+
 // Link names are paths to HDF5: a '/' would silently make nested groups that no loader expects.
 void check_link_name(const std::string& name, const std::string& what, const std::string& path) {
   if (name.empty() || name == "." || name.find('/') != std::string::npos)
@@ -295,8 +336,11 @@ void build_image(Image& image, const std::string& name, const std::string& path,
   checked(H5Pset_file_image_callbacks(fapl.get(), &callbacks), path,
           "cannot set the in-memory driver");
   // name only identifies the in-memory file; a unique one never collides with a file HDF5 has open.
-  Hid file = checked(H5Fcreate(name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose,
-                     path, "cannot create the checkpoint in memory");
+  // The root group without time stamps, as every object below it: the same state gives the same
+  // bytes.
+  Hid fcpl = untimed(H5P_FILE_CREATE, path);
+  Hid file = checked(H5Fcreate(name.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), H5Fclose, path,
+                     "cannot create the checkpoint in memory");
   fapl.reset();
   {
     Hid root = checked(H5Gopen2(file.get(), "/", H5P_DEFAULT), H5Gclose, path, "cannot open root");
@@ -308,9 +352,7 @@ void build_image(Image& image, const std::string& name, const std::string& path,
     if (!meta.class_names.empty()) write_strings(r, "class_names", meta.class_names, true, path);
     write_int64(r, "step", meta.step, path);
     write_int64(r, "epoch", meta.epoch, path);
-    if (!meta.rng_state.empty())
-      write_integers(r, "rng_state", H5T_STD_U64LE, H5T_NATIVE_UINT64, meta.rng_state.data(),
-                     static_cast<int64_t>(meta.rng_state.size()), true, path);
+    if (!meta.train_state.empty()) write_state(r, meta.train_state, path);
 
     Hid dcpl = untimed(H5P_DATASET_CREATE, path);
     const float* values = params.values().f32();
@@ -413,6 +455,23 @@ std::optional<Hid> open_attribute(hid_t loc, const std::string& name, const std:
   if (exists == 0) return std::nullopt;
   return checked(H5Aopen(loc, name.c_str(), H5P_DEFAULT), H5Aclose, path,
                  "cannot open attribute " + quoted(name));
+}
+
+// The attribute names of an object.
+std::vector<std::string> attribute_names(hid_t loc, const std::string& where,
+                                         const std::string& path) {
+  std::vector<std::string> names;
+  H5A_operator2_t collect = [](hid_t, const char* name, const H5A_info_t*, void* data) -> herr_t {
+    try {
+      static_cast<std::vector<std::string>*>(data)->emplace_back(name);
+      return 0;
+    } catch (...) {
+      return -1;
+    }
+  };
+  checked(H5Aiterate2(loc, H5_INDEX_NAME, H5_ITER_INC, nullptr, collect, &names), path,
+          "cannot list the attributes of " + where);
+  return names;
 }
 
 std::string type_name(hid_t type) {
@@ -560,18 +619,7 @@ OpenFile open_checkpoint(const std::string& path) {
 }
 
 CheckpointMeta read_meta(const OpenFile& f, const std::string& path) {
-  std::vector<std::string> names;
-  H5A_operator2_t collect = [](hid_t, const char* name, const H5A_info_t*, void* data) -> herr_t {
-    try {
-      static_cast<std::vector<std::string>*>(data)->emplace_back(name);
-      return 0;
-    } catch (...) {
-      return -1;
-    }
-  };
-  checked(H5Aiterate2(f.root.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr, collect, &names), path,
-          "cannot list attributes");
-
+  const std::vector<std::string> names = attribute_names(f.root.get(), "the root group", path);
   CheckpointMeta meta;
   const hid_t root = f.root.get();
   const size_t prefix = std::strlen(kConfigPrefix);
@@ -731,6 +779,59 @@ std::map<std::string, std::string> read_files(const OpenFile& f, const std::stri
   return out;
 }
 
+// The training state under /train_state (write_state), if there is such a group: scalar
+// integers, floats and strings, in groups at most two levels below it.
+void read_state_group(hid_t group, const std::string& prefix, int depth, const OpenFile& f,
+                      const std::string& path, std::map<std::string, StateValue>& out) {
+  const std::string where = std::string(kStateGroup) + (prefix.empty() ? "" : "/" + prefix);
+  auto full = [&](const std::string& name) { return prefix.empty() ? name : prefix + "/" + name; };
+  for (const std::string& name : attribute_names(group, quoted(where), path)) {
+    const std::string shown = where + "/" + name;
+    Hid attr = checked(H5Aopen(group, name.c_str(), H5P_DEFAULT), H5Aclose, path,
+                       "cannot open attribute " + quoted(shown));
+    Hid type =
+        checked(H5Aget_type(attr.get()), H5Tclose, path, "cannot read attribute " + quoted(shown));
+    const H5T_class_t cls = H5Tget_class(type.get());
+    if (cls == H5T_STRING) {
+      out[full(name)] = read_string(attr.get(), shown, f, path);
+    } else if (cls == H5T_INTEGER && H5Tget_sign(type.get()) == H5T_SGN_NONE) {
+      const std::vector<uint64_t> v = read_uint64s(attr.get(), shown, f, path);
+      if (v.size() != 1) fail(path, "attribute " + quoted(shown) + " is not a single integer");
+      out[full(name)] = v[0];
+    } else if (cls == H5T_INTEGER) {
+      out[full(name)] = read_int64(attr.get(), shown, f, path);
+    } else if (cls == H5T_FLOAT) {
+      AttrData d = attribute_data(attr.get(), H5T_FLOAT, "a number", shown, f, path);
+      if (d.count != 1) fail(path, "attribute " + quoted(shown) + " is not a single number");
+      double value = 0;
+      checked(H5Aread(attr.get(), H5T_NATIVE_DOUBLE, &value), path,
+              "cannot read attribute " + quoted(shown));
+      out[full(name)] = value;
+    } else {
+      fail(path, "attribute " + quoted(shown) + " is " + type_name(type.get()) +
+                     ", expected an integer, a number or a string");
+    }
+  }
+  for (const auto& [name, kind] : list_links(group, quoted(where), path)) {
+    if (kind != LinkKind::group || depth >= 2)
+      fail(path, quoted(where + "/" + name) + " is not part of a training state");
+    Hid sub = checked(H5Gopen2(group, name.c_str(), H5P_DEFAULT), H5Gclose, path,
+                      "cannot open group " + quoted(where + "/" + name));
+    read_state_group(sub.get(), full(name), depth + 1, f, path, out);
+  }
+}
+
+std::map<std::string, StateValue> read_state(const OpenFile& f, const std::string& path) {
+  std::map<std::string, StateValue> out;
+  htri_t exists = H5Lexists(f.root.get(), kStateGroup, H5P_DEFAULT);
+  if (exists < 0) fail(path, "cannot look for group 'train_state'" + hdf5_reason());
+  if (exists == 0) return out;
+  Hid group = checked(H5Gopen2(f.root.get(), kStateGroup, H5P_DEFAULT), H5Gclose, path,
+                      "'train_state' is not a group");
+  read_state_group(group.get(), "", 0, f, path, out);
+  return out;
+}
+
 // The optimizer's part of a checkpoint, checked and opened, not yet read.
 struct OptimizerFile {
   std::vector<std::pair<std::string, Tensor*>> state;  // the optimizer's buffers
@@ -855,6 +956,7 @@ CheckpointMeta read_checkpoint_meta(const std::string& path) {
     OpenFile f = open_checkpoint(path);
     CheckpointMeta meta = read_meta(f, path);
     meta.files = read_files(f, path);
+    meta.train_state = read_state(f, path);
     return meta;
   });
 }
@@ -866,6 +968,7 @@ CheckpointMeta load_checkpoint(const std::string& path, ParamStore& params,
     OpenFile f = open_checkpoint(path);
     CheckpointMeta meta = read_meta(f, path);
     meta.files = read_files(f, path);
+    meta.train_state = read_state(f, path);
 
     // Check everything before reading any values, then read into staging buffers and copy only
     // when all reads succeeded: a failed load leaves the model and the optimizer as they were.

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "common/params.h"
@@ -18,12 +19,20 @@ class Optimizer;
 
 namespace vitk::io {
 
+// A named scalar of a training run's state (common/train/state.h).
+using StateValue = std::variant<int64_t, uint64_t, double, std::string>;
+
 struct CheckpointMeta {
   std::map<std::string, std::string> config;  // model configuration, key -> value (as text)
   std::vector<std::string> class_names;
   int64_t step = 0;  // optimizer steps taken
   int64_t epoch = 0;
-  std::vector<uint64_t> rng_state;  // opaque words (seed, counter, ...)
+  // The training state of a run's last.h5: attributes of the group /train_state, a '/' in a name
+  // making subgroups ("rng/dropout/counter" is the attribute `counter` of
+  // /train_state/rng/dropout). Empty: none.
+  std::map<std::string, StateValue> train_state;
+  // Read only: the numbered words in which checkpoints before /train_state kept it.
+  std::vector<uint64_t> rng_state;
   // Named byte strings kept beside the tensors, each a 1-D u8 dataset /files/<name> (h5py:
   // bytes(f["files/sentencepiece.model"][()])); e.g. the tokenizer a translation model needs.
   std::map<std::string, std::string> files;

@@ -1,20 +1,21 @@
 #pragma once
 // The settings of the translation model (vitk::seq2seq::Transformer), as a struct, as text for
-// checkpoint attributes and the [model] section of a config file, and the fixed token ids shared
-// with the tokenizer (datasets/tokenizer.h).
+// checkpoint attributes and the [model] section of a config file, and the fixed token ids of
+// every vocabulary (common/vocabulary.h).
 #include <cstdint>
 #include <map>
 #include <string>
 
 #include "common/nn/nn.h"
+#include "common/vocabulary.h"
 
 namespace vitk::seq2seq {
 
-// The ids the SentencePiece wrapper reserves, fixed so that a model and its tokenizer agree.
-constexpr int32_t kPadId = 0;
-constexpr int32_t kUnkId = 1;
-constexpr int32_t kBosId = 2;
-constexpr int32_t kEosId = 3;
+// The special ids every vocabulary reserves, so that a model and its tokenizer agree.
+constexpr int32_t kPadId = Vocabulary::kPad;
+constexpr int32_t kUnkId = Vocabulary::kUnk;
+constexpr int32_t kBosId = Vocabulary::kBos;
+constexpr int32_t kEosId = Vocabulary::kEos;
 
 struct TransformerConfig {
   int64_t vocab_size = 8000;  // one vocabulary for source and target

@@ -1,19 +1,10 @@
 #pragma once
 // Training of the translation Transformer (`vitk mt-train`), as in "Attention Is All You Need":
-// Adam (β 0.9, 0.98, ε 1e-9), the inverse-square-root schedule, label smoothing, dropout,
-// batches by number of tokens; teacher forcing, optionally with scheduled sampling. Validation
-// loss and BLEU every so many steps and at the end, keep-best, early stopping, and checkpoints
-// that resume bit for bit, also from the middle of an epoch. tools/cmd_mt_train.cpp only maps
-// options onto TrainOptions.
-//
-// A run directory (--output) holds:
-//   last.h5      weights, tokenizer, Adam moments, step and TrainState
-//   (common/seq2seq/checkpoint.h);
-//                rewritten (atomically) at every validation, at the end and when interrupted
-//   best.h5      the weights (and tokenizer) with the best validation BLEU so far
-//   step-N.h5    with --keep-last K: the weights at each of the last K validations (to average)
-//   metrics.csv  one row per validation: step, epoch, lr, train_loss, target_tokens_per_s,
-//                valid_loss, valid_bleu
+// its options, and the run as a seq2seq::TranslationTask (common/seq2seq/train_task.h) of the one
+// training loop (common/train/trainer.h, which says what a run directory holds; translation
+// checkpoints also hold the tokenizer). Validation loss and BLEU every --valid-freq steps and at
+// the end, keep-best, early stopping, and checkpoints that resume bit for bit, also from the
+// middle of an epoch. tools/cmd_mt_train.cpp only maps options onto TrainOptions.
 #include <atomic>
 #include <cstdint>
 #include <iosfwd>
@@ -22,6 +13,7 @@
 
 #include "common/ops/ops.h"
 #include "common/seq2seq/config.h"
+#include "common/train/trainer.h"
 
 namespace vitk::seq2seq {
 
@@ -67,23 +59,15 @@ struct TrainOptions {
   void validate() const;  // vitk::UsageError "--lr-factor must be ..., got ..."
 };
 
-enum class TrainEnd { finished, max_steps, early_stopped, interrupted };
+class TranslationData;  // common/seq2seq/train_task.h
 
-struct TrainResult {
-  TrainEnd end = TrainEnd::finished;
-  int64_t steps = 0;       // optimizer steps in all
-  double best_bleu = -1;   // best validation BLEU (-1: no validation)
-  double last_bleu = -1;   // at the last validation
-  double last_exact = 0;   // percent of validation sentences translated exactly, last time
-  std::string checkpoint;  // last.h5
-  double target_tokens_per_second = 0;
-};
-
-// Runs (or resumes) a run and logs to `log`. Options, data and the checkpoint to resume are all
-// checked before anything is written (vitk::UsageError for a bad option, vitk::Error for a bad
-// file). `stop` (may be null) is polled after every step: when non-zero the run saves last.h5
-// and returns TrainEnd::interrupted.
-TrainResult train(const TrainOptions& options, std::ostream& log, bool tty = false,
-                  const std::atomic<int>* stop = nullptr);
+// Runs (or resumes) a run with the one training loop (train::Trainer: the run directory, resume,
+// Ctrl-C, metrics.csv, best.h5, step-N.h5) and logs to `log`; the corpora and the tokenizer come
+// through `data`. Options, data and the checkpoint to resume are all checked before anything is
+// written (vitk::UsageError for a bad option, vitk::Error for a bad file). `stop` (may be null) is
+// polled after every step: when non-zero the run saves last.h5 and returns
+// train::End::interrupted.
+train::Result train(const TrainOptions& options, TranslationData& data, std::ostream& log,
+                    bool tty = false, const std::atomic<int>* stop = nullptr);
 
 }  // namespace vitk::seq2seq

@@ -16,22 +16,22 @@ bool blank(const std::string& line) {
 
 }  // namespace
 
-std::vector<int> source_ids(const datasets::Tokenizer& tokenizer, const std::string& text,
+std::vector<int> source_ids(const Vocabulary& tokenizer, const std::string& text,
                             int64_t max_length, int64_t* pieces) {
   std::vector<int> ids = tokenizer.encode(text);
   if (pieces) *pieces = static_cast<int64_t>(ids.size());
   const size_t limit = static_cast<size_t>(std::max<int64_t>(max_length - 1, 0));
   if (ids.size() > limit) ids.resize(limit);
-  ids.push_back(datasets::Tokenizer::kEos);
+  ids.push_back(Vocabulary::kEos);
   return ids;
 }
 
-Translator::Translator(seq2seq::Transformer& model, const datasets::Tokenizer& tokenizer,
+Translator::Translator(seq2seq::Transformer& model, const Vocabulary& tokenizer,
                        const seq2seq::SearchOptions& options, int64_t batch_size)
     : model_(model), tokenizer_(tokenizer), searcher_(model, options), batch_size_(batch_size) {
   if (batch_size < 1) throw UsageError("--batch-size must be at least 1");
-  if (tokenizer.vocab_size() > model.config().vocab_size)
-    throw Error("the tokenizer has " + std::to_string(tokenizer.vocab_size()) +
+  if (tokenizer.size() > model.config().vocab_size)
+    throw Error("the tokenizer has " + std::to_string(tokenizer.size()) +
                 " pieces, more than the model's vocabulary of " +
                 std::to_string(model.config().vocab_size));
 }

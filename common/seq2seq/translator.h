@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/seq2seq/search.h"
-#include "datasets/tokenizer.h"
+#include "common/vocabulary.h"
 
 namespace vitk {
 class Progress;
@@ -20,7 +20,7 @@ namespace vitk::seq2seq {
 // The source ids of a sentence as the model sees them in training and in translation: its
 // pieces, then EOS (as fairseq), at most max_length ids in all. `pieces` (may be null) gets the
 // number of pieces before any was cut off.
-std::vector<int> source_ids(const datasets::Tokenizer& tokenizer, const std::string& text,
+std::vector<int> source_ids(const Vocabulary& tokenizer, const std::string& text,
                             int64_t max_length, int64_t* pieces = nullptr);
 
 struct Translation {
@@ -33,7 +33,7 @@ struct Translation {
 class Translator {
  public:
   // The model and the tokenizer must outlive the translator. batch_size: sentences per search.
-  Translator(seq2seq::Transformer& model, const datasets::Tokenizer& tokenizer,
+  Translator(seq2seq::Transformer& model, const Vocabulary& tokenizer,
              const seq2seq::SearchOptions& options, int64_t batch_size);
   // One result per line, in input order. An empty (or all-whitespace) line gets no hypothesis
   // and is not searched. `progress` (may be null) is updated after each batch with the sentences
@@ -45,7 +45,7 @@ class Translator {
 
  private:
   seq2seq::Transformer& model_;
-  const datasets::Tokenizer& tokenizer_;
+  const Vocabulary& tokenizer_;
   seq2seq::Searcher searcher_;
   int64_t batch_size_;
 };

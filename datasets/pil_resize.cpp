@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "common/error.h"
-#include "vit/preprocess.h"
+#include "datasets/preprocess.h"
 
-namespace vitk::vit {
+namespace vitk::datasets {
 namespace {
 
 constexpr int kPrecisionBits = 32 - 8 - 2;  // Pillow's PRECISION_BITS
@@ -223,4 +223,4 @@ cv::Mat resize_like_pil(const cv::Mat& image, int64_t height, int64_t width,
   return out;
 }
 
-}  // namespace vitk::vit
+}  // namespace vitk::datasets

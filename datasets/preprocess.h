@@ -13,7 +13,7 @@
 
 #include <opencv2/core.hpp>
 
-namespace vitk::vit {
+namespace vitk::datasets {
 
 struct Preprocess {
   // "shorter": shorter side to floor(size / crop_fraction), then a centre crop (timm's
@@ -67,4 +67,4 @@ void preprocess_image(const cv::Mat& image, const Preprocess& p, int64_t height,
 // computed as torchvision does, (v / 255 − mean) / std in float.
 void normalize_to_chw(const cv::Mat& image, const Preprocess& p, float* dst);
 
-}  // namespace vitk::vit
+}  // namespace vitk::datasets

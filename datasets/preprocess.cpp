@@ -1,6 +1,6 @@
 // Image -> model input: channel conversion, resize and centre crop, normalisation, each step as
 // timm's eval transform (PIL + torchvision) computes it.
-#include "vit/preprocess.h"
+#include "datasets/preprocess.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,7 @@
 
 #include "common/error.h"
 
-namespace vitk::vit {
+namespace vitk::datasets {
 namespace {
 
 // The double a Python user meant by this float: crop_pct = 0.9 is the double 0.9 in timm, not
@@ -172,4 +172,4 @@ void preprocess_image(const cv::Mat& image, const Preprocess& p, int64_t height,
   normalize_to_chw(resize_like_pil(image, rh, rw, p.interpolation, crop), p, dst);
 }
 
-}  // namespace vitk::vit
+}  // namespace vitk::datasets

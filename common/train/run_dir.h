@@ -1,0 +1,37 @@
+#pragma once
+// A training run's directory: last.h5, best.h5, ema.h5, step-N.h5 and metrics.csv (the files
+// common/train/trainer.h describes).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/metrics_csv.h"
+
+namespace vitk::train {
+
+class RunDir {
+ public:
+  // Only checks: vitk::UsageError when `dir` holds another run (its last.h5) that `resume` is
+  // not.
+  RunDir(std::string dir, const std::string& resume);
+  // Creates the directory and metrics.csv with `header`. A run resumed from this directory's
+  // last.h5 keeps the rows up to its step (keep_upto); any other starts the file afresh.
+  void open(const std::string& header, int64_t keep_upto);
+  bool resumes_here() const { return resumes_here_; }
+  const std::string& dir() const { return dir_; }
+  std::string path(const std::string& name) const;  // dir/name
+  std::string last() const { return path("last.h5"); }
+  std::string best() const { return path("best.h5"); }
+  void row(const std::vector<std::string>& fields);
+  // step-N.h5 for `step`; after it is written, only the newest `keep` of them stay.
+  std::string step_file(int64_t step) const;
+  void keep_newest_step_files(int keep) const;
+
+ private:
+  std::string dir_;
+  bool resumes_here_ = false;
+  std::unique_ptr<MetricsCsv> csv_;
+};
+
+}  // namespace vitk::train

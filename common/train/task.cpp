@@ -1,0 +1,14 @@
+#include "common/train/task.h"
+
+#include "common/error.h"
+
+namespace vitk::train {
+
+double Metrics::get(const std::string& name) const {
+  for (const auto& list : {&values, &extra})
+    for (const auto& [key, value] : *list)
+      if (key == name) return value;
+  throw Error("no validation figure '" + name + "'");
+}
+
+}  // namespace vitk::train

@@ -1,0 +1,90 @@
+#pragma once
+// Evaluation of a ViT checkpoint on a labelled dataset (`vitk eval`), and the validation pass of
+// a training run (vit/train_task.cpp): loss, top-1 and top-5 accuracy, per-class accuracy and the
+// confusion matrix, optionally the agreement of two precisions.
+#include <atomic>
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/ops/ops.h"
+#include "common/progress.h"
+#include "common/tensor.h"
+#include "datasets/dataset.h"
+#include "vit/vit.h"
+
+namespace vitk::datasets {
+class Loader;
+}
+
+namespace vitk::vit {
+
+// Predictions at two precisions on the same images (vitk eval --compare-precision).
+struct PrecisionComparison {
+  ops::Precision precision = ops::Precision::f32;  // the second one
+  int64_t top1 = 0;                                // images right at the second precision
+  int64_t agree = 0;         // images with the same arg-max at both precisions
+  double max_abs_diff = 0;   // largest |logit difference| over all images and classes
+  double mean_abs_diff = 0;  // mean |logit difference|
+  double max_abs_logit = 0;  // largest |logit| at the first precision, for scale
+};
+
+struct EvalResult {
+  int64_t classes = 0;
+  int64_t count = 0;               // images
+  double loss = 0;                 // mean cross-entropy (no smoothing)
+  int64_t top1 = 0, top5 = 0;      // images whose label is the arg-max / among the 5 largest
+  std::vector<int64_t> confusion;  // [classes × classes], row = true class, column = predicted
+  bool complete = true;            // false when stopped early by `stop`
+  std::optional<PrecisionComparison> comparison;  // with EvalSettings::compare
+
+  double top1_percent() const { return count ? 100.0 * top1 / count : 0.0; }
+  double top5_percent() const { return count ? 100.0 * top5 / count : 0.0; }
+  int64_t at(int64_t truth, int64_t predicted) const {
+    return confusion[static_cast<size_t>(truth * classes + predicted)];
+  }
+};
+
+// How evaluate() runs the model.
+struct EvalSettings {
+  ops::Precision precision = ops::Precision::f32;
+  bool packed_weights = false;  // nn::Context::packed_weights
+  // Also run every batch at this precision and compare the predictions (EvalResult::comparison).
+  std::optional<ops::Precision> compare;
+};
+
+// One pass of `loader` (an evaluation loader: training = false) through the model in inference
+// mode. `arena` holds the activations; `progress` (may be null) is updated per batch; `stop`
+// (may be null) ends the pass early (complete = false).
+EvalResult evaluate(VisionTransformer& model, datasets::Loader& loader, Arena& arena,
+                    Progress* progress = nullptr, const std::atomic<int>* stop = nullptr,
+                    const EvalSettings& settings = {});
+
+struct EvalOptions {
+  std::string model;  // --model: a checkpoint
+  std::string data;   // --data
+  // --image-size: run the checkpoint at another size, its positions resampled (vit/checkpoint.h);
+  // 0: its own. --align-corners: the resampling's convention (unset: the checkpoint's).
+  int64_t image_height = 0, image_width = 0;
+  std::optional<bool> align_corners;
+  datasets::Split split = datasets::Split::val;
+  int64_t batch_size = 128;
+  int prefetch = 3;
+  ops::Precision precision = ops::Precision::f32;   // --precision
+  std::optional<ops::Precision> compare_precision;  // --compare-precision
+};
+
+// Loads the checkpoint, evaluates it on the data and prints the report to `out` (the data's
+// classes must be the model's: vitk::Error otherwise).
+EvalResult run_eval(const EvalOptions& options, std::ostream& out, bool tty = false);
+
+// Top-1 and top-5 lines, per-class accuracy and the confusion matrix as aligned tables with the
+// class names (the matrix only up to 40 classes).
+std::string format_eval_report(const EvalResult& result,
+                               const std::vector<std::string>& class_names);
+// "bf16 against f32 on the same 10000 images: top-1 agreement ..." (result.comparison set).
+std::string format_comparison(const EvalResult& result, ops::Precision first);
+
+}  // namespace vitk::vit
