@@ -1,6 +1,7 @@
 #pragma once
 // Helpers for tests that work with files and messages: a temporary directory that removes itself,
-// what an error says, a full disk. (Running the executable: vitk_process.h.)
+// what an error says, a full disk, the precisions tests run in. (Running the executable:
+// vitk_process.h.)
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -21,7 +22,26 @@
   if (!vitk::ops::bf16_supported()) \
   GTEST_SKIP() << "no AVX512_BF16 on this CPU (" << vitk::ops::cpu_isa() << ")"
 
+// Skips a case in a precision this CPU has no products for (bf16 without AVX512_BF16).
+#define SKIP_UNLESS_SUPPORTED(precision) \
+  if ((precision) == vitk::ops::Precision::bf16) SKIP_WITHOUT_BF16()
+
 namespace vitk::test {
+
+// The precisions of the matrix products, for tests parameterised over them
+// (INSTANTIATE_TEST_SUITE_P(Precisions, X, ValuesIn(kPrecisions), precision_case_name)).
+inline const std::vector<ops::Precision> kPrecisions = {ops::Precision::f32, ops::Precision::bf16};
+inline std::string precision_case_name(const ::testing::TestParamInfo<ops::Precision>& p) {
+  return ops::precision_name(p.param);
+}
+
+// One thread while it lives. Tiny shapes gain nothing from threads, and on a shared machine a
+// parallel region can wait a long time for a busy core: the longer model tests run on one thread.
+struct OneThread {
+  const int saved = ops::num_threads();
+  OneThread() { ops::set_num_threads(1); }
+  ~OneThread() { ops::set_num_threads(saved); }
+};
 
 // Whether `part` occurs in `text` (for messages and command output).
 inline bool contains(const std::string& text, const std::string& part) {
