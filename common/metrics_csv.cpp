@@ -2,42 +2,33 @@
 
 #include <cerrno>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 
 #include "common/error.h"
+#include "common/io/atomic_file.h"
 
 namespace vitk {
 
 MetricsCsv::MetricsCsv(const std::string& path, const std::string& header, int64_t keep_upto)
-    : path_(path) {
-  std::vector<std::string> rows;
-  if (keep_upto >= 0) {
+    : path_(path), text_(header + "\n"), special_(io::is_special_output(path)) {
+  if (keep_upto >= 0 && !special_) {
     std::ifstream in(path);
     std::string line;
     std::getline(in, line);  // the old header
     while (std::getline(in, line))
-      if (!line.empty() && std::atoll(line.c_str()) <= keep_upto) rows.push_back(line);
+      if (!line.empty() && std::atoll(line.c_str()) <= keep_upto) text_ += line + "\n";
   }
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << header << "\n";
-    for (const auto& r : rows) out << r << "\n";
-    out.flush();
-    if (!out) throw Error(tmp + ": cannot write");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw Error(path + ": cannot write (" + std::strerror(errno) + ")");
-  out_.open(path, std::ios::app);
-  if (!out_) throw Error(path + ": cannot open for writing");
+  io::write_file_atomic(path_, text_);
 }
 
 void MetricsCsv::row(const std::vector<std::string>& fields) {
-  for (size_t i = 0; i < fields.size(); ++i) out_ << (i ? "," : "") << fields[i];
-  out_ << "\n" << std::flush;
-  if (!out_) throw Error(path_ + ": cannot write");
+  std::string line;
+  for (size_t i = 0; i < fields.size(); ++i) line += (i ? "," : "") + fields[i];
+  line += "\n";
+  text_ += line;
+  io::write_file_atomic(path_, special_ ? line : text_);
 }
 
 int MetricsTable::column(const std::string& name) const {

@@ -1,11 +1,15 @@
 #pragma once
 // metrics.csv of a training run (`vitk train`, `vitk mt-train`): a header, then one row per
-// validation, each flushed as soon as it is written. A resumed run keeps the rows up to its
-// checkpoint (by the first column: epoch or step) and drops later ones, which the resume redoes;
-// the file is rewritten atomically. read_metrics_csv reads either trainer's file back (for
-// `vitk plot metrics`).
+// validation. A resumed run keeps the rows up to its checkpoint (by the first column: epoch or
+// step) and drops later ones, which the resume redoes. read_metrics_csv reads either trainer's
+// file back (for `vitk plot metrics`).
+//
+// The file is rewritten whole by io::write_file_atomic at the start and after every row, rather
+// than appended to: a crash, a kill -9 or a full disk then leaves the previous rows, never half a
+// row, and each row is on disk (fsync'ed) as soon as row() returns. The file is small (a row per
+// validation), so rewriting it costs far less than the validation that made the row. Follow it
+// with `tail -F` (by name), not `tail -f`, which keeps reading the replaced file.
 #include <cstdint>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -31,7 +35,8 @@ class MetricsCsv {
 
  private:
   std::string path_;
-  std::ofstream out_;
+  std::string text_;  // the whole file: header and rows
+  bool special_;      // /dev/null or a pipe: written in place, so only what is new goes there
 };
 
 }  // namespace vitk

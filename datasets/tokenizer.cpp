@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "common/error.h"
+#include "common/io/atomic_file.h"
 
 // Exported by libsentencepiece but declared only in its internal common.h.
 namespace sentencepiece::logging {
@@ -171,10 +172,7 @@ Tokenizer Tokenizer::load(const std::string& path) {
 
 void Tokenizer::save(const std::string& path) const {
   if (!usable()) throw Error(path + ": no tokenizer to save");
-  std::ofstream out(path, std::ios::binary);
-  out.write(impl_->bytes.data(), static_cast<std::streamsize>(impl_->bytes.size()));
-  out.close();
-  if (!out) throw Error(path + ": cannot write the SentencePiece model");
+  io::write_file_atomic(path, impl_->bytes);
 }
 
 bool Tokenizer::usable() const {

@@ -23,6 +23,7 @@
 #include "common/optim/optim.h"
 #include "common/params.h"
 #include "test_util.h"
+#include "vitk_process.h"
 
 using namespace vitk;
 namespace fs = std::filesystem;
@@ -198,33 +199,19 @@ void write_bytes(const std::string& path, const std::string& bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-std::string run(const std::string& command) {
-  std::string out;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-  pclose(pipe);
-  return out;
+// Runs a tool on the checkpoints (h5dump, python3) in the test's directory.
+vitk::testing::ProcessResult run(const std::string& dir, const std::vector<std::string>& argv) {
+  vitk::testing::Command c;
+  c.argv = argv;
+  c.dir = dir;
+  return vitk::testing::run_process(c);
 }
 
-// Runs in a death-test child: caps the size of the files this process may write, so the save
-// fails halfway through writing, and exits 0 only if it threw an Error naming the path. exit()
-// (not _Exit) runs HDF5's exit handler too, which crashes if a failed write left HDF5 broken.
+// Runs in a death-test child: the save fails halfway through writing, and must throw an Error
+// naming the path.
 void save_with_file_size_limit(const std::string& path, const ParamStore& params, rlim_t bytes) {
-  signal(SIGXFSZ, SIG_IGN);  // a write past the limit then fails with EFBIG instead of killing us
-  struct rlimit limit;
-  limit.rlim_cur = limit.rlim_max = bytes;
-  setrlimit(RLIMIT_FSIZE, &limit);
-  int code = 3;
-  try {
-    io::save_checkpoint(path, params, sample_meta());
-    code = 2;
-  } catch (const Error& e) {
-    code = contains(e.what(), path) ? 0 : 4;
-  }
-  std::exit(code);
+  vitk::test::exit_after_writing_past_a_size_limit(
+      bytes, [&] { io::save_checkpoint(path, params, sample_meta()); }, {path});
 }
 
 class Checkpoint : public ::testing::Test {
@@ -442,18 +429,18 @@ TEST_F(Checkpoint, SavingTheSameStateTwiceGivesIdenticalFiles) {
 TEST_F(Checkpoint, H5dumpShowsDottedNames) {
   if (access("/usr/bin/h5dump", X_OK) != 0) GTEST_SKIP() << "h5dump is not installed";
   const std::string path = save_good("model.h5", true);
-  std::string out = run("/usr/bin/h5dump -H '" + path + "' 2>&1");
+  std::string out = run(dir_, {"/usr/bin/h5dump", "-H", path}).out;
   EXPECT_TRUE(contains(out, "DATASET \"encoder.layers.0.attn.qkv.weight\"")) << out;
   EXPECT_TRUE(contains(out, "( 24, 8 )")) << out;
   EXPECT_TRUE(contains(out, "H5T_IEEE_F32LE")) << out;
   EXPECT_TRUE(contains(out, "ATTRIBUTE \"vitk_format\"")) << out;
   EXPECT_TRUE(contains(out, "GROUP \"optimizer\"")) << out;
-  std::string values = run("/usr/bin/h5dump -d '/head.weight' '" + path + "' 2>&1");
+  std::string values = run(dir_, {"/usr/bin/h5dump", "-d", "/head.weight", path}).out;
   EXPECT_TRUE(contains(values, "DATASET \"/head.weight\"")) << values;
 }
 
 TEST_F(Checkpoint, H5pyReadsDottedNames) {
-  if (std::system("/usr/bin/python3 -c 'import h5py' >/dev/null 2>&1") != 0)
+  if (run(dir_, {"/usr/bin/python3", "-c", "import h5py"}).status != 0)
     GTEST_SKIP() << "python3-h5py is not installed";
   const std::string path = save_good("model.h5", true);
   const std::string script = file("check.py");
@@ -481,7 +468,8 @@ TEST_F(Checkpoint, H5pyReadsDottedNames) {
                            "assert f['optimizer/exp_avg/head.weight'].shape == (5, 8)\n";
   char arg[64];
   std::snprintf(arg, sizeof arg, "%.9g", first);
-  EXPECT_EQ(std::system(("/usr/bin/python3 '" + script + "' '" + path + "' " + arg).c_str()), 0);
+  const vitk::testing::ProcessResult r = run(dir_, {"/usr/bin/python3", script, path, arg});
+  EXPECT_EQ(r.status, 0) << r.err;
 }
 
 TEST_F(Checkpoint, SaveIntoMissingDirectoryThrowsAndCreatesNothing) {

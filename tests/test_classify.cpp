@@ -1,12 +1,9 @@
 // `vitk classify` end to end: a tiny checkpoint built here, images of every kind (generated with
 // OpenCV, plus the fixtures OpenCV cannot write) and every kind of bad file, run through the
-// executable as a user would; the output is parsed (JSON by a strict parser below) and checked
+// executable as a user would; the output is parsed (JSON strictly, by nlohmann/json) and checked
 // against the model run in-process on the same files.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -20,11 +17,14 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include <opencv2/imgcodecs.hpp>
 
 #include "common/io/checkpoint.h"
 #include "datasets/image_io.h"
 #include "profile_table.h"
+#include "test_util.h"
+#include "vitk_process.h"
 #include "tools/classify_output.h"
 #include "vit/checkpoint.h"
 #include "vit/classify.h"
@@ -35,203 +35,29 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// ---- A strict JSON parser (RFC 8259), enough to check the document and read it back -----------
-
-struct Json {
-  enum Kind { null, boolean, number, string, array, object } kind = null;
-  double num = 0;
-  std::string str;
-  std::vector<Json> items;
-  std::vector<std::pair<std::string, Json>> members;
-  const Json* get(const std::string& key) const {
-    for (const auto& [k, v] : members)
-      if (k == key) return &v;
-    return nullptr;
-  }
-};
-
-class JsonParser {
- public:
-  explicit JsonParser(const std::string& text) : s_(text) {}
-  // Throws std::runtime_error with the offset on anything that is not exactly one JSON value.
-  Json parse() {
-    Json v = value();
-    ws();
-    if (i_ != s_.size()) fail("trailing characters");
-    return v;
-  }
-
- private:
-  [[noreturn]] void fail(const std::string& what) {
-    throw std::runtime_error("JSON: " + what + " at offset " + std::to_string(i_));
-  }
-  void ws() {
-    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\t' || s_[i_] == '\r'))
-      ++i_;
-  }
-  bool eat(char c) {
-    ws();
-    if (i_ < s_.size() && s_[i_] == c) return ++i_, true;
-    return false;
-  }
-  void expect(char c) {
-    if (!eat(c)) fail(std::string("expected '") + c + "'");
-  }
-  void literal(const char* word) {
-    size_t n = std::strlen(word);
-    if (s_.compare(i_, n, word) != 0) fail("bad literal");
-    i_ += n;
-  }
-  Json value() {
-    ws();
-    if (i_ >= s_.size()) fail("unexpected end");
-    Json v;
-    char c = s_[i_];
-    if (c == '{') {
-      v.kind = Json::object;
-      ++i_;
-      if (eat('}')) return v;
-      do {
-        ws();
-        std::string key = string_literal();
-        expect(':');
-        v.members.emplace_back(key, value());
-      } while (eat(','));
-      expect('}');
-    } else if (c == '[') {
-      v.kind = Json::array;
-      ++i_;
-      if (eat(']')) return v;
-      do v.items.push_back(value());
-      while (eat(','));
-      expect(']');
-    } else if (c == '"') {
-      v.kind = Json::string;
-      v.str = string_literal();
-    } else if (c == 't' || c == 'f') {
-      v.kind = Json::boolean;
-      literal(c == 't' ? "true" : "false");
-    } else if (c == 'n') {
-      literal("null");
-    } else {
-      v.kind = Json::number;
-      size_t start = i_;
-      if (s_[i_] == '-') ++i_;
-      if (i_ >= s_.size() || !std::isdigit(static_cast<unsigned char>(s_[i_]))) fail("bad number");
-      if (s_[i_] == '0') {
-        ++i_;
-      } else {
-        while (i_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i_]))) ++i_;
-      }
-      auto digits = [&] {
-        size_t d = i_;
-        while (i_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i_]))) ++i_;
-        if (d == i_) fail("bad number");
-      };
-      if (i_ < s_.size() && s_[i_] == '.') ++i_, digits();
-      if (i_ < s_.size() && (s_[i_] == 'e' || s_[i_] == 'E')) {
-        ++i_;
-        if (i_ < s_.size() && (s_[i_] == '+' || s_[i_] == '-')) ++i_;
-        digits();
-      }
-      v.num = std::stod(s_.substr(start, i_ - start));
-    }
-    return v;
-  }
-  void put_utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | cp >> 6), out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | cp >> 12);
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F)),
-          out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | cp >> 18),
-          out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F)),
-          out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-  uint32_t hex4() {
-    if (i_ + 4 > s_.size()) fail("short \\u escape");
-    uint32_t v = 0;
-    for (int k = 0; k < 4; ++k) {
-      char h = s_[i_++];
-      if (!std::isxdigit(static_cast<unsigned char>(h))) fail("bad \\u escape");
-      v = v * 16 + static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(h))
-                                             ? h - '0'
-                                             : (std::tolower(h) - 'a' + 10));
-    }
-    return v;
-  }
-  std::string string_literal() {
-    if (i_ >= s_.size() || s_[i_] != '"') fail("expected a string");
-    ++i_;
-    std::string out;
-    for (;;) {
-      if (i_ >= s_.size()) fail("unterminated string");
-      unsigned char c = static_cast<unsigned char>(s_[i_++]);
-      if (c == '"') return out;
-      if (c < 0x20) fail("control character in string");
-      if (c != '\\') {
-        out += static_cast<char>(c);
-        continue;
-      }
-      if (i_ >= s_.size()) fail("unterminated escape");
-      char e = s_[i_++];
-      switch (e) {
-        case '"':
-        case '\\':
-        case '/':
-          out += e;
-          break;
-        case 'b':
-          out += '\b';
-          break;
-        case 'f':
-          out += '\f';
-          break;
-        case 'n':
-          out += '\n';
-          break;
-        case 'r':
-          out += '\r';
-          break;
-        case 't':
-          out += '\t';
-          break;
-        case 'u': {
-          uint32_t cp = hex4();
-          if (cp >= 0xD800 && cp < 0xDC00 && s_.compare(i_, 2, "\\u") == 0) {
-            i_ += 2;
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (hex4() - 0xDC00);
-          }
-          put_utf8(out, cp);
-          break;
-        }
-        default:
-          fail("bad escape");
-      }
-    }
-  }
-  const std::string& s_;
-  size_t i_ = 0;
-};
+// The JSON output is read back with nlohmann/json, which is strict (RFC 8259) and keeps the
+// document's key order in an ordered_json.
+using Json = nlohmann::ordered_json;
 
 Json parse_json(const std::string& text) {
-  return JsonParser(text).parse();
+  return Json::parse(text);
 }
 
+// The keys of an object in document order.
+std::vector<std::string> keys_of(const Json& object) {
+  std::vector<std::string> keys;
+  for (const auto& item : object.items()) keys.push_back(item.key());
+  return keys;
+}
+
+// What the end-to-end tests rely on when they read the output back: strictness and key order.
 TEST(JsonParserSelfTest, AcceptsValidAndRejectsInvalid) {
-  Json v = parse_json(R"({"a": [1, -2.5e3, true, null], "b\"\u00e9": {"c": "x\ny"}})");
-  EXPECT_EQ(v.members.size(), 2u);
-  EXPECT_EQ(v.get("a")->items[1].num, -2500);
-  EXPECT_NE(v.get("b\"\xC3\xA9"), nullptr);
+  Json v = parse_json(R"({"b\"\u00e9": {"c": "x\ny"}, "a": [1, -2.5e3, true, null]})");
+  EXPECT_EQ(keys_of(v), (std::vector<std::string>{"b\"\xC3\xA9", "a"}));
+  EXPECT_EQ(v["a"][1].get<double>(), -2500);
   for (const char* bad :
        {"{", "{\"a\": 1,}", "[1 2]", "{'a': 1}", "\"a\nb\"", "nan", "[01]", "{} {}"})
-    EXPECT_THROW(parse_json(bad), std::runtime_error) << bad;
+    EXPECT_THROW(parse_json(bad), Json::parse_error) << bad;
 }
 
 TEST(ClassifyOutput, EscapingAndWidths) {
@@ -241,10 +67,51 @@ TEST(ClassifyOutput, EscapingAndWidths) {
                                      "a"),
             "\"\xEF\xBF\xBD"
             "a\"");  // not UTF-8
-  EXPECT_EQ(parse_json(vitk::tools::json_string("x\ty\x7f")).str, "x\ty\x7f");
+  EXPECT_EQ(parse_json(vitk::tools::json_string("x\ty\x7f")), "x\ty\x7f");
   EXPECT_EQ(vitk::tools::csv_field("plain"), "plain");
   EXPECT_EQ(vitk::tools::csv_field("a,\"b\""), "\"a,\"\"b\"\"\"");
   EXPECT_EQ(vitk::tools::display_width("\xC3\xA9t\xC3\xA9"), 3u);
+}
+
+// The --json document as written: one entry a line in input order, keys in the documented order,
+// each probability in the fewest digits that read back as the same float, null when it is not
+// finite, file names that are not UTF-8 made valid.
+TEST(ClassifyOutput, JsonDocumentIsWrittenAsItGoes) {
+  const std::vector<std::string> labels = {"cat", "dog \"big\""};
+  std::ostringstream out;
+  auto writer = vitk::tools::make_json_writer(out, labels);
+  writer->begin();
+  vitk::vit::ImageResult good;
+  good.path = "a.png";
+  good.classes = {1, 0};
+  good.probabilities = {0.7f, 0.3f};
+  writer->write(good);
+  EXPECT_EQ(out.str(),
+            "{\n  \"a.png\": {\"labels\":[\"dog \\\"big\\\"\",\"cat\"],\"probabilities\":[0.7,0.3],"
+            "\"classes\":[1,0]}")
+      << "each entry is out before the next image is classified";
+  vitk::vit::ImageResult bad;
+  bad.path = "b\xFF.png";
+  bad.error = "not an image";
+  writer->write(bad);
+  vitk::vit::ImageResult odd;
+  odd.path = "c.png";
+  odd.classes = {0};
+  odd.probabilities = {std::nanf("")};
+  writer->write(odd);
+  writer->end();
+  EXPECT_EQ(
+      out.str(),
+      "{\n  \"a.png\": {\"labels\":[\"dog \\\"big\\\"\",\"cat\"],\"probabilities\":[0.7,0.3],"
+      "\"classes\":[1,0]},\n  \"b\xEF\xBF\xBD.png\": {\"error\":\"not an image\"},\n  \"c.png\": "
+      "{\"labels\":[\"cat\"],\"probabilities\":[null],\"classes\":[0]}\n}\n");
+  const Json doc = parse_json(out.str());
+  EXPECT_EQ(doc["a.png"]["probabilities"][0].get<float>(), 0.7f) << "reads back as the same float";
+  std::ostringstream empty;
+  auto none = vitk::tools::make_json_writer(empty, labels);
+  none->begin();
+  none->end();
+  EXPECT_EQ(empty.str(), "{}\n");
 }
 
 TEST(TopK, SoftmaxOrderAndTies) {
@@ -265,28 +132,9 @@ TEST(TopK, SoftmaxOrderAndTies) {
 
 // ---- End to end ---------------------------------------------------------------------------------
 
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::vector<std::string> lines(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string l; std::getline(in, l);) out.push_back(l);
-  return out;
-}
-
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using Result = vitk::testing::ProcessResult;
+using vitk::test::contains;
+using vitk::test::lines_of;
 
 const std::vector<std::string> kClasses = {"cat", "dog, big", "bird \"tweety\"", "fish \xC3\xA9"};
 
@@ -440,29 +288,8 @@ class Classify : public ::testing::Test {
 
   // Runs vitk in dir_ with stdin from `input` (a string) and captures stdout and stderr.
   static Result run(const std::vector<std::string>& args, const std::string& input = "") {
-    const fs::path in_path = *dir_ / "stdin.txt", out_path = *dir_ / "stdout.txt",
-                   err_path = *dir_ / "stderr.txt";
-    std::ofstream(in_path, std::ios::binary) << input;
-    pid_t pid = fork();
-    if (pid == 0) {
-      int in = open(in_path.c_str(), O_RDONLY);
-      int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (in < 0 || out < 0 || err < 0 || chdir(dir_->c_str()) != 0) _exit(126);
-      dup2(in, 0), dup2(out, 1), dup2(err, 2);
-      std::vector<char*> argv{const_cast<char*>(VITK_BINARY)};
-      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      execv(VITK_BINARY, argv.data());
-      _exit(127);
-    }
-    Result r;
-    int status = 0;
-    EXPECT_EQ(waitpid(pid, &status, 0), pid);
-    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(out_path);
-    r.err = slurp(err_path);
-    return r;
+    std::ofstream(*dir_ / "stdin.txt", std::ios::binary) << input;
+    return vitk::testing::run_vitk(*dir_, args, "run", "stdin.txt");
   }
 
   static std::vector<std::string> all_files() {
@@ -504,24 +331,26 @@ class Classify : public ::testing::Test {
   // Checks one JSON entry of a good file against the in-process model.
   static void check_entry(const Json& entry, const std::vector<float>& want, size_t k,
                           const std::string& file) {
-    ASSERT_EQ(entry.kind, Json::object) << file;
-    ASSERT_EQ(entry.get("error"), nullptr) << file << ": " << entry.get("error")->str;
-    const Json *labels = entry.get("labels"), *probs = entry.get("probabilities"),
-               *classes = entry.get("classes");
-    ASSERT_TRUE(labels && probs && classes) << file;
-    ASSERT_EQ(labels->items.size(), k) << file;
-    ASSERT_EQ(probs->items.size(), k) << file;
+    ASSERT_TRUE(entry.is_object()) << file;
+    ASSERT_FALSE(entry.contains("error")) << file << ": " << entry["error"];
+    // The documented order of the keys.
+    ASSERT_EQ(keys_of(entry), (std::vector<std::string>{"labels", "probabilities", "classes"}))
+        << file;
+    const Json &labels = entry["labels"], &probs = entry["probabilities"],
+               &classes = entry["classes"];
+    ASSERT_EQ(labels.size(), k) << file;
+    ASSERT_EQ(probs.size(), k) << file;
     double sum = 0;
     for (size_t i = 0; i < k; ++i) {
-      const int cls = static_cast<int>(classes->items[i].num);
+      const int cls = classes[i].get<int>();
       ASSERT_GE(cls, 0);
       ASSERT_LT(cls, static_cast<int>(kClasses.size()));
-      EXPECT_EQ(labels->items[i].str, kClasses[static_cast<size_t>(cls)]) << file;
-      EXPECT_NEAR(probs->items[i].num, want[static_cast<size_t>(cls)], 2e-5) << file;
+      EXPECT_EQ(labels[i], kClasses[static_cast<size_t>(cls)]) << file;
+      EXPECT_NEAR(probs[i].get<double>(), want[static_cast<size_t>(cls)], 2e-5) << file;
       if (i) {
-        EXPECT_LE(probs->items[i].num, probs->items[i - 1].num) << file;
+        EXPECT_LE(probs[i].get<double>(), probs[i - 1].get<double>()) << file;
       }
-      sum += probs->items[i].num;
+      sum += probs[i].get<double>();
     }
     if (k == kClasses.size()) {
       EXPECT_NEAR(sum, 1.0, 1e-5) << file;
@@ -541,14 +370,14 @@ std::vector<std::pair<std::string, std::string>>* Classify::bad_ = nullptr;
 // libpng or libjpeg chatter).
 void expect_error_lines(const Result& r,
                         const std::vector<std::pair<std::string, std::string>>& bad) {
-  const std::vector<std::string> got = lines(r.err);
+  const std::vector<std::string> got = lines_of(r.err);
   EXPECT_EQ(got.size(), bad.size()) << r.err;
   for (const auto& [file, why] : bad) {
     const std::string prefix = "vitk: error: " + file + ": ";
     auto it = std::find_if(got.begin(), got.end(),
                            [&](const std::string& l) { return l.rfind(prefix, 0) == 0; });
     ASSERT_NE(it, got.end()) << file << "\n" << r.err;
-    EXPECT_TRUE(has(*it, why)) << *it;
+    EXPECT_TRUE(contains(*it, why)) << *it;
   }
 }
 
@@ -562,19 +391,19 @@ TEST_F(Classify, JsonForEveryKindOfGoodAndBadFile) {
   expect_error_lines(r, *bad_);
   Json doc;
   ASSERT_NO_THROW(doc = parse_json(r.out)) << r.out;
-  ASSERT_EQ(doc.kind, Json::object);
-  ASSERT_EQ(doc.members.size(), files.size());
-  for (size_t i = 0; i < files.size(); ++i) EXPECT_EQ(doc.members[i].first, files[i]);  // in order
+  ASSERT_TRUE(doc.is_object());
+  EXPECT_EQ(keys_of(doc), files);  // in order
   for (const auto& [file, why] : *bad_) {
-    const Json* e = doc.get(file);
-    ASSERT_TRUE(e && e->get("error")) << file;
-    EXPECT_TRUE(has(e->get("error")->str, why)) << file << ": " << e->get("error")->str;
-    EXPECT_EQ(e->get("labels"), nullptr);
+    ASSERT_TRUE(doc.contains(file) && doc[file].contains("error")) << file;
+    const std::string error = doc[file]["error"];
+    EXPECT_TRUE(contains(error, why)) << file << ": " << error;
+    EXPECT_FALSE(doc[file].contains("labels"));
   }
   std::set<int> top1;
   for (const std::string& file : *good_) {
-    check_entry(*doc.get(file), expected_probabilities("rgb.h5", file), kClasses.size(), file);
-    top1.insert(static_cast<int>(doc.get(file)->get("classes")->items[0].num));
+    ASSERT_TRUE(doc.contains(file)) << file;
+    check_entry(doc[file], expected_probabilities("rgb.h5", file), kClasses.size(), file);
+    top1.insert(doc[file]["classes"][0].get<int>());
   }
   // The images differ enough for the model to disagree about them: results cannot have been
   // shuffled between files without the comparison above noticing.
@@ -589,7 +418,7 @@ TEST_F(Classify, GreyModelTakesColourImagesAndTheReverse) {
   EXPECT_EQ(r.err, "");
   Json doc = parse_json(r.out);
   for (const std::string& file : *good_)
-    check_entry(*doc.get(file), expected_probabilities("gray.h5", file), 2, file);
+    check_entry(doc.at(file), expected_probabilities("gray.h5", file), 2, file);
 }
 
 TEST_F(Classify, TableIsAlignedAndErrorsGoToStderr) {
@@ -599,10 +428,10 @@ TEST_F(Classify, TableIsAlignedAndErrorsGoToStderr) {
   Result r = run(args);
   EXPECT_EQ(r.status, 1);
   expect_error_lines(r, *bad_);
-  const std::vector<std::string> rows = lines(r.out);
+  const std::vector<std::string> rows = lines_of(r.out);
   ASSERT_EQ(rows.size(), good_->size() + 1) << r.out;
   EXPECT_EQ(rows[0].rfind("image ", 0), 0u) << rows[0];
-  EXPECT_TRUE(has(rows[0], "label 1")) << rows[0];
+  EXPECT_TRUE(contains(rows[0], "label 1")) << rows[0];
   // The first label starts in the same column on every row (counted in characters: one path
   // holds a two-byte letter).
   const size_t column = rows[0].find("label 1");
@@ -624,7 +453,7 @@ TEST_F(Classify, CsvQuotesAndStdinList) {
   Result r = run({"classify", "--model", "rgb.h5", "--csv", "--top-k", "3", "-"}, list);
   EXPECT_EQ(r.status, 1);
   expect_error_lines(r, *bad_);
-  const std::vector<std::string> rows = lines(r.out);
+  const std::vector<std::string> rows = lines_of(r.out);
   ASSERT_EQ(rows.size(), all_files().size() + 1);
   EXPECT_EQ(rows[0],
             "path,label_1,probability_1,label_2,probability_2,label_3,probability_3,error");
@@ -638,8 +467,8 @@ TEST_F(Classify, CsvQuotesAndStdinList) {
     }
     EXPECT_EQ(fields, 8) << row;
   }
-  EXPECT_TRUE(has(r.out, "\"sub dir/we\"\"ird, name \xC3\xBC.png\",")) << r.out;
-  EXPECT_TRUE(has(r.out, "\nmissing.png,,,,,,,file not found\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "\"sub dir/we\"\"ird, name \xC3\xBC.png\",")) << r.out;
+  EXPECT_TRUE(contains(r.out, "\nmissing.png,,,,,,,file not found\n")) << r.out;
 }
 
 TEST_F(Classify, DirectoryIsWalkedRecursively) {
@@ -652,12 +481,10 @@ TEST_F(Classify, DirectoryIsWalkedRecursively) {
   Result r = run({"classify", "--model", "rgb.h5", "--json", "--dir", "tree"});
   EXPECT_EQ(r.status, 0) << r.err;
   Json doc = parse_json(r.out);
-  ASSERT_EQ(doc.members.size(), 2u) << r.out;
-  EXPECT_EQ(doc.members[0].first, "tree/a/b/x.JPG");
-  EXPECT_EQ(doc.members[1].first, "tree/z.png");
+  EXPECT_EQ(keys_of(doc), (std::vector<std::string>{"tree/a/b/x.JPG", "tree/z.png"})) << r.out;
   Result none = run({"classify", "--model", "rgb.h5", "--dir", "tree/a/b/x.JPG"});
   EXPECT_EQ(none.status, 1);
-  EXPECT_TRUE(has(none.err, "not a directory")) << none.err;
+  EXPECT_TRUE(contains(none.err, "not a directory")) << none.err;
 }
 
 TEST_F(Classify, PreprocessingFlagsOverrideTheCheckpoint) {
@@ -672,7 +499,7 @@ TEST_F(Classify, PreprocessingFlagsOverrideTheCheckpoint) {
   EXPECT_EQ(r.status, 0) << r.err;
   Json doc = parse_json(r.out);
   for (const char* f : {"photo.jpg", "rgb.png"})
-    check_entry(*doc.get(f), expected_probabilities("rgb.h5", f, &p), 4, f);
+    check_entry(doc.at(f), expected_probabilities("rgb.h5", f, &p), 4, f);
 
   p = vitk::datasets::Preprocess();
   p.crop_fraction = 0.5f;
@@ -680,8 +507,8 @@ TEST_F(Classify, PreprocessingFlagsOverrideTheCheckpoint) {
   r = run({"classify", "--model", "rgb.h5", "--json", "--top-k", "4", "--crop-fraction", "0.5",
            "--interpolation", "nearest", "photo.jpg"});
   EXPECT_EQ(r.status, 0) << r.err;
-  check_entry(*parse_json(r.out).get("photo.jpg"),
-              expected_probabilities("rgb.h5", "photo.jpg", &p), 4, "photo.jpg");
+  check_entry(parse_json(r.out).at("photo.jpg"), expected_probabilities("rgb.h5", "photo.jpg", &p),
+              4, "photo.jpg");
 
   for (const std::vector<std::string>& bad :
        {std::vector<std::string>{"--interpolation", "lanczos"},
@@ -697,7 +524,7 @@ TEST_F(Classify, PreprocessingFlagsOverrideTheCheckpoint) {
     args.insert(args.end(), bad.begin(), bad.end());
     Result u = run(args);
     EXPECT_EQ(u.status, 2) << bad[0] << ": " << u.err;
-    EXPECT_EQ(lines(u.err).size(), 1u) << u.err;
+    EXPECT_EQ(lines_of(u.err).size(), 1u) << u.err;
   }
 }
 
@@ -707,17 +534,15 @@ TEST_F(Classify, LabelsFileReplacesClassNames) {
                   "labels.txt", "rgb.png"});
   EXPECT_EQ(r.status, 0) << r.err;
   Json doc = parse_json(r.out);
-  const Json* e = doc.get("rgb.png");
-  ASSERT_TRUE(e);
+  ASSERT_TRUE(doc.contains("rgb.png")) << r.out;
+  const Json& e = doc["rgb.png"];
   const std::vector<std::string> names = {"zero", "one", "two", "three"};
-  for (size_t i = 0; i < 4; ++i)
-    EXPECT_EQ(e->get("labels")->items[i].str,
-              names[static_cast<size_t>(e->get("classes")->items[i].num)]);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(e["labels"][i], names[e["classes"][i].get<size_t>()]);
 
   std::ofstream(*dir_ / "three.txt") << "a\nb\nc\n";
   r = run({"classify", "--model", "rgb.h5", "--labels", "three.txt", "rgb.png"});
   EXPECT_EQ(r.status, 1);
-  EXPECT_TRUE(has(r.err, "three.txt has 3 labels (one a line), but the model has 4 classes"))
+  EXPECT_TRUE(contains(r.err, "three.txt has 3 labels (one a line), but the model has 4 classes"))
       << r.err;
   EXPECT_EQ(r.out, "");
 }
@@ -727,20 +552,20 @@ TEST_F(Classify, MaxPixelsIsCheckedPerFile) {
   Result r = run({"classify", "--model", "rgb.h5", "--max-pixels", "1000", "rgb.png", "alpha.png"});
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.err, "vitk: error: rgb.png: image of 40x30 pixels exceeds --max-pixels 1000\n");
-  EXPECT_EQ(lines(r.out).size(), 2u) << r.out;
+  EXPECT_EQ(lines_of(r.out).size(), 2u) << r.out;
 }
 
 TEST_F(Classify, UsageAndModelErrors) {
   Result r = run({"classify", "--model", "rgb.h5"});
   EXPECT_EQ(r.status, 2);
-  EXPECT_TRUE(has(r.err, "no images given")) << r.err;
+  EXPECT_TRUE(contains(r.err, "no images given")) << r.err;
   r = run({"classify", "--model", "nothere.h5", "rgb.png"});
   EXPECT_EQ(r.status, 1);
-  EXPECT_TRUE(has(r.err, "nothere.h5")) << r.err;
-  EXPECT_EQ(lines(r.err).size(), 1u) << r.err;
+  EXPECT_TRUE(contains(r.err, "nothere.h5")) << r.err;
+  EXPECT_EQ(lines_of(r.err).size(), 1u) << r.err;
   r = run({"classify", "--help"});
   EXPECT_EQ(r.status, 0);
-  EXPECT_TRUE(has(r.out, "--max-pixels")) << r.out;
+  EXPECT_TRUE(contains(r.out, "--max-pixels")) << r.out;
 }
 
 TEST_F(Classify, BundledModelOrAClearError) {
@@ -752,9 +577,9 @@ TEST_F(Classify, BundledModelOrAClearError) {
   if (!fs::exists(bundled, ec)) {
     Result r = run({"classify", "rgb.png"});
     EXPECT_EQ(r.status, 1);
-    EXPECT_TRUE(has(r.err, "bundled model")) << r.err;
-    EXPECT_TRUE(has(r.err, "--model")) << r.err;
-    EXPECT_EQ(lines(r.err).size(), 1u) << r.err;
+    EXPECT_TRUE(contains(r.err, "bundled model")) << r.err;
+    EXPECT_TRUE(contains(r.err, "--model")) << r.err;
+    EXPECT_EQ(lines_of(r.err).size(), 1u) << r.err;
     return;
   }
   ASSERT_TRUE(fs::is_directory(samples, ec)) << "bundled model without datasets/samples";
@@ -763,10 +588,10 @@ TEST_F(Classify, BundledModelOrAClearError) {
   Json doc = parse_json(r.out);
   // Samples are named like 0003-sandal.png: most must be classified as their name says.
   int right = 0;
-  for (const auto& [path, entry] : doc.members) {
-    std::string stem = fs::path(path).stem().string();
+  for (const auto& item : doc.items()) {
+    std::string stem = fs::path(item.key()).stem().string();
     std::string want = stem.substr(stem.find('-') + 1);
-    std::string got = entry.get("labels")->items[0].str;
+    std::string got = item.value()["labels"][0];
     std::string slug;
     for (char c : got) {
       if (std::isalnum(static_cast<unsigned char>(c)))
@@ -777,7 +602,7 @@ TEST_F(Classify, BundledModelOrAClearError) {
     while (!slug.empty() && slug.back() == '-') slug.pop_back();
     right += slug == want;
   }
-  EXPECT_GE(right * 10, static_cast<int>(doc.members.size()) * 7) << r.out;
+  EXPECT_GE(right * 10, static_cast<int>(doc.size()) * 7) << r.out;
 }
 
 TEST_F(Classify, ImageSizeRunsTheCheckpointAtAnotherResolution) {
@@ -789,29 +614,28 @@ TEST_F(Classify, ImageSizeRunsTheCheckpointAtAnotherResolution) {
   Result at56 = run({"classify", "--json", "--top-k", "10", "--image-size", "56", sample.string()});
   ASSERT_EQ(at56.status, 0) << at56.err;
   Json doc = parse_json(at56.out);
-  ASSERT_EQ(doc.members.size(), 1u);
-  const Json* probs = doc.members.begin()->second.get("probabilities");
-  ASSERT_NE(probs, nullptr);
+  ASSERT_EQ(doc.size(), 1u);
+  const Json& probs = doc.begin()->at("probabilities");
   double sum = 0;
-  for (const Json& p : probs->items) sum += p.num;
-  EXPECT_EQ(probs->items.size(), 10u);
+  for (const Json& p : probs) sum += p.get<double>();
+  EXPECT_EQ(probs.size(), 10u);
   EXPECT_NEAR(sum, 1.0, 1e-4);
   // A size the patch does not divide is refused with the reason, not run.
   Result at30 = run({"classify", "--image-size", "30", sample.string()});
   EXPECT_NE(at30.status, 0);
-  EXPECT_TRUE(has(at30.err, "does not divide")) << at30.err;
-  EXPECT_EQ(lines(at30.err).size(), 1u) << at30.err;
+  EXPECT_TRUE(contains(at30.err, "does not divide")) << at30.err;
+  EXPECT_EQ(lines_of(at30.err).size(), 1u) << at30.err;
 }
 
 TEST_F(Classify, BenchmarkReportsImagesPerSecond) {
   Result r = run({"classify", "--model", "rgb.h5", "--benchmark", "--benchmark-seconds", "0.2",
                   "--batch-size", "4"});
   EXPECT_EQ(r.status, 0) << r.err;
-  EXPECT_TRUE(has(r.out, "images/s")) << r.out;
+  EXPECT_TRUE(contains(r.out, "images/s")) << r.out;
   r = run({"classify", "--model", "rgb.h5", "--benchmark", "rgb.png", "photo.jpg"});
   EXPECT_EQ(r.status, 0) << r.err;
-  EXPECT_EQ(lines(r.out).size(), 3u);
-  EXPECT_TRUE(has(r.err, "classified 2 images (0 failed)")) << r.err;
+  EXPECT_EQ(lines_of(r.out).size(), 3u);
+  EXPECT_TRUE(contains(r.err, "classified 2 images (0 failed)")) << r.err;
 
   // Any preset without a checkpoint: random weights from --model.* options (or [model]).
   std::ofstream(*dir_ / "tiny.ini") << "[model]\nimage_size = 32\npatch_size = 8\nd_model = 24\n"
@@ -820,17 +644,17 @@ TEST_F(Classify, BenchmarkReportsImagesPerSecond) {
            "1", "--benchmark-seconds", "0.1", "--batch-size", "2"});
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_TRUE(
-      has(r.out, "random weights: 32x32, patch 8, 3 channels, 1 layers, width 24, 5 classes"))
+      contains(r.out, "random weights: 32x32, patch 8, 3 channels, 1 layers, width 24, 5 classes"))
       << r.out;
-  EXPECT_TRUE(has(r.out, "images/s")) << r.out;
+  EXPECT_TRUE(contains(r.out, "images/s")) << r.out;
   r = run({"classify", "--random-weights", "rgb.png"});
   EXPECT_EQ(r.status, 2);
-  EXPECT_TRUE(has(r.err, "--random-weights is for --benchmark")) << r.err;
+  EXPECT_TRUE(contains(r.err, "--random-weights is for --benchmark")) << r.err;
   r = run({"classify", "--benchmark", "--random-weights", "--model", "rgb.h5"});
   EXPECT_EQ(r.status, 2);
   r = run({"classify", "--benchmark", "--random-weights", "--model.heads", "5"});
   EXPECT_EQ(r.status, 2);  // 768 is not a multiple of 5
-  EXPECT_TRUE(has(r.err, "heads")) << r.err;
+  EXPECT_TRUE(contains(r.err, "heads")) << r.err;
 }
 
 TEST_F(Classify, BenchmarkProfilePrintsWhereABatchSpendsItsTime) {
@@ -839,16 +663,16 @@ TEST_F(Classify, BenchmarkProfilePrintsWhereABatchSpendsItsTime) {
   Result r = run({"classify", "--benchmark", "--random-weights", "--config", "tiny.ini",
                   "--benchmark-seconds", "0.05", "--batch-size", "2", "--profile"});
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_TRUE(has(r.out, "images/s")) << r.out;
-  EXPECT_TRUE(has(r.out, " timed batches of 2 (profiled while timed), exclusive ms per batch"))
+  EXPECT_TRUE(contains(r.out, "images/s")) << r.out;
+  EXPECT_TRUE(contains(r.out, " timed batches of 2 (profiled while timed), exclusive ms per batch"))
       << r.out;
   for (const char* part : {"linear_forward ", "layernorm_forward ", "batch (rest)"})
-    EXPECT_TRUE(has(r.out, part)) << part << "\n" << r.out;
-  EXPECT_FALSE(has(r.out, "linear_backward")) << "inference only\n" << r.out;
+    EXPECT_TRUE(contains(r.out, part)) << part << "\n" << r.out;
+  EXPECT_FALSE(contains(r.out, "linear_backward")) << "inference only\n" << r.out;
   EXPECT_TRUE(vitk::test::breakdown_adds_up(r.out, "breakdown (--profile, the ")) << r.out;
   r = run({"classify", "--model", "rgb.h5", "--profile", "rgb.png"});
   EXPECT_EQ(r.status, 2);
-  EXPECT_TRUE(has(r.err, "--profile is for --benchmark")) << r.err;
+  EXPECT_TRUE(contains(r.err, "--profile is for --benchmark")) << r.err;
 }
 
 // ---- The pipeline in-process -------------------------------------------------------------------
@@ -908,14 +732,46 @@ TEST_F(Classify, ExportSamplesNamesFilesByIndexAndClass) {
   // What it writes, classify reads.
   r = run({"classify", "--model", "rgb.h5", "--dir", "exported2"});
   EXPECT_EQ(r.status, 0) << r.err;
-  EXPECT_EQ(lines(r.out).size(), 3u);
+  EXPECT_EQ(lines_of(r.out).size(), 3u);
 
   r = run({"export-samples", "nowhere", "--out", "x"});
   EXPECT_EQ(r.status, 1);
-  EXPECT_TRUE(has(r.err, "nowhere")) << r.err;
+  EXPECT_TRUE(contains(r.err, "nowhere")) << r.err;
   r = run({"export-samples", "folder_data"});
   EXPECT_EQ(r.status, 2);
-  EXPECT_TRUE(has(r.err, "--out")) << r.err;
+  EXPECT_TRUE(contains(r.err, "--out")) << r.err;
 }
 
 }  // namespace
+
+// The bundled model with bf16 products gives f32's labels on the samples (skipped on CPUs without
+// AVX512_BF16), and not f32's probabilities to the last digit (the products were rounded).
+TEST(ClassifyPrecision, Bf16GivesF32sLabelsWithTheBundledModel) {
+  SKIP_WITHOUT_BF16();
+  const fs::path root = VITK_SOURCE_DIR;
+  std::error_code ec;
+  if (!fs::exists(root / "vit/models/fmnist-vit.h5", ec) ||
+      !fs::is_directory(root / "datasets/samples", ec))
+    GTEST_SKIP() << "no bundled model or samples";
+  const vitk::test::TempDir dir;
+  const auto run = [&](const char* precision) {
+    return vitk::testing::run_vitk(dir.path(),
+                                   {"classify", "--dir", (root / "datasets/samples").string(),
+                                    "--json", "--threads", "1", "--precision", precision},
+                                   precision);
+  };
+  const Result f32 = run("f32"), bf16 = run("bf16");
+  ASSERT_EQ(f32.status, 0) << f32.err;
+  ASSERT_EQ(bf16.status, 0) << bf16.err;
+  // path -> first label
+  const auto top1 = [](const std::string& out) {
+    std::vector<std::pair<std::string, std::string>> labels;
+    const Json doc = parse_json(out);
+    for (const auto& item : doc.items()) labels.emplace_back(item.key(), item.value()["labels"][0]);
+    return labels;
+  };
+  const auto a = top1(f32.out), b = top1(bf16.out);
+  ASSERT_GE(a.size(), 5u) << f32.out;
+  EXPECT_EQ(a, b);
+  EXPECT_NE(f32.out, bf16.out) << "the probabilities should differ in their last digits";
+}

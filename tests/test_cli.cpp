@@ -1,39 +1,28 @@
 // Runs the vitk executable as a user would and checks exit codes and messages (DESIGN.md,
 // "Command line": 0 success, 1 run-time failure, 2 usage error; errors name what is at fault).
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/io/checkpoint.h"
+#include "common/ops/ops.h"
 #include "common/params.h"
 #include "test_util.h"
+#include "vitk_process.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int status = -1;  // exit code, or -1 when killed by a signal
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using Result = vitk::testing::ProcessResult;
 
 class Cli : public ::testing::Test {
  protected:
@@ -54,42 +43,13 @@ class Cli : public ::testing::Test {
 
   // Runs vitk with args inside the temporary directory (so config paths are relative, as users
   // write them), stdin from /dev/null, stdout and stderr captured separately.
-  Result run(const std::vector<std::string>& args) {
-    fs::path out_path = dir_ / "stdout.txt";
-    fs::path err_path = dir_ / "stderr.txt";
-    pid_t pid = fork();
-    if (pid == 0) {
-      int in = open("/dev/null", O_RDONLY);
-      int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (in < 0 || out < 0 || err < 0 || chdir(dir_.c_str()) != 0) _exit(126);
-      dup2(in, 0), dup2(out, 1), dup2(err, 2);
-      std::vector<char*> argv{const_cast<char*>(VITK_BINARY)};
-      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      execv(VITK_BINARY, argv.data());
-      _exit(127);
-    }
-    Result r;
-    int status = 0;
-    EXPECT_GT(pid, 0);
-    EXPECT_EQ(waitpid(pid, &status, 0), pid);
-    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(out_path);
-    r.err = slurp(err_path);
-    return r;
-  }
+  Result run(const std::vector<std::string>& args) { return vitk::testing::run_vitk(dir_, args); }
 
   fs::path dir_;
 };
 
 using vitk::test::contains;
-
-// A usage or run-time error is exactly one line, prefixed so that it stands out in a log.
-void expect_one_error_line(const Result& r) {
-  EXPECT_EQ(r.err.rfind("vitk: error: ", 0), 0u) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-}
+using vitk::testing::expect_one_error_line;
 
 TEST_F(Cli, HelpListsSubcommands) {
   for (const char* flag : {"--help", "-h"}) {
@@ -281,7 +241,7 @@ TEST_F(Cli, InspectShowsCheckpointAndNamesBadFiles) {
   EXPECT_TRUE(contains(good.out, "cat dog eel")) << good.out;
   EXPECT_TRUE(contains(good.out, "blocks.0.attn.qkv.weight [6, 2]")) << good.out;
 
-  std::string bytes = slurp(dir_ / "good.h5");
+  std::string bytes = vitk::test::read_file(dir_ / "good.h5");
   write("truncated.h5", bytes.substr(0, bytes.size() / 2));
   write("text.h5", "this is not a checkpoint\n");
   for (const char* name : {"truncated.h5", "text.h5", "missing.h5"}) {
@@ -341,4 +301,87 @@ TEST_F(Cli, BenchAttentionMemoryPrintsEveryCaseAndRefusesBadLists) {
     expect_one_error_line(b);
     EXPECT_TRUE(contains(b.err, bad[3]) || contains(b.err, bad[2])) << b.err;
   }
+}
+
+// ---- --precision ----------------------------------------------------------------------------
+//
+// Every command that takes --precision, with options that would be enough to start it: the check
+// comes before any file is opened, so the files need not exist.
+namespace {
+
+const std::vector<std::vector<std::string>> kPrecisionCommands = {
+    {"classify", "--benchmark", "--random-weights"},
+    {"classify", "photo.png", "--model", "missing.h5"},
+    {"eval", "--model", "missing.h5", "--data", "missing"},
+    {"train", "--data", "missing", "--output", "run"},
+    {"finetune", "--from", "missing.h5", "--data", "missing", "--output", "run"},
+    {"mt-train", "--train", "missing.tsv", "--valid", "missing.tsv", "--output", "run"},
+    {"translate", "--model", "missing.h5"},
+    {"bench", "ops"},
+    {"bench", "layers"},
+    {"bench", "vit-step"},
+    {"bench", "mt-step"},
+};
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// `vitk ARGS` in dir as on a CPU without AVX512_BF16 (VITK_ISA_NO_BF16=1 makes vitk believe so).
+Result run_without_bf16(const fs::path& dir, const std::vector<std::string>& args) {
+  vitk::testing::Command c = vitk::testing::vitk_command(dir, args);
+  c.env = {{"VITK_ISA_NO_BF16", "1"}};
+  return vitk::testing::run_process(c);
+}
+
+}  // namespace
+
+class PrecisionOption : public ::testing::TestWithParam<std::vector<std::string>> {};
+
+TEST_P(PrecisionOption, Bf16IsRefusedWithExitCode2OnACpuWithoutIt) {
+  const vitk::test::TempDir dir;
+  const std::vector<std::string>& args = GetParam();
+  const Result r = run_without_bf16(dir.path(), with(args, {"--precision", "bf16"}));
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, "--precision bf16 needs a CPU with AVX512_BF16")) << r.err;
+  EXPECT_TRUE(contains(r.err, "oneDNN sees " + vitk::ops::cpu_isa())) << r.err;
+  EXPECT_TRUE(contains(r.err, "VITK_ISA_NO_BF16")) << r.err;
+  expect_one_error_line(r);
+  EXPECT_FALSE(fs::exists(dir.path() / "run")) << "wrote its output first";
+}
+
+TEST_P(PrecisionOption, ABadValueIsAUsageErrorNamingTheOption) {
+  const vitk::test::TempDir dir;
+  const Result r = vitk::testing::run_vitk(dir.path(), with(GetParam(), {"--precision", "fp16"}));
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, "--precision must be f32 or bf16, not 'fp16'")) << r.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Commands, PrecisionOption, ::testing::ValuesIn(kPrecisionCommands),
+                         [](const ::testing::TestParamInfo<std::vector<std::string>>& p) {
+                           // "classify_benchmark", "classify_photo_png", "bench_vit_step", ...
+                           std::string name = p.param[0] + "_" + p.param[1];
+                           for (char& c : name)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           while (name.find("__") != std::string::npos)
+                             name.erase(name.find("__"), 1);
+                           return name;
+                         });
+
+// eval's second precision is checked the same way; f32 is never refused (the command then fails
+// on its missing files: exit 1).
+TEST(PrecisionOption, EvalComparePrecisionIsCheckedAndF32IsNotRefused) {
+  const vitk::test::TempDir dir;
+  const Result r = run_without_bf16(dir.path(), {"eval", "--model", "missing.h5", "--data",
+                                                 "missing", "--compare-precision", "bf16"});
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, "--compare-precision bf16 needs a CPU with AVX512_BF16")) << r.err;
+  const Result f32 = run_without_bf16(
+      dir.path(), {"eval", "--model", "missing.h5", "--data", "missing", "--precision", "f32"});
+  EXPECT_EQ(f32.status, 1) << f32.err;
+  const Result bad = vitk::testing::run_vitk(
+      dir.path(), {"eval", "--model", "m.h5", "--data", "d", "--compare-precision", "half"});
+  EXPECT_EQ(bad.status, 2) << bad.err;
+  EXPECT_TRUE(contains(bad.err, "must be f32 or bf16, not 'half'")) << bad.err;
 }

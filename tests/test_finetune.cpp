@@ -2,9 +2,7 @@
 // head, the recorded resampling convention, the recipes and their option defaults, and
 // `vitk finetune` / `vitk eval --image-size` end to end on tiny generated data (8×8 → 12×12, a
 // new head, SGD with clipping against a hand computation, exact resume, bad flags).
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,6 +29,7 @@
 #include "vit/checkpoint.h"
 #include "vit/finetune.h"
 #include "vit/resample.h"
+#include "vitk_process.h"
 
 using namespace vitk;
 
@@ -450,19 +449,9 @@ TEST(Recipes, TrainKeepsItsDefaults) {
 
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
+using Result = vitk::testing::ProcessResult;
 using vitk::test::contains;
+using vitk::testing::run_vitk;
 
 const int kSide = 16;
 
@@ -484,30 +473,6 @@ void write_textures(const fs::path& root, const std::string& split,
       cv::imwrite((dir / (std::to_string(i) + ".png")).string(), img);
     }
   }
-}
-
-Result run_vitk(const fs::path& dir, const std::vector<std::string>& args, const std::string& tag) {
-  const fs::path out_path = dir / (tag + ".out"), err_path = dir / (tag + ".err");
-  pid_t pid = fork();
-  if (pid == 0) {
-    int in = open("/dev/null", O_RDONLY);
-    int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (in < 0 || out < 0 || err < 0 || chdir(dir.c_str()) != 0) _exit(126);
-    dup2(in, 0), dup2(out, 1), dup2(err, 2);
-    std::vector<char*> argv{const_cast<char*>(VITK_BINARY)};
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(VITK_BINARY, argv.data());
-    _exit(127);
-  }
-  int status = 0;
-  EXPECT_EQ(waitpid(pid, &status, 0), pid);
-  Result r;
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(out_path);
-  r.err = slurp(err_path);
-  return r;
 }
 
 const char* kTinyConfig =
@@ -614,10 +579,7 @@ class FinetuneCli : public ::testing::Test {
 fs::path FinetuneCli::root_;
 std::string FinetuneCli::source_;
 
-void expect_one_error_line(const Result& r) {
-  EXPECT_EQ(r.err.rfind("vitk: error: ", 0), 0u) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-}
+using vitk::testing::expect_one_error_line;
 
 double top1_of(const std::string& eval_out) {
   const std::string key = "top-1 accuracy: ";

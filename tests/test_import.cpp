@@ -3,7 +3,6 @@
 // size and, with resampled position embeddings, at others; broken or foreign files must fail with
 // an error naming the file and the tensor.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,6 +23,7 @@
 #include "safetensors_writer.h"
 #include "vit/checkpoint.h"
 #include "vit/import.h"
+#include "vitk_process.h"
 
 namespace {
 
@@ -412,30 +412,15 @@ TEST_F(Import, HuggingFaceConfig) {
 
 // ---- the command ----
 
-struct CommandResult {
-  int status;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 TEST_F(Import, Command) {
-  auto vitk = [&](const std::string& args) {
-    std::string cmd = std::string(VITK_BINARY) + " " + args + " </dev/null >" + path("out.txt") +
-                      " 2>" + path("err.txt");
-    int status = std::system(cmd.c_str());
-    return CommandResult{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(path("out.txt")),
-                         slurp(path("err.txt"))};
+  auto run = [&](const std::vector<std::string>& args) {
+    return vitk::testing::run_vitk(dir_, args);
   };
   std::ofstream(path("labels.txt"))
       << "zero\none\ntwo\nthree\nfour\nfive\nsix\nseven\neight\nnine\n";
-  CommandResult r = vitk("import --format hf " + kDir + "tiny_hf_f16.safetensors --out " +
-                         path("m.h5") + " --heads 2 --labels " + path("labels.txt"));
+  vitk::testing::ProcessResult r =
+      run({"import", "--format", "hf", kDir + "tiny_hf_f16.safetensors", "--out", path("m.h5"),
+           "--heads", "2", "--labels", path("labels.txt")});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("2 blocks, d_model 32, heads 2, d_ff 64, patch 8, image 32x32"),
             std::string::npos)
@@ -445,8 +430,9 @@ TEST_F(Import, Command) {
   EXPECT_EQ(meta.class_names.at(9), "nine");
   EXPECT_EQ(meta.config.at("norm_eps"), "1e-12");
 
-  r = vitk("import --format torchvision " + kDir + "tiny_torchvision_f32.safetensors --out " +
-           path("m48.h5") + " --heads 2 --image-size 48 --mean 0.5,0.5,0.5 --std 0.25,0.25,0.25");
+  r = run({"import", "--format", "torchvision", kDir + "tiny_torchvision_f32.safetensors", "--out",
+           path("m48.h5"), "--heads", "2", "--image-size", "48", "--mean", "0.5,0.5,0.5", "--std",
+           "0.25,0.25,0.25"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("resampled from a 4x4 to a 6x6 grid (bicubic, align_corners true)"),
             std::string::npos)
@@ -456,20 +442,21 @@ TEST_F(Import, Command) {
   EXPECT_EQ(meta.config.at("std"), "0.25,0.25,0.25");
 
   // Usage errors exit 2, bad files 1; both say what is wrong.
-  r = vitk("import --format keras x.safetensors --out y.h5");
+  r = run({"import", "--format", "keras", "x.safetensors", "--out", "y.h5"});
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("unknown import format 'keras'"), std::string::npos) << r.err;
-  r = vitk("import x.safetensors --out y.h5");
+  r = run({"import", "x.safetensors", "--out", "y.h5"});
   EXPECT_EQ(r.status, 2) << r.err;
-  r = vitk("import --format timm " + path("absent.safetensors") + " --out y.h5 --heads 2");
+  r = run(
+      {"import", "--format", "timm", path("absent.safetensors"), "--out", "y.h5", "--heads", "2"});
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("absent.safetensors"), std::string::npos) << r.err;
-  r = vitk("import --format timm " + kDir + "tiny_torchvision_f32.safetensors --out " +
-           path("y.h5"));
+  r = run({"import", "--format", "timm", kDir + "tiny_torchvision_f32.safetensors", "--out",
+           path("y.h5")});
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("looks like --format torchvision"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(path("y.h5")));
-  r = vitk("import --help");
+  r = run({"import", "--help"});
   EXPECT_EQ(r.status, 0);
   EXPECT_NE(r.out.find("vitk import --format timm"), std::string::npos) << r.out;
 }

@@ -1,6 +1,5 @@
 // Activations, random numbers, dropout, embeddings and residual adds.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -13,6 +12,8 @@
 #include "common/error.h"
 #include "common/ops/ops.h"
 #include "op_test_util.h"
+#include "test_util.h"
+#include "vitk_process.h"
 
 using namespace vitk;
 using namespace vitk::test;
@@ -461,26 +462,22 @@ TEST(Dropout, MaskIndependentOfThreadCount) {
                 static_cast<unsigned long long>(rng.counter()), static_cast<unsigned long long>(h));
     return;
   }
-  char exe[4096];
-  const ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  ASSERT_GT(len, 0);
-  exe[len] = '\0';
+  const vitk::test::TempDir dir("vitk_dropout_child");
   auto child = [&](int threads) {
-    const std::string cmd = std::string(kEnv) + "=" + std::to_string(threads) + " '" + exe +
-                            "' --gtest_filter=Dropout.MaskIndependentOfThreadCount 2>&1";
-    FILE* pipe = popen(cmd.c_str(), "r");
-    std::string out;
-    if (!pipe) return out;
-    char buf[512];
-    while (fgets(buf, sizeof buf, pipe)) out += buf;
-    const int status = pclose(pipe);
-    EXPECT_EQ(status, 0) << out;
-    const size_t at = out.find("VITK_CHILD ");
+    vitk::testing::Command c;
+    c.argv = {vitk::testing::self_executable(),
+              "--gtest_filter=Dropout.MaskIndependentOfThreadCount"};
+    c.dir = dir.path();
+    c.tag = "threads" + std::to_string(threads);
+    c.env = {{kEnv, std::to_string(threads)}};
+    const vitk::testing::ProcessResult r = vitk::testing::run_process(c);
+    EXPECT_EQ(r.status, 0) << r.out << r.err;
+    const size_t at = r.out.find("VITK_CHILD ");
     if (at == std::string::npos) {
-      ADD_FAILURE() << "child printed no digest:\n" << out;
+      ADD_FAILURE() << "child printed no digest:\n" << r.out << r.err;
       return std::string();
     }
-    return out.substr(at, out.find('\n', at) - at);
+    return r.out.substr(at, r.out.find('\n', at) - at);
   };
   const std::string one = child(1), two = child(2);
   EXPECT_NE(one.find("threads=1 "), std::string::npos) << one;

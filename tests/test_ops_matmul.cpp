@@ -1,4 +1,6 @@
-// Linear and batched matrix products against naive double loops and finite differences.
+// ops::bmm and ops::bmm_backward in each precision of the products (f32, bf16 with f32
+// accumulation) against naive double loops (matmul_reference.h) and finite differences; the
+// primitive cache and the CPU report. bf16 cases are skipped on CPUs without AVX512_BF16.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,145 +12,14 @@
 
 #include "common/error.h"
 #include "common/ops/ops.h"
+#include "matmul_reference.h"
 #include "op_test_util.h"
+#include "test_util.h"
 
 using namespace vitk;
 using namespace vitk::test;
 
 namespace {
-
-// Tolerance for a dot product of length k in f32 (relative and absolute).
-double product_tol(int64_t k) {
-  return 1e-5 * std::sqrt(static_cast<double>(std::max<int64_t>(k, 1)));
-}
-
-// y [M, N] = x [M, K] · w [N, K]ᵀ (+ b [N]), in double.
-std::vector<double> naive_linear(const Tensor& x, const Tensor& w, const Tensor& b) {
-  const int64_t K = x.dim(-1), M = x.numel() / K, N = w.dim(0);
-  std::vector<double> xd = to_double(x), wd = to_double(w), y(static_cast<size_t>(M * N));
-  std::vector<double> bd = b.empty() ? std::vector<double>(N, 0.0) : to_double(b);
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n) {
-      double s = bd[n];
-      for (int64_t k = 0; k < K; ++k) s += xd[m * K + k] * wd[n * K + k];
-      y[m * N + n] = s;
-    }
-  return y;
-}
-
-// dx [M, K] = dy [M, N] · w [N, K].
-std::vector<double> naive_linear_dx(const Tensor& dy, const Tensor& w) {
-  const int64_t N = w.dim(0), K = w.dim(1), M = dy.numel() / N;
-  std::vector<double> dyd = to_double(dy), wd = to_double(w), dx(static_cast<size_t>(M * K));
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t k = 0; k < K; ++k) {
-      double s = 0;
-      for (int64_t n = 0; n < N; ++n) s += dyd[m * N + n] * wd[n * K + k];
-      dx[m * K + k] = s;
-    }
-  return dx;
-}
-
-// dw [N, K] = dyᵀ · x, db [N] = Σ_rows dy.
-void naive_linear_dw(const Tensor& x, const Tensor& dy, std::vector<double>& dw,
-                     std::vector<double>& db) {
-  const int64_t K = x.dim(-1), M = x.numel() / K, N = dy.dim(-1);
-  std::vector<double> xd = to_double(x), dyd = to_double(dy);
-  dw.assign(static_cast<size_t>(N * K), 0.0);
-  db.assign(static_cast<size_t>(N), 0.0);
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n) {
-      db[n] += dyd[m * N + n];
-      for (int64_t k = 0; k < K; ++k) dw[n * K + k] += dyd[m * N + n] * xd[m * K + k];
-    }
-}
-
-std::vector<double> plus(const std::vector<double>& a, const std::vector<double>& b, double s = 1) {
-  std::vector<double> r(a.size());
-  for (size_t i = 0; i < a.size(); ++i) r[i] = a[i] + s * b[i];
-  return r;
-}
-
-Shape batched(const Shape& batch, int64_t rows, int64_t cols) {
-  Shape s = batch;
-  s.push_back(rows);
-  s.push_back(cols);
-  return s;
-}
-
-// Stored shapes of a and b for op(a) [M, K], op(b) [K, N].
-Shape a_shape(const Shape& batch, bool ta, int64_t M, int64_t K) {
-  return ta ? batched(batch, K, M) : batched(batch, M, K);
-}
-Shape b_shape(const Shape& batch, bool tb, int64_t K, int64_t N) {
-  return tb ? batched(batch, N, K) : batched(batch, K, N);
-}
-
-// Element (i, j) of op(t) for matrix `bt` of a stored [R, C] batch.
-struct OpView {
-  const std::vector<double>& v;
-  bool t;
-  int64_t rows, cols;  // of op(t)
-  double at(int64_t bt, int64_t i, int64_t j) const {
-    const int64_t base = bt * rows * cols;
-    return t ? v[base + j * rows + i] : v[base + i * cols + j];
-  }
-};
-
-struct BmmDims {
-  int64_t batch, M, K, N;
-};
-
-BmmDims bmm_dims(const Tensor& a, bool ta, const Tensor& b, bool tb) {
-  const int64_t M = ta ? a.dim(-1) : a.dim(-2), K = ta ? a.dim(-2) : a.dim(-1);
-  const int64_t N = tb ? b.dim(-2) : b.dim(-1);
-  return {a.numel() / (M * K), M, K, N};
-}
-
-// alpha · op(a) · op(b) + beta · c0.
-std::vector<double> naive_bmm(const Tensor& a, bool ta, const Tensor& b, bool tb, double alpha,
-                              const std::vector<double>& c0, double beta) {
-  const BmmDims d = bmm_dims(a, ta, b, tb);
-  std::vector<double> ad = to_double(a), bd = to_double(b);
-  OpView A{ad, ta, d.M, d.K}, B{bd, tb, d.K, d.N};
-  std::vector<double> c(static_cast<size_t>(d.batch * d.M * d.N));
-  for (int64_t bt = 0; bt < d.batch; ++bt)
-    for (int64_t m = 0; m < d.M; ++m)
-      for (int64_t n = 0; n < d.N; ++n) {
-        double s = 0;
-        for (int64_t k = 0; k < d.K; ++k) s += A.at(bt, m, k) * B.at(bt, k, n);
-        const size_t i = static_cast<size_t>((bt * d.M + m) * d.N + n);
-        c[i] = alpha * s + (beta != 0 ? beta * c0[i] : 0.0);
-      }
-  return c;
-}
-
-// Gradients of c = alpha · op(a) · op(b) in a's and b's stored layouts.
-void naive_bmm_backward(const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& dc,
-                        double alpha, std::vector<double>& da, std::vector<double>& db) {
-  const BmmDims d = bmm_dims(a, ta, b, tb);
-  std::vector<double> ad = to_double(a), bd = to_double(b), dcd = to_double(dc);
-  OpView A{ad, ta, d.M, d.K}, B{bd, tb, d.K, d.N};
-  da.assign(ad.size(), 0.0);
-  db.assign(bd.size(), 0.0);
-  for (int64_t bt = 0; bt < d.batch; ++bt) {
-    const double* g = dcd.data() + bt * d.M * d.N;
-    for (int64_t m = 0; m < d.M; ++m)
-      for (int64_t k = 0; k < d.K; ++k) {
-        double s = 0;  // d op(a)[m, k]
-        for (int64_t n = 0; n < d.N; ++n) s += g[m * d.N + n] * B.at(bt, k, n);
-        const int64_t idx = ta ? k * d.M + m : m * d.K + k;
-        da[bt * d.M * d.K + idx] = alpha * s;
-      }
-    for (int64_t k = 0; k < d.K; ++k)
-      for (int64_t n = 0; n < d.N; ++n) {
-        double s = 0;  // d op(b)[k, n]
-        for (int64_t m = 0; m < d.M; ++m) s += A.at(bt, m, k) * g[m * d.N + n];
-        const int64_t idx = tb ? n * d.K + k : k * d.N + n;
-        db[bt * d.K * d.N + idx] = alpha * s;
-      }
-  }
-}
 
 const std::vector<Shape> kBatches = {{}, {3}, {2, 3}};  // ranks 2, 3 and 4
 
@@ -158,205 +29,6 @@ std::string combo_name(const Shape& batch, bool ta, bool tb) {
 }
 
 }  // namespace
-
-// ---- Linear ------------------------------------------------------------------------------------
-
-TEST(Linear, ForwardMatchesNaive) {
-  std::mt19937 gen(1);
-  struct Case {
-    int64_t M, K, N;
-  };
-  for (Case c : {Case{7, 13, 5}, Case{1, 1, 1}, Case{16, 16, 16}, Case{33, 17, 3}, Case{2, 64, 31}})
-    for (bool bias : {false, true}) {
-      SCOPED_TRACE("M " + std::to_string(c.M) + " K " + std::to_string(c.K) + " N " +
-                   std::to_string(c.N) + " bias " + std::to_string(bias));
-      Tensor x = random_tensor({c.M, c.K}, gen), w = random_tensor({c.N, c.K}, gen);
-      Tensor b = bias ? random_tensor({c.N}, gen) : Tensor();
-      Tensor y = garbage_tensor({c.M, c.N});
-      ops::linear_forward(x, w, b, y);
-      const double tol = product_tol(c.K);
-      EXPECT_TRUE(all_close(y, naive_linear(x, w, b), tol, tol));
-    }
-}
-
-TEST(Linear, ForwardFlattensLeadingAxes) {
-  std::mt19937 gen(2);
-  Tensor x = random_tensor({2, 3, 13}, gen), w = random_tensor({5, 13}, gen);
-  Tensor b = random_tensor({5}, gen);
-  Tensor y({2, 3, 5});
-  ops::linear_forward(x, w, b, y);
-  EXPECT_TRUE(all_close(y, naive_linear(x, w, b), product_tol(13), product_tol(13)));
-}
-
-TEST(Linear, ForwardLargeShapeUsesBlockedPath) {
-  std::mt19937 gen(3);
-  const int64_t M = 300, K = 257, N = 129;
-  Tensor x = random_tensor({M, K}, gen), w = random_tensor({N, K}, gen),
-         b = random_tensor({N}, gen);
-  Tensor y({M, N});
-  ops::linear_forward(x, w, b, y);
-  EXPECT_TRUE(all_close(y, naive_linear(x, w, b), product_tol(K), product_tol(K)));
-}
-
-TEST(Linear, BackwardDataMatchesNaiveAndOverwrites) {
-  std::mt19937 gen(4);
-  for (auto [M, K, N] : {std::tuple<int64_t, int64_t, int64_t>{7, 13, 5}, {300, 257, 129}}) {
-    SCOPED_TRACE("M " + std::to_string(M));
-    Tensor w = random_tensor({N, K}, gen), dy = random_tensor({M, N}, gen);
-    Tensor dx = garbage_tensor({M, K});
-    ops::linear_backward_data(dy, w, dx);
-    EXPECT_TRUE(all_close(dx, naive_linear_dx(dy, w), product_tol(N), product_tol(N)));
-  }
-}
-
-TEST(Linear, BackwardWeightsMatchesNaiveAndAccumulates) {
-  std::mt19937 gen(5);
-  for (auto [M, K, N] : {std::tuple<int64_t, int64_t, int64_t>{7, 13, 5}, {300, 257, 129}}) {
-    SCOPED_TRACE("M " + std::to_string(M));
-    Tensor x = random_tensor({M, K}, gen), dy = random_tensor({M, N}, gen);
-    Tensor dw = random_tensor({N, K}, gen), db = random_tensor({N}, gen);
-    const std::vector<double> dw0 = to_double(dw), db0 = to_double(db);
-    std::vector<double> gw, gb;
-    naive_linear_dw(x, dy, gw, gb);
-    const double tol = product_tol(M);
-    ops::linear_backward_weights(x, dy, dw, db);
-    EXPECT_TRUE(all_close(dw, plus(dw0, gw), tol, tol)) << "dw after one call";
-    EXPECT_TRUE(all_close(db, plus(db0, gb), tol, tol)) << "db after one call";
-    ops::linear_backward_weights(x, dy, dw, db);
-    EXPECT_TRUE(all_close(dw, plus(dw0, gw, 2), tol, tol)) << "dw after two calls";
-    EXPECT_TRUE(all_close(db, plus(db0, gb, 2), tol, tol)) << "db after two calls";
-  }
-}
-
-TEST(Linear, BackwardWeightsWithoutBiasGradient) {
-  std::mt19937 gen(6);
-  Tensor x = random_tensor({2, 4, 13}, gen), dy = random_tensor({2, 4, 5}, gen);
-  Tensor dw({5, 13}), db;
-  std::vector<double> gw, gb;
-  naive_linear_dw(x, dy, gw, gb);
-  ops::linear_backward_weights(x, dy, dw, db);
-  EXPECT_TRUE(all_close(dw, gw, product_tol(8), product_tol(8)));
-}
-
-TEST(Linear, CombinedBackwardMatchesNaiveAndSkipsEmptyOutputs) {
-  std::mt19937 gen(7);
-  const int64_t M = 7, K = 13, N = 5;
-  Tensor x = random_tensor({M, K}, gen), w = random_tensor({N, K}, gen),
-         dy = random_tensor({M, N}, gen);
-  std::vector<double> gw, gb;
-  naive_linear_dw(x, dy, gw, gb);
-  const std::vector<double> gx = naive_linear_dx(dy, w);
-  const double tol = product_tol(M);
-  for (int which = 0; which < 8; ++which) {
-    const bool want_dx = which & 1, want_dw = which & 2, want_db = which & 4;
-    SCOPED_TRACE("dx " + std::to_string(want_dx) + " dw " + std::to_string(want_dw) + " db " +
-                 std::to_string(want_db));
-    Tensor dx = want_dx ? garbage_tensor({M, K}) : Tensor();
-    Tensor dw = want_dw ? Tensor({N, K}) : Tensor();
-    Tensor db = want_db ? Tensor({N}) : Tensor();
-    if (want_dw) dw.fill(1.f);  // accumulates onto existing values
-    if (want_db) db.fill(-1.f);
-    ops::linear_backward(x, w, dy, dx, dw, db);
-    if (want_dx) {
-      EXPECT_TRUE(all_close(dx, gx, tol, tol)) << "dx";
-    }
-    if (want_dw) {
-      std::vector<double> want = gw;
-      for (double& v : want) v += 1;
-      EXPECT_TRUE(all_close(dw, want, tol, tol)) << "dw";
-    }
-    if (want_db) {
-      std::vector<double> want = gb;
-      for (double& v : want) v -= 1;
-      EXPECT_TRUE(all_close(db, want, tol, tol)) << "db";
-    }
-    EXPECT_TRUE(dx.empty() == !want_dx && dw.empty() == !want_dw && db.empty() == !want_db);
-  }
-}
-
-TEST(Linear, BackwardMatchesFiniteDifferences) {
-  std::mt19937 gen(8);
-  const int64_t M = 4, K = 7, N = 3;
-  Tensor x = random_tensor({M, K}, gen), w = random_tensor({N, K}, gen),
-         b = random_tensor({N}, gen);
-  Tensor wy = random_tensor({M, N}, gen);  // L = Σ wy ⊙ y, so dy = wy
-  Tensor y({M, N});
-  auto loss = [&] {
-    ops::linear_forward(x, w, b, y);
-    return weighted_sum(y, wy);
-  };
-  Tensor dx({M, K}), dw({N, K}), db({N});
-  ops::linear_backward(x, w, wy, dx, dw, db);
-  EXPECT_GRAD_OK(check_gradient("dx", x, dx, loss));
-  EXPECT_GRAD_OK(check_gradient("dw", w, dw, loss));
-  EXPECT_GRAD_OK(check_gradient("db", b, db, loss));
-}
-
-TEST(Linear, ShapeOrDtypeMismatchThrows) {
-  Tensor x({4, 6}), w({3, 6}), b({3}), y({4, 3});
-  Tensor none;
-  EXPECT_NO_THROW(ops::linear_forward(x, w, b, y));
-  Tensor w_bad({3, 5}), b_bad({4}), y_bad({4, 4}), y_bad2({3, 3});
-  EXPECT_THROW(ops::linear_forward(x, w_bad, b, y), Error);
-  EXPECT_THROW(ops::linear_forward(x, w, b_bad, y), Error);
-  EXPECT_THROW(ops::linear_forward(x, w, b, y_bad), Error);
-  EXPECT_THROW(ops::linear_forward(x, w, b, y_bad2), Error);
-  Tensor w16({3, 6}, DType::bf16);
-  EXPECT_THROW(ops::linear_forward(x, w16, none, y), Error) << "x f32 with w bf16";
-  Tensor y_i32({4, 3}, DType::i32);
-  EXPECT_THROW(ops::linear_forward(x, w, b, y_i32), Error);
-
-  Tensor dy({4, 3}), dx({4, 6}), dw({3, 6}), db({3});
-  EXPECT_NO_THROW(ops::linear_backward(x, w, dy, dx, dw, db));
-  Tensor dx_bad({4, 5}), dw_bad({6, 3}), db_bad({6}), dy_bad({4, 4});
-  EXPECT_THROW(ops::linear_backward_data(dy, w, dx_bad), Error);
-  EXPECT_THROW(ops::linear_backward_data(dy_bad, w, dx), Error);
-  EXPECT_THROW(ops::linear_backward_weights(x, dy, dw_bad, db), Error);
-  EXPECT_THROW(ops::linear_backward_weights(x, dy, dw, db_bad), Error);
-  EXPECT_THROW(ops::linear_backward_weights(x, dy_bad, dw, db), Error);
-  EXPECT_THROW(ops::linear_backward(x, w, dy, dx_bad, dw, db), Error);
-  EXPECT_THROW(ops::linear_backward(x, w, dy, dx, dw_bad, db), Error);
-}
-
-TEST(Linear, Bf16InputsMatchF32OnRoundedInputs) {
-  std::mt19937 gen(9);
-  struct Case {
-    int64_t M, K, N;
-  };
-  for (Case c : {Case{7, 13, 5}, Case{300, 257, 129}}) {
-    SCOPED_TRACE("M " + std::to_string(c.M));
-    Tensor x = random_tensor({c.M, c.K}, gen), w = random_tensor({c.N, c.K}, gen);
-    Tensor x16 = to_bf16(x), w16 = to_bf16(w);
-    // The reference sees exactly the bf16 values, so only f32 accumulation error remains.
-    const std::vector<double> want = naive_linear(x16, w16, Tensor());
-    Tensor y({c.M, c.N});
-    ops::linear_forward(x16, w16, Tensor(), y);
-    EXPECT_TRUE(all_close(y, want, 1e-4, 1e-4)) << "f32 output";
-
-    Tensor y16({c.M, c.N}, DType::bf16);
-    ops::linear_forward(x16, w16, Tensor(), y16);
-    // One bf16 rounding of the f32 result: relative error at most 2^-9, allow one ulp (2^-8).
-    EXPECT_TRUE(all_close(y16, want, 1e-6, 1.0 / 256)) << "bf16 output";
-
-    // The weight gradient from bf16 x and dy, read in their own type.
-    Tensor dy16 = to_bf16(random_tensor({c.M, c.N}, gen));
-    Tensor dw({c.N, c.K}), no_db;
-    std::vector<double> gw, gb;
-    naive_linear_dw(x16, dy16, gw, gb);
-    ops::linear_backward_weights(x16, dy16, dw, no_db);
-    EXPECT_TRUE(all_close(dw, gw, 1e-4, 1e-4)) << "weight gradient";
-  }
-}
-
-TEST(Linear, Bf16WithF32BiasMatchesF32OnRoundedInputs) {
-  std::mt19937 gen(10);
-  const int64_t M = 7, K = 13, N = 5;
-  Tensor x16 = to_bf16(random_tensor({M, K}, gen)), w16 = to_bf16(random_tensor({N, K}, gen));
-  Tensor b = random_tensor({N}, gen);
-  Tensor y({M, N});
-  ops::linear_forward(x16, w16, b, y);
-  EXPECT_TRUE(all_close(y, naive_linear(x16, w16, b), 1e-4, 1e-4));
-}
 
 // ---- Batched matrix product
 // ------------------------------------------------------------------------
@@ -531,6 +203,89 @@ TEST(Bmm, ShapeMismatchThrows) {
   EXPECT_THROW(ops::bmm_backward(a, false, b, false, c, 1.f, da_bad, db), Error);
   EXPECT_THROW(ops::bmm_backward(a, false, b, false, c_bad, 1.f, da, db), Error);
 }
+
+// ---- Batched products in each precision
+
+class BmmProducts : public ::testing::TestWithParam<ops::Precision> {};
+
+TEST_P(BmmProducts, TensorsWithTransposesMatchNaiveOnTheOperandsAsRead) {
+  const ops::Precision precision = GetParam();
+  SKIP_UNLESS_SUPPORTED(precision);
+  std::mt19937 gen(11);
+  const int64_t B = 2, H = 3, M = 50, K = 64, N = 45;
+  const double u = unit_roundoff(precision), tol = product_tol(K);
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      SCOPED_TRACE(combo_name({B, H}, ta, tb));
+      const Tensor a = random_tensor(a_shape({B, H}, ta, M, K), gen);
+      const Tensor b = random_tensor(b_shape({B, H}, tb, K, N), gen);
+      Tensor c = garbage_tensor({B, H, M, N});
+      ops::bmm(a, ta, b, tb, c, 0.125f, 0.f, precision);
+      const auto want =
+          naive_bmm(as_read(a, precision), ta, as_read(b, precision), tb, 0.125, {}, 0.0);
+      EXPECT_TRUE(all_close(c, want, tol, tol));
+      EXPECT_TRUE(within_rounding_bound(c, naive_bmm(a, ta, b, tb, 0.125, {}, 0.0),
+                                        naive_bmm(absolute(a), ta, absolute(b), tb, 0.125, {}, 0.0),
+                                        u, tol))
+          << "against the unrounded operands";
+      if (u > 0) {
+        EXPECT_GT(max_abs_diff(naive_bmm(a, ta, b, tb, 0.125, {}, 0.0), want), 10 * tol);
+      }
+    }
+}
+
+TEST_P(BmmProducts, HeadViewsOfAFusedProjectionMatchNaive) {
+  const ops::Precision precision = GetParam();
+  SKIP_UNLESS_SUPPORTED(precision);
+  // q·kᵀ per head read in place from qkv [B, T, 3·H·dh]; bf16 products also read the views of a
+  // copy already rounded to bf16.
+  std::mt19937 gen(12);
+  const int64_t B = 2, T = 37, H = 3, dh = 64, d = H * dh;
+  const Tensor qkv = random_tensor({B, T, 3 * d}, gen);
+  Tensor qkv_b(qkv.shape(), DType::bf16);
+  ops::round_to_bf16(qkv, qkv_b);
+  const Tensor r = as_read(qkv, precision);
+  std::vector<double> want(static_cast<size_t>(B * H * T * T));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t j = 0; j < T; ++j) {
+          double s = 0;
+          for (int64_t c = 0; c < dh; ++c)
+            s += static_cast<double>(r.f32()[(b * T + i) * 3 * d + h * dh + c]) *
+                 r.f32()[(b * T + j) * 3 * d + d + h * dh + c];
+          want[static_cast<size_t>(((b * H + h) * T + i) * T + j)] = s * 0.125;
+        }
+  std::vector<const Tensor*> sources = {&qkv};
+  if (precision == ops::Precision::bf16) sources.push_back(&qkv_b);
+  for (const Tensor* src : sources) {
+    Tensor scores = garbage_tensor({B, H, T, T});
+    ops::bmm(ops::heads_view(*src, H, dh, 0), ops::heads_view(*src, H, dh, 1).t(),
+             ops::matrix_view(scores), 0.125f, 0.f, precision);
+    EXPECT_TRUE(all_close(scores, want, product_tol(dh), product_tol(dh)))
+        << dtype_name(src->dtype()) << " views";
+  }
+}
+
+TEST_P(BmmProducts, BackwardMatchesNaiveOnTheOperandsAsRead) {
+  const ops::Precision precision = GetParam();
+  SKIP_UNLESS_SUPPORTED(precision);
+  std::mt19937 gen(13);
+  const int64_t B = 4, M = 33, K = 20, N = 70;
+  const Tensor a = random_tensor({B, M, K}, gen), b = random_tensor({B, N, K}, gen);
+  const Tensor dc = random_tensor({B, M, N}, gen);
+  Tensor da = garbage_tensor({B, M, K}), db = garbage_tensor({B, N, K});
+  ops::bmm_backward(a, false, b, true, dc, 0.5f, da, db, precision);
+  // da = 0.5·dc·b, db = 0.5·dcᵀ·a on the operands as read.
+  std::vector<double> wa, wb;
+  naive_bmm_backward(as_read(a, precision), false, as_read(b, precision), true,
+                     as_read(dc, precision), 0.5, wa, wb);
+  EXPECT_TRUE(all_close(da, wa, product_tol(N), product_tol(N))) << "da";
+  EXPECT_TRUE(all_close(db, wb, product_tol(M), product_tol(M))) << "db";
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, BmmProducts, ::testing::ValuesIn(kPrecisions),
+                         precision_case_name);
 
 // ---- Threads, CPU and the primitive cache
 // --------------------------------------------------------------

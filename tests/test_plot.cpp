@@ -13,7 +13,7 @@
 #include <opencv2/imgproc.hpp>
 
 #include "common/error.h"
-#include "common/io/output_path.h"
+#include "common/io/atomic_file.h"
 #include "common/metrics_csv.h"
 #include "common/plot/metrics_chart.h"
 #include "common/plot/plot.h"

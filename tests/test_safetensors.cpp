@@ -1,5 +1,6 @@
-// The strict JSON parser and the safetensors reader: values of each dtype, and every way a file
-// can be broken or lie about itself ending in one vitk::Error that names the file and tensor.
+// Strict JSON reading (common/io/json.h over nlohmann/json) and the safetensors reader: values of
+// each dtype, and every way a file can be broken or lie about itself ending in one vitk::Error that
+// names the file and tensor.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -13,12 +14,21 @@
 #include "common/io/json.h"
 #include "common/io/safetensors.h"
 #include "safetensors_writer.h"
+#include "test_util.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using vitk::Error;
+using vitk::io::as_array;
+using vitk::io::as_bool;
+using vitk::io::as_double;
+using vitk::io::as_object;
+using vitk::io::as_string;
+using vitk::io::as_uint;
 using vitk::io::Json;
+using vitk::io::json_kind;
+using vitk::io::member;
 using vitk::io::parse_json;
 using vitk::io::SafetensorsFile;
 
@@ -29,24 +39,33 @@ TEST(Json, ParsesEveryKindOfValue) {
       " {\"a\": [1, -2.5e3, 0, true, false, null], \"s\": \"x\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9"
       "\\ud83d\\ude00\", \"o\": {}} ",
       "t");
-  const auto& a = v.find("a")->as_array("a");
+  const Json& a = as_array(*member(v, "a"), "a");
   ASSERT_EQ(a.size(), 6u);
-  EXPECT_EQ(a[0].as_uint("a0"), 1u);
-  EXPECT_DOUBLE_EQ(a[1].as_double("a1"), -2500.0);
-  EXPECT_TRUE(a[3].as_bool("a3"));
-  EXPECT_FALSE(a[4].as_bool("a4"));
-  EXPECT_EQ(a[5].kind(), Json::Kind::null);
-  EXPECT_EQ(v.find("s")->as_string("s"), "x\"\\/\b\f\n\r\t\xc3\xa9\xf0\x9f\x98\x80");
-  EXPECT_TRUE(v.find("o")->as_object("o").empty());
-  EXPECT_EQ(v.find("missing"), nullptr);
+  EXPECT_EQ(as_uint(a[0], "a0"), 1u);
+  EXPECT_DOUBLE_EQ(as_double(a[1], "a1"), -2500.0);
+  EXPECT_TRUE(as_bool(a[3], "a3"));
+  EXPECT_FALSE(as_bool(a[4], "a4"));
+  EXPECT_STREQ(json_kind(a[5]), "null");
+  EXPECT_EQ(as_string(*member(v, "s"), "s"), "x\"\\/\b\f\n\r\t\xc3\xa9\xf0\x9f\x98\x80");
+  EXPECT_TRUE(as_object(*member(v, "o"), "o").empty());
+  EXPECT_EQ(member(v, "missing"), nullptr);
+  // Each typed access names what it read and what it found instead.
+  EXPECT_EQ(vitk::test::error_of([&] { as_string(a[0], "t: a[0]"); }),
+            "t: a[0]: expected a string, got a number");
+  EXPECT_EQ(vitk::test::error_of([&] { member(a, "k"); }),
+            "JSON member 'k': expected an object, got an array");
 }
 
 TEST(Json, LargeIntegersAreExact) {
-  EXPECT_EQ(parse_json("18446744073709551615", "t").as_uint("n"), 18446744073709551615ull);
-  EXPECT_THROW(parse_json("18446744073709551616", "t").as_uint("n"), Error);
-  EXPECT_THROW(parse_json("1.0", "t").as_uint("n"), Error);
-  EXPECT_THROW(parse_json("-1", "t").as_uint("n"), Error);
-  EXPECT_THROW(parse_json("\"1\"", "t").as_uint("n"), Error);
+  EXPECT_EQ(as_uint(parse_json("18446744073709551615", "t"), "n"), 18446744073709551615ull);
+  EXPECT_THROW(as_uint(parse_json("18446744073709551616", "t"), "n"), Error);
+  EXPECT_THROW(as_uint(parse_json("1.0", "t"), "n"), Error);
+  EXPECT_THROW(as_uint(parse_json("-1", "t"), "n"), Error);
+  EXPECT_THROW(as_uint(parse_json("\"1\"", "t"), "n"), Error);
+  EXPECT_NE(vitk::test::error_of([&] {
+              as_uint(parse_json("-1", "t"), "n");
+            }).find("n: expected a non-negative integer"),
+            std::string::npos);
 }
 
 TEST(Json, RejectsWhatIsNotStrictJson) {
@@ -89,13 +108,18 @@ TEST(Json, RejectsWhatIsNotStrictJson) {
 }
 
 TEST(Json, ErrorsSayWhereAndWhat) {
-  try {
-    parse_json("{\"a\": 1, \"a\": 2}", "h.json");
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("h.json"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("duplicate key \"a\""), std::string::npos) << e.what();
-  }
+  const std::string duplicate =
+      vitk::test::error_of([] { parse_json("{\"a\": 1, \"a\": 2}", "h.json"); });
+  EXPECT_NE(duplicate.find("h.json"), std::string::npos) << duplicate;
+  EXPECT_NE(duplicate.find("duplicate key \"a\""), std::string::npos) << duplicate;
+  // Only in the object where it is repeated: the same key in two objects is fine.
+  EXPECT_NO_THROW(parse_json("{\"a\": {\"a\": 1}, \"b\": {\"a\": 2}}", "t"));
+  const std::string syntax = vitk::test::error_of([] { parse_json("{\n  \"a\": }", "h.json"); });
+  EXPECT_EQ(syntax.rfind("h.json: JSON error at byte 10 (line 2, column 8): syntax error", 0), 0u)
+      << syntax;
+  const std::string deep =
+      vitk::test::error_of([] { parse_json(std::string(129, '['), "d.json"); });
+  EXPECT_EQ(deep, "d.json: JSON error: nested deeper than 128 levels");
 }
 
 // ---- safetensors ----

@@ -1,10 +1,8 @@
 // Training: the soft-target cross-entropy against a naive loop and finite differences, the model
 // options, and `vitk train` / `vitk eval` end to end on a tiny generated dataset (learning, exact
 // resume, Ctrl-C, reports, errors).
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,6 +31,7 @@
 #include "profile_table.h"
 #include "tools/vit_options.h"
 #include "vit/checkpoint.h"
+#include "vitk_process.h"
 
 using namespace vitk;
 using namespace vitk::test;
@@ -293,17 +292,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int status = -1;  // exit code, or -1 when killed by a signal
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using Result = vitk::testing::ProcessResult;
+using vitk::testing::expect_one_error_line;
+using vitk::testing::slurp_file;
 
 using vitk::test::contains;
 
@@ -396,36 +387,15 @@ class TrainCli : public ::testing::Test {
 
   // Starts vitk in the test's directory with stdout and stderr going to files named by `tag`.
   pid_t spawn(const std::vector<std::string>& args, const std::string& tag) {
-    const fs::path out_path = dir_ / (tag + ".out"), err_path = dir_ / (tag + ".err");
-    pid_t pid = fork();
-    if (pid == 0) {
-      int in = open("/dev/null", O_RDONLY);
-      int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (in < 0 || out < 0 || err < 0 || chdir(dir_.c_str()) != 0) _exit(126);
-      dup2(in, 0), dup2(out, 1), dup2(err, 2);
-      std::vector<char*> argv{const_cast<char*>(VITK_BINARY)};
-      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      execv(VITK_BINARY, argv.data());
-      _exit(127);
-    }
+    const pid_t pid = vitk::testing::spawn_vitk(dir_, args, tag);
     EXPECT_GT(pid, 0);
     return pid;
   }
-
   Result wait_for(pid_t pid, const std::string& tag) {
-    int status = 0;
-    EXPECT_EQ(waitpid(pid, &status, 0), pid);
-    Result r;
-    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(dir_ / (tag + ".out"));
-    r.err = slurp(dir_ / (tag + ".err"));
-    return r;
+    return vitk::testing::wait_vitk(dir_, pid, tag);
   }
-
   Result run(const std::vector<std::string>& args, const std::string& tag = "run") {
-    return wait_for(spawn(args, tag), tag);
+    return vitk::testing::run_vitk(dir_, args, tag);
   }
 
   // `vitk train` on the textures with the tiny config, into dir_/output.
@@ -442,11 +412,6 @@ class TrainCli : public ::testing::Test {
 };
 
 fs::path TrainCli::data_;
-
-void expect_one_error_line(const Result& r) {
-  EXPECT_EQ(r.err.rfind("vitk: error: ", 0), 0u) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-}
 
 // All tensors of a checkpoint (parameters and optimizer buffers) as raw bytes by name.
 class AnyOptimizer : public optim::Optimizer {
@@ -498,7 +463,7 @@ CheckpointBytes read_all(const std::string& path, std::vector<std::string> buffe
 // runs.
 std::vector<std::vector<std::string>> metrics_without_timing(const fs::path& csv) {
   std::vector<std::vector<std::string>> rows;
-  for (const std::string& line : split_lines(slurp(csv))) {
+  for (const std::string& line : split_lines(slurp_file(csv))) {
     auto f = split_csv(line);
     if (f.size() >= 2) f.resize(f.size() - 2);
     rows.push_back(f);
@@ -519,8 +484,8 @@ TEST_F(TrainCli, LearnsTheTexturesAndEvalReportsIt) {
   EXPECT_TRUE(fs::exists(dir_ / "out/last.h5"));
   EXPECT_TRUE(fs::exists(dir_ / "out/best.h5"));
 
-  auto lines = split_lines(slurp(dir_ / "out/metrics.csv"));
-  ASSERT_EQ(lines.size(), 5u) << slurp(dir_ / "out/metrics.csv");
+  auto lines = split_lines(slurp_file(dir_ / "out/metrics.csv"));
+  ASSERT_EQ(lines.size(), 5u) << slurp_file(dir_ / "out/metrics.csv");
   EXPECT_EQ(lines[0],
             "step,epoch,lr,train_loss,train_acc,val_loss,val_top1,val_top5,images_per_s,seconds");
   auto last = split_csv(lines.back());
@@ -661,7 +626,7 @@ TEST_F(TrainCli, SigintSavesACheckpointThatResumes) {
                     "sigint");
   // Wait until it is training (a few steps logged), then interrupt as Ctrl-C would.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!contains(slurp(dir_ / "sigint.out"), "step 3/8") &&
+  while (!contains(slurp_file(dir_ / "sigint.out"), "step 3/8") &&
          std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   ASSERT_EQ(kill(pid, SIGINT), 0);
@@ -785,8 +750,8 @@ TEST_F(TrainCli, LearnsInBf16WithF32MasterWeightsAndEvalComparesThePrecisions) {
   Result r = train("out", {"--epochs", "4", "--precision", "bf16"});
   ASSERT_EQ(r.status, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "precision bf16")) << r.out;
-  auto lines = split_lines(slurp(dir_ / "out/metrics.csv"));
-  ASSERT_EQ(lines.size(), 5u) << slurp(dir_ / "out/metrics.csv");
+  auto lines = split_lines(slurp_file(dir_ / "out/metrics.csv"));
+  ASSERT_EQ(lines.size(), 5u) << slurp_file(dir_ / "out/metrics.csv");
   auto last = split_csv(lines.back());
   ASSERT_EQ(last.size(), 10u);
   EXPECT_GT(std::stod(last[6]), 80.0) << "chance is 25%\n" << r.out;

@@ -1,9 +1,11 @@
 #pragma once
-// Helpers for tests that work with files or run the vitk executable: a temporary directory that
-// removes itself, and a runner that captures a command's exit code, stdout and stderr.
+// Helpers for tests that work with files and messages: a temporary directory that removes itself,
+// what an error says, a full disk, the precisions tests run in. (Running the executable:
+// vitk_process.h.)
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
-#include <sys/wait.h>
+#include <sys/resource.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -20,7 +22,26 @@
   if (!vitk::ops::bf16_supported()) \
   GTEST_SKIP() << "no AVX512_BF16 on this CPU (" << vitk::ops::cpu_isa() << ")"
 
+// Skips a case in a precision this CPU has no products for (bf16 without AVX512_BF16).
+#define SKIP_UNLESS_SUPPORTED(precision) \
+  if ((precision) == vitk::ops::Precision::bf16) SKIP_WITHOUT_BF16()
+
 namespace vitk::test {
+
+// The precisions of the matrix products, for tests parameterised over them
+// (INSTANTIATE_TEST_SUITE_P(Precisions, X, ValuesIn(kPrecisions), precision_case_name)).
+inline const std::vector<ops::Precision> kPrecisions = {ops::Precision::f32, ops::Precision::bf16};
+inline std::string precision_case_name(const ::testing::TestParamInfo<ops::Precision>& p) {
+  return ops::precision_name(p.param);
+}
+
+// One thread while it lives. Tiny shapes gain nothing from threads, and on a shared machine a
+// parallel region can wait a long time for a busy core: the longer model tests run on one thread.
+struct OneThread {
+  const int saved = ops::num_threads();
+  OneThread() { ops::set_num_threads(1); }
+  ~OneThread() { ops::set_num_threads(saved); }
+};
 
 // Whether `part` occurs in `text` (for messages and command output).
 inline bool contains(const std::string& text, const std::string& part) {
@@ -38,6 +59,29 @@ std::string error_of(F&& body) {
     return std::string("wrong exception type: ") + e.what();
   }
   return "no exception";
+}
+
+// For a death-test child: runs `write` with the size of the files this process may write capped
+// at `bytes`, so that it fails halfway as on a full disk, and exits 0 only if it threw a
+// vitk::Error whose message holds every one of `parts` (2: no error, 3: another exception). exit()
+// (not _Exit) runs the exit handlers too, which for HDF5 crash if a failed write left it broken.
+template <typename F>
+[[noreturn]] void exit_after_writing_past_a_size_limit(rlim_t bytes, F&& write,
+                                                       const std::vector<std::string>& parts) {
+  signal(SIGXFSZ, SIG_IGN);  // a write past the limit then fails with EFBIG instead of killing us
+  struct rlimit limit;
+  limit.rlim_cur = limit.rlim_max = bytes;
+  setrlimit(RLIMIT_FSIZE, &limit);
+  int code = 3;
+  try {
+    write();
+    code = 2;
+  } catch (const Error& e) {
+    code = 0;
+    for (const std::string& part : parts) code = contains(e.what(), part) ? code : 4;
+  } catch (...) {
+  }
+  std::exit(code);
 }
 
 // The lines of `text`, without their newlines.
@@ -82,28 +126,6 @@ inline std::string read_file(const std::filesystem::path& p) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
-}
-
-struct RunResult {
-  int code = -1;  // exit code; -1 when killed by a signal
-  std::string out, err;
-};
-
-// Runs `VITK_BINARY ARGS` through the shell with `stdin_text` as standard input; the captured
-// streams go through files in `scratch`.
-inline RunResult run_vitk(const std::string& args, const TempDir& scratch,
-                          const std::string& stdin_text = "") {
-  const std::string in = scratch.write("run_stdin.txt", stdin_text);
-  const std::string out = (scratch / "run_stdout.txt").string();
-  const std::string err = (scratch / "run_stderr.txt").string();
-  const std::string cmd =
-      std::string(VITK_BINARY) + " " + args + " <" + in + " >" + out + " 2>" + err;
-  const int status = std::system(cmd.c_str());
-  RunResult r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = read_file(out);
-  r.err = read_file(err);
-  return r;
 }
 
 }  // namespace vitk::test

@@ -3,13 +3,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <utility>
+
+#include <nlohmann/json.hpp>
 
 namespace vitk::tools {
 namespace {
 
+// A probability in the CSV: 7 significant digits; "null" when not finite (a model gone wrong), as
+// in the JSON output.
 std::string number(float p) {
-  if (!std::isfinite(p)) return "null";  // JSON has no NaN; a model gone wrong must not break it
+  if (!std::isfinite(p)) return "null";
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.7g", static_cast<double>(p));
   return buf;
@@ -61,31 +67,48 @@ class TableWriter : public ResultWriter {
   size_t path_width_ = 0, label_width_ = 0;
 };
 
+// The document is framed here and each entry serialised by nlohmann/json as soon as its image is
+// classified (a whole-document dump would hold everything back until the last image). Entries keep
+// the documented key order (labels, probabilities, classes) and hold the probabilities as
+// single-precision numbers, which the library prints in the fewest digits that read back as the
+// same float (0.1, not 0.10000000149011612); a non-finite one is null.
+using EntryJson = nlohmann::basic_json<nlohmann::ordered_map, std::vector, std::string, bool,
+                                       std::int64_t, std::uint64_t, float>;
+
 class JsonWriter : public ResultWriter {
  public:
   JsonWriter(std::ostream& out, const std::vector<std::string>& labels)
       : out_(out), labels_(labels) {}
   void begin() override { out_ << "{"; }
   void write(const vit::ImageResult& r) override {
-    out_ << (first_ ? "\n  " : ",\n  ") << json_string(r.path) << ": {";
-    first_ = false;
+    EntryJson entry = EntryJson::object();
     if (!r.ok()) {
-      out_ << "\"error\": " << json_string(r.error) << "}" << std::flush;
-      return;
+      entry["error"] = r.error;
+    } else {
+      // Filled before they go in: an ordered object is a vector, whose next insertion would
+      // invalidate a reference to an earlier member.
+      EntryJson labels = EntryJson::array(), probabilities = EntryJson::array(),
+                classes = EntryJson::array();
+      for (size_t i = 0; i < r.classes.size(); ++i) {
+        labels.push_back(labels_[static_cast<size_t>(r.classes[i])]);
+        probabilities.push_back(r.probabilities[i]);
+        classes.push_back(r.classes[i]);
+      }
+      entry["labels"] = std::move(labels);
+      entry["probabilities"] = std::move(probabilities);
+      entry["classes"] = std::move(classes);
     }
-    std::string labels, probabilities, classes;
-    for (size_t i = 0; i < r.classes.size(); ++i) {
-      const char* sep = i ? ", " : "";
-      labels += sep + json_string(labels_[static_cast<size_t>(r.classes[i])]);
-      probabilities += sep + number(r.probabilities[i]);
-      classes += sep + std::to_string(r.classes[i]);
-    }
-    out_ << "\"labels\": [" << labels << "], \"probabilities\": [" << probabilities
-         << "], \"classes\": [" << classes << "]}" << std::flush;
+    out_ << (first_ ? "\n  " : ",\n  ") << json_string(r.path) << ": " << dump(entry) << std::flush;
+    first_ = false;
   }
   void end() override { out_ << (first_ ? "}\n" : "\n}\n"); }
 
  private:
+  // File names and class names may hold bytes that are not UTF-8: they become U+FFFD, so that
+  // the document stays valid.
+  static std::string dump(const EntryJson& value) {
+    return value.dump(-1, ' ', false, EntryJson::error_handler_t::replace);
+  }
   std::ostream& out_;
   const std::vector<std::string>& labels_;
   bool first_ = true;
@@ -119,55 +142,10 @@ class CsvWriter : public ResultWriter {
   int k_;
 };
 
-// Length of the valid UTF-8 sequence at s[i], or 0 if there is none.
-size_t utf8_length(const std::string& s, size_t i) {
-  const auto b = [&](size_t j) { return static_cast<unsigned char>(s[j]); };
-  const unsigned char c = b(i);
-  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-  if (n == 0 || i + n > s.size()) return 0;
-  for (size_t j = 1; j < n; ++j)
-    if ((b(i + j) & 0xC0) != 0x80) return 0;
-  // Overlong forms and surrogates are not UTF-8 either.
-  if (n == 2 && c < 0xC2) return 0;
-  if (n == 3 && ((c == 0xE0 && b(i + 1) < 0xA0) || (c == 0xED && b(i + 1) >= 0xA0))) return 0;
-  if (n == 4 && ((c == 0xF0 && b(i + 1) < 0x90) || c > 0xF4 || (c == 0xF4 && b(i + 1) >= 0x90)))
-    return 0;
-  return n;
-}
-
 }  // namespace
 
 std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (size_t i = 0; i < s.size();) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    const size_t n = utf8_length(s, i);
-    if (n == 0) {
-      out += "\xEF\xBF\xBD";  // U+FFFD
-      ++i;
-      continue;
-    }
-    if (n > 1) {
-      out.append(s, i, n);
-    } else if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c < 0x20 || c == 0x7F) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-    i += n;
-  }
-  return out + "\"";
+  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string csv_field(const std::string& s) {

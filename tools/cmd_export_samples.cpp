@@ -4,13 +4,13 @@
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
 
 #include <opencv2/imgcodecs.hpp>
 
 #include "common/error.h"
+#include "common/io/atomic_file.h"
 #include "datasets/dataset.h"
 #include "tools/cli.h"
 
@@ -85,10 +85,7 @@ int run_export_samples(const po::variables_map& vm) {
                                  slug(classes[static_cast<size_t>(dataset->label(i))]) + ".png");
     std::vector<uint8_t> png;
     if (!cv::imencode(".png", image, png)) throw Error(file.string() + ": cannot encode as PNG");
-    std::ofstream f(file, std::ios::binary);
-    f.write(reinterpret_cast<const char*>(png.data()), static_cast<std::streamsize>(png.size()));
-    f.close();
-    if (!f) throw Error(file.string() + ": cannot write");
+    io::write_file_atomic(file.string(), png.data(), png.size());
     std::cout << file.string() << "\n";
   }
   return failed ? kExitFailure : kExitOk;

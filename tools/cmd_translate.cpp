@@ -17,7 +17,7 @@
 #include <sstream>
 
 #include "common/error.h"
-#include "common/io/output_path.h"
+#include "common/io/atomic_file.h"
 #include "common/ops/profile.h"
 #include "common/plot/plot.h"
 #include "common/progress.h"
@@ -50,14 +50,14 @@ std::vector<std::string> read_lines(const std::string& path) {
 }
 
 // The whole text to standard output, or to `path` written whole or not at all
-// (io::write_file_whole).
+// (io::write_file_atomic).
 void write_output(const std::string& path, const std::string& text) {
   if (path == "-") {
     std::cout << text << std::flush;
     if (!std::cout) throw Error("cannot write to standard output");
     return;
   }
-  io::write_file_whole(path, text.data(), text.size());
+  io::write_file_atomic(path, text);
 }
 
 template <typename T>

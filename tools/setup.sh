@@ -15,6 +15,9 @@ packages=(
   # Debian only recommends the OpenCL headers, which --no-install-recommends leaves out.
   libdnnl-dev ocl-icd-opencl-dev libopencv-dev libboost-program-options-dev libhdf5-dev hdf5-tools
   libgtest-dev libsentencepiece-dev zlib1g-dev python3
+  # JSON (safetensors headers, Hugging Face config files, `vitk classify --json`): nlohmann/json,
+  # header-only, so that vitk keeps no JSON parser or writer of its own.
+  nlohmann-json3-dev
   # A TrueType font for UTF-8 labels in pictures (drawn by OpenCV's freetype module, which
   # libopencv-dev brings with libopencv-contrib-dev); without it labels fall back to ASCII.
   fonts-dejavu-core

@@ -526,37 +526,39 @@ void apply_hf_config(const std::string& path, ImportOptions& options) {
   std::ostringstream text;
   text << in.rdbuf();
   const io::Json config = io::parse_json(text.str(), path);
-  config.as_object(path);
+  io::as_object(config, path);
   auto key = [&](const char* name) { return path + ": " + name; };
-  if (const io::Json* v = config.find("hidden_act"); v && v->as_string(key("hidden_act")) != "gelu")
-    throw Error(key("hidden_act") + " is '" + v->text() +
-                "'; vitk's ViT uses the exact GELU ('gelu')");
-  if (const io::Json* v = config.find("qkv_bias"); v && !v->as_bool(key("qkv_bias")))
+  if (const io::Json* v = io::member(config, "hidden_act")) {
+    const std::string& act = io::as_string(*v, key("hidden_act"));
+    if (act != "gelu")
+      throw Error(key("hidden_act") + " is '" + act + "'; vitk's ViT uses the exact GELU ('gelu')");
+  }
+  if (const io::Json* v = io::member(config, "qkv_bias"); v && !io::as_bool(*v, key("qkv_bias")))
     throw Error(key("qkv_bias") + " is false; vitk's ViT has query, key and value biases");
-  if (const io::Json* v = config.find("num_attention_heads")) {
-    options.heads = static_cast<int64_t>(v->as_uint(key("num_attention_heads")));
+  if (const io::Json* v = io::member(config, "num_attention_heads")) {
+    options.heads = static_cast<int64_t>(io::as_uint(*v, key("num_attention_heads")));
     if (options.heads < 1) throw Error(key("num_attention_heads") + " must be at least 1");
   }
-  if (const io::Json* v = config.find("layer_norm_eps")) {
-    options.norm_eps = static_cast<float>(v->as_double(key("layer_norm_eps")));
+  if (const io::Json* v = io::member(config, "layer_norm_eps")) {
+    options.norm_eps = static_cast<float>(io::as_double(*v, key("layer_norm_eps")));
     if (!(options.norm_eps > 0)) throw Error(key("layer_norm_eps") + " must be positive");
   }
-  if (const io::Json* v = config.find("image_size")) {
-    const auto size = static_cast<int64_t>(v->as_uint(key("image_size")));
+  if (const io::Json* v = io::member(config, "image_size")) {
+    const auto size = static_cast<int64_t>(io::as_uint(*v, key("image_size")));
     if (size < 1) throw Error(key("image_size") + " must be positive");
     options.image_height = options.image_width = size;
   }
-  if (const io::Json* v = config.find("id2label")) {
-    const auto& labels = v->as_object(key("id2label"));
+  if (const io::Json* v = io::member(config, "id2label")) {
+    const io::Json& labels = io::as_object(*v, key("id2label"));
     std::vector<std::string> names(labels.size());
-    for (const auto& [id, label] : labels) {
+    for (const auto& [id, label] : labels.items()) {
       const std::string where = key("id2label") + " '" + id + "'";
       size_t index = names.size();
       if (!id.empty() && id.size() < 10 && id.find_first_not_of("0123456789") == std::string::npos)
         index = std::stoul(id);
       if (index >= names.size())
         throw Error(where + ": ids must be 0.." + std::to_string(names.size() - 1));
-      names[index] = label.as_string(where);
+      names[index] = io::as_string(label, where);
       if (names[index].empty()) throw Error(where + ": empty class name");
     }
     options.class_names = std::move(names);

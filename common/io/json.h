@@ -1,53 +1,36 @@
 #pragma once
-// A small strict JSON parser (RFC 8259) for safetensors headers and Hugging Face config files:
-// no comments, no trailing commas, no duplicate keys, no NaN, UTF-8 checked, nesting at most 128
-// deep. Numbers keep their text so that integers of 64 bits read back exactly.
+// JSON through nlohmann/json (Debian's nlohmann-json3-dev), read strictly: RFC 8259 (no comments,
+// no trailing commas, no NaN, UTF-8 checked) as the library does, plus what it lets through and
+// untrusted input must not: duplicate keys (the library keeps the last; a reader of the same file
+// would see another tensor) and nesting deeper than 128 levels. For safetensors headers (the one
+// untrusted JSON vitk reads) and Hugging Face config files.
 #include <cstdint>
-#include <map>
-#include <memory>
 #include <string>
-#include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace vitk::io {
 
-class Json {
- public:
-  enum class Kind { null, boolean, number, string, array, object };
-
-  Kind kind() const { return kind_; }
-  bool is_object() const { return kind_ == Kind::object; }
-  bool is_array() const { return kind_ == Kind::array; }
-  bool is_string() const { return kind_ == Kind::string; }
-  bool is_number() const { return kind_ == Kind::number; }
-
-  // Typed access; each throws vitk::Error (naming `what`) when the value is of another kind.
-  const std::string& as_string(const std::string& what) const;
-  bool as_bool(const std::string& what) const;
-  double as_double(const std::string& what) const;
-  // A number written as a non-negative integer that fits 64 bits ("12", not "12.0" nor "-1").
-  uint64_t as_uint(const std::string& what) const;
-  const std::vector<Json>& as_array(const std::string& what) const;
-  // Keys in sorted order (std::map); the order in the text is not kept.
-  const std::map<std::string, Json>& as_object(const std::string& what) const;
-  // Member of an object, or nullptr when absent (vitk::Error when this is not an object).
-  const Json* find(const std::string& key) const;
-
-  static const char* kind_name(Kind kind);  // "null", "a boolean", "a number", ...
-
-  // The text of a number, or the value of a string, as written (after unescaping).
-  const std::string& text() const { return text_; }
-
- private:
-  friend class JsonParser;
-  Kind kind_ = Kind::null;
-  bool bool_ = false;
-  std::string text_;  // number text or string value
-  std::vector<Json> array_;
-  std::map<std::string, Json> object_;
-};
+using Json = nlohmann::json;  // objects keep their keys sorted
 
 // Parses the whole of text (surrounding whitespace allowed). Throws vitk::Error "<source>: JSON
-// error at byte N: ..." on anything that is not one valid JSON value.
+// error at byte N (line L, column C): ..." on anything that is not one valid JSON value.
 Json parse_json(const std::string& text, const std::string& source);
+
+// "null", "a boolean", "a number", "a string", "an array", "an object".
+const char* json_kind(const Json& value);
+
+// Typed access; each throws vitk::Error "<what>: expected <kind>, got <kind>" when the value is of
+// another kind.
+const std::string& as_string(const Json& value, const std::string& what);
+bool as_bool(const Json& value, const std::string& what);
+double as_double(const Json& value, const std::string& what);
+// A number written as a non-negative integer that fits 64 bits ("12", not "12.0" nor "-1").
+uint64_t as_uint(const Json& value, const std::string& what);
+// The value itself, checked to be an array or an object (iterate an object with .items()).
+const Json& as_array(const Json& value, const std::string& what);
+const Json& as_object(const Json& value, const std::string& what);
+// The member `key` of an object, or nullptr when absent (vitk::Error when value is no object).
+const Json* member(const Json& value, const std::string& key);
 
 }  // namespace vitk::io

@@ -96,43 +96,42 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
   const uint64_t data_size = file_size - data_start_;
 
   const Json root = parse_json(header, p + " (safetensors header)");
-  for (const auto& [name, value] : root.as_object(p + ": the header")) {
+  for (const auto& [name, value] : as_object(root, p + ": the header").items()) {
     const std::string where = p + ": tensor " + in_quotes(name);
     if (name == "__metadata__") {
-      for (const auto& [key, text] : value.as_object(p + ": __metadata__"))
-        metadata_[key] = text.as_string(p + ": __metadata__ " + in_quotes(key));
+      for (const auto& [key, text] : as_object(value, p + ": __metadata__").items())
+        metadata_[key] = as_string(text, p + ": __metadata__ " + in_quotes(key));
       continue;
     }
     SafetensorsEntry e;
     e.name = name;
-    const auto& fields = value.as_object(where);
-    for (const auto& [key, unused] : fields) {
-      (void)unused;
+    for (const auto& field : as_object(value, where).items()) {
+      const std::string& key = field.key();
       if (key != "dtype" && key != "shape" && key != "data_offsets")
         throw Error(where + ": unknown field " + in_quotes(key));
     }
-    const Json* dtype = value.find("dtype");
-    const Json* shape = value.find("shape");
-    const Json* offsets = value.find("data_offsets");
+    const Json* dtype = member(value, "dtype");
+    const Json* shape = member(value, "shape");
+    const Json* offsets = member(value, "data_offsets");
     if (!dtype || !shape || !offsets)
       throw Error(where + ": needs \"dtype\", \"shape\" and \"data_offsets\"");
-    e.dtype = dtype->as_string(where + " dtype");
+    e.dtype = as_string(*dtype, where + " dtype");
     const size_t element = safetensors_dtype_size(e.dtype);
     if (element == 0) throw Error(where + ": unknown dtype " + in_quotes(e.dtype));
     // The byte count, checked for overflow as it grows: a hostile shape must not wrap around.
     uint64_t bytes = element;
-    for (const Json& d : shape->as_array(where + " shape")) {
-      uint64_t n = d.as_uint(where + " shape");
+    for (const Json& d : as_array(*shape, where + " shape")) {
+      uint64_t n = as_uint(d, where + " shape");
       if (n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
           (n != 0 && bytes > std::numeric_limits<uint64_t>::max() / n))
         throw Error(where + ": shape is too large");
       bytes *= n;
       e.shape.push_back(static_cast<int64_t>(n));
     }
-    const auto& range = offsets->as_array(where + " data_offsets");
+    const Json& range = as_array(*offsets, where + " data_offsets");
     if (range.size() != 2) throw Error(where + ": data_offsets must be [begin, end]");
-    e.begin = range[0].as_uint(where + " data_offsets");
-    e.end = range[1].as_uint(where + " data_offsets");
+    e.begin = as_uint(range[0], where + " data_offsets");
+    e.end = as_uint(range[1], where + " data_offsets");
     if (e.end < e.begin)
       throw Error(where + ": data_offsets [" + std::to_string(e.begin) + ", " +
                   std::to_string(e.end) + "] end before they begin");

@@ -1,10 +1,10 @@
-// PNG files written whole or not at all: encoded in memory, then written by io::write_file_whole.
+// PNG files written whole or not at all: encoded in memory, then written by io::write_file_atomic.
 #include <vector>
 
 #include <opencv2/imgcodecs.hpp>
 
 #include "common/error.h"
-#include "common/io/output_path.h"
+#include "common/io/atomic_file.h"
 #include "common/plot/plot.h"
 
 namespace vitk::plot {
@@ -18,7 +18,7 @@ void write_png(const std::string& path, const cv::Mat& image) {
   } catch (const cv::Exception& e) {
     throw Error(path + ": cannot encode as PNG: " + e.err);
   }
-  io::write_file_whole(path, bytes.data(), bytes.size());
+  io::write_file_atomic(path, bytes.data(), bytes.size());
 }
 
 }  // namespace vitk::plot
