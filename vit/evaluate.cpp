@@ -188,6 +188,20 @@ std::string format_eval_report(const EvalResult& r, const std::vector<std::strin
   return out.str();
 }
 
+datasets::LoaderOptions eval_loader_options(const VitConfig& config, int64_t batch_size,
+                                            int prefetch) {
+  datasets::LoaderOptions lo;
+  lo.batch_size = batch_size;
+  lo.height = config.image_height;
+  lo.width = config.image_width;
+  lo.channels = static_cast<int>(config.channels);
+  lo.num_classes = config.num_classes;
+  lo.training = false;
+  lo.preprocess = config.preprocess;
+  lo.prefetch = prefetch;
+  return lo;
+}
+
 EvalResult run_eval(const EvalOptions& o, std::ostream& out, bool tty) {
   if (o.model.empty()) throw UsageError("--model is required: the checkpoint to evaluate");
   if (o.data.empty()) throw UsageError("--data is required: the images to evaluate on");
@@ -222,16 +236,7 @@ EvalResult run_eval(const EvalOptions& o, std::ostream& out, bool tty) {
                 ")");
   }
 
-  datasets::LoaderOptions lo;
-  lo.batch_size = o.batch_size;
-  lo.height = cfg.image_height;
-  lo.width = cfg.image_width;
-  lo.channels = static_cast<int>(cfg.channels);
-  lo.num_classes = cfg.num_classes;
-  lo.training = false;
-  lo.preprocess = cfg.preprocess;
-  lo.prefetch = o.prefetch;
-  datasets::Loader loader(*data, lo);
+  datasets::Loader loader(*data, eval_loader_options(cfg, o.batch_size, o.prefetch));
 
   out << "model: " << o.model << " (vit " << cfg.image_height << "x" << cfg.image_width << "x"
       << cfg.channels << ", " << cfg.num_classes << " classes, step " << loaded.meta.step

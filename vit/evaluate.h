@@ -13,11 +13,8 @@
 #include "common/progress.h"
 #include "common/tensor.h"
 #include "datasets/dataset.h"
+#include "datasets/loader.h"
 #include "vit/vit.h"
-
-namespace vitk::datasets {
-class Loader;
-}
 
 namespace vitk::vit {
 
@@ -75,6 +72,11 @@ struct EvalOptions {
   ops::Precision precision = ops::Precision::f32;   // --precision
   std::optional<ops::Precision> compare_precision;  // --compare-precision
 };
+
+// The loader options that feed `config`'s model its evaluation batches (the eval transform, no
+// augmentation); a training loader starts from them.
+datasets::LoaderOptions eval_loader_options(const VitConfig& config, int64_t batch_size,
+                                            int prefetch);
 
 // Loads the checkpoint, evaluates it on the data and prints the report to `out` (the data's
 // classes must be the model's: vitk::Error otherwise).

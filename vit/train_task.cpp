@@ -135,15 +135,8 @@ void VitTask::build_model(const io::CheckpointMeta* resumed, uint64_t seed) {
 }
 
 void VitTask::open_loaders(uint64_t seed) {
-  datasets::LoaderOptions lo;
-  lo.batch_size = o_.batch_size;
-  lo.height = cfg_.image_height;
-  lo.width = cfg_.image_width;
-  lo.channels = static_cast<int>(cfg_.channels);
-  lo.num_classes = cfg_.num_classes;
-  lo.preprocess = cfg_.preprocess;
-  lo.prefetch = o_.prefetch;
-  datasets::LoaderOptions val = lo;
+  datasets::LoaderOptions lo = eval_loader_options(cfg_, o_.batch_size, o_.prefetch);
+  const datasets::LoaderOptions val = lo;
   lo.training = true;
   lo.seed = seed;
   lo.augment = o_.augment;
