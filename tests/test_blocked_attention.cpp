@@ -1,9 +1,8 @@
 // Blocked ("flash") attention: the ops against a double-precision loop written here (forward and
 // backward, self and cross lengths, padding with an empty key set, causal, both, dropout, head
-// sizes with and without padding to 16), central finite differences, the same results on 1 and 2
-// threads, the layers through the blocked kernel against the layers through the materialized
-// weights (every output and gradient), and the memory an encoder layer's activations take at a
-// long sequence.
+// sizes with and without padding to 16), central finite differences and the same results on 1 and
+// 2 threads. The layers' blocked path against their reference path, and the memory an encoder
+// layer's activations take at a long sequence: test_attention_paths.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>

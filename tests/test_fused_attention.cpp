@@ -1,8 +1,8 @@
-// The fast attention paths: batched products on strided views (heads read in place from the fused
+// The fast attention ops: batched products on strided views (heads read in place from the fused
 // projection), the fused AVX-512 attention kernel for d_head = 64, uninitialised arena memory and
 // the layer norm backward that adds the residual gradient. Each against a double-precision loop
-// written here, with central finite differences for the fused backward, and the attention layer's
-// fused path against its general (masked) path.
+// written here, with central finite differences for the fused backward. The attention layer's
+// fused path against its reference path: test_attention_paths.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -255,44 +255,6 @@ TEST(BmmViews, MismatchedViewsThrow) {
   Tensor a({2, 3, 4}), b({2, 5, 6}), c({2, 3, 6});
   EXPECT_THROW(ops::bmm(ops::matrix_view(a), ops::matrix_view(b), ops::matrix_view(c)), Error);
   EXPECT_THROW(ops::heads_view(a, 2, 3, 0), Error);  // 2·3 columns do not fit in 4
-}
-
-// ---- The attention layer: fused path against the general path ----
-// No mask takes the fused kernel (d_head 64); key lengths equal to T mask nothing but take the
-// general path (strided products, separate softmax). Both must agree, forward and backward.
-TEST(AttentionLayerFused, AgreesWithTheMaskedPathForwardAndBackward) {
-  ParamStore params;
-  nn::AttentionConfig config;
-  config.d_model = 128;
-  config.heads = 2;
-  nn::MultiHeadAttention attn(params, "attn", config);
-  params.finalize();
-  std::mt19937 gen(4);
-  for (auto& p : params.params()) {
-    std::uniform_real_distribution<float> dist(-0.1f, 0.1f);
-    for (int64_t i = 0; i < p.numel(); ++i) p.value.f32()[i] = dist(gen);
-  }
-  const int64_t B = 3, T = 11;
-  Tensor x = random_tensor({B, T, 128}, gen), dy = random_tensor({B, T, 128}, gen);
-  auto run = [&](const nn::AttentionMask& mask, std::vector<Tensor>& grads) {
-    params.zero_grad();
-    Arena arena;
-    arena.set_poison(true);
-    nn::Context ctx{true, &arena, nullptr};
-    ctx.attention_kernel = nn::AttentionKernel::materialized;  // not the blocked kernel
-    Tensor y = attn.forward(ctx, x, Tensor(), mask).clone();
-    grads = {attn.backward(ctx, dy, nullptr).clone()};
-    for (auto& p : params.params()) grads.push_back(p.grad.clone());
-    return y;
-  };
-  std::vector<Tensor> g_fused, g_general;
-  Tensor y_fused = run(nn::AttentionMask{}, g_fused);
-  Tensor full = test::ids_tensor(std::vector<int32_t>(B, static_cast<int32_t>(T)));
-  Tensor y_general = run(nn::AttentionMask{full, false}, g_general);
-  EXPECT_TRUE(all_close(y_fused, y_general, 1e-6, 1e-5));
-  ASSERT_EQ(g_fused.size(), g_general.size());
-  for (size_t i = 0; i < g_fused.size(); ++i)
-    EXPECT_TRUE(all_close(g_fused[i], g_general[i], 1e-6, 1e-4)) << "gradient " << i;
 }
 
 // ---- Arena memory ----

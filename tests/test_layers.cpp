@@ -554,13 +554,13 @@ struct RandomEncoderLayer {
   Batch b;
 };
 
-// The finite-difference case of an encoder layer with padding: input x, gradient dx; out_rows as
-// EncoderLayer::forward takes it.
-void expect_encoder_gradients(RandomEncoderLayer& e, int64_t out_rows = 0) {
+// The finite-difference case of an encoder layer with padding: input x, gradient dx; the query
+// rows as EncoderLayer::forward takes them.
+void expect_encoder_gradients(RandomEncoderLayer& e, QueryRows queries = QueryRows::all()) {
   GradientCase c;
   c.store = &e.store;
   c.inputs = {{"x", &e.b.x}};
-  c.forward = [&](Context& ctx) { return e.layer.forward(ctx, e.b.x, e.b.padding, out_rows); };
+  c.forward = [&](Context& ctx) { return e.layer.forward(ctx, e.b.x, e.b.padding, queries); };
   c.backward = [&](Context& ctx, const Tensor& dy) {
     return std::vector<Tensor>{e.layer.backward(ctx, dy)};
   };
@@ -581,14 +581,14 @@ Tensor first_rows(const Tensor& x, int64_t R) {
   return y;
 }
 
-// out_rows: the first R rows of the output, computed alone, are those of the full forward, and
+// Query rows: the first R rows of the output, computed alone, are those of the full forward, and
 // the backward from d(those rows) equals the full backward from the same d padded with zeros (the
 // input gradient and every parameter's), for R = 1 and 3 of 5 positions: with and without
-// padding (the second sequence has 3 of 5 keys), through each attention kernel (f32: the fused
-// kernel without a mask, products and softmax with one, the blocked kernel) and, for pre-norm,
+// padding (the second sequence has 3 of 5 keys), through each attention path (f32: the reference,
+// the fused kernel without a mask where this build has it, the blocked kernel) and, for pre-norm,
 // the bf16 products the ViT trains with. The arena is poisoned: a read of a gradient row nobody
 // wrote would show as NaN.
-TEST_P(ArrangementTest, EncoderLayerOutRowsAreTheFullLayersFirstRows) {
+TEST_P(ArrangementTest, EncoderLayerQueryRowsAreTheFullLayersFirstRows) {
   RandomEncoderLayer e(GetParam(), 61);
   ParamStore& store = e.store;
   EncoderLayer& layer = e.layer;
@@ -599,7 +599,8 @@ TEST_P(ArrangementTest, EncoderLayerOutRowsAreTheFullLayersFirstRows) {
     bool padded;
   };
   std::vector<Setting> settings;
-  for (AttentionKernel kernel : {AttentionKernel::materialized, AttentionKernel::blocked})
+  for (AttentionKernel kernel :
+       {AttentionKernel::reference, AttentionKernel::materialized, AttentionKernel::blocked})
     for (bool padded : {false, true}) settings.push_back({ops::Precision::f32, kernel, padded});
   if (GetParam() && ops::bf16_supported())
     settings.push_back({ops::Precision::bf16, AttentionKernel::automatic, true});
@@ -607,7 +608,7 @@ TEST_P(ArrangementTest, EncoderLayerOutRowsAreTheFullLayersFirstRows) {
     for (int64_t R : {1, 3}) {
       SCOPED_TRACE(std::string(ops::precision_name(set.precision)) + ", kernel " +
                    std::to_string(static_cast<int>(set.kernel)) + (set.padded ? ", padded" : "") +
-                   ", out_rows " + std::to_string(R));
+                   ", query rows " + std::to_string(R));
       const double tol = set.precision == ops::Precision::f32 ? 1e-6 : 1e-3;
       const AttentionMask mask = set.padded ? b.padding : AttentionMask();
       Arena arena;
@@ -623,12 +624,14 @@ TEST_P(ArrangementTest, EncoderLayerOutRowsAreTheFullLayersFirstRows) {
 
       store.zero_grad();
       const Tensor y_full = layer.forward(ctx, b.x, mask).clone();
+      const AttentionPath path = layer.attention().path();
       const Tensor dx_full = layer.backward(ctx, dy_full).clone();
       const Tensor grads_full = store.grads().clone();
 
       store.zero_grad();
-      const Tensor y = layer.forward(ctx, b.x, mask, R);
+      const Tensor y = layer.forward(ctx, b.x, mask, QueryRows::first(R));
       ASSERT_EQ(y.shape(), (Shape{2, R, kD}));
+      EXPECT_EQ(layer.attention().path(), path);
       EXPECT_TRUE(all_close(y, first_rows(y_full, R), tol, tol));
       const Tensor dx = layer.backward(ctx, dy);
       ASSERT_EQ(dx.shape(), b.x.shape());
@@ -638,30 +641,34 @@ TEST_P(ArrangementTest, EncoderLayerOutRowsAreTheFullLayersFirstRows) {
     }
 }
 
-TEST_P(ArrangementTest, EncoderLayerOutRowsBackwardMatchesFiniteDifferences) {
+TEST_P(ArrangementTest, EncoderLayerQueryRowsBackwardMatchesFiniteDifferences) {
   RandomEncoderLayer e(GetParam(), 62);
-  expect_encoder_gradients(e, 2);
+  expect_encoder_gradients(e, QueryRows::first(2));
 }
 
-// What out_rows cannot do is refused with the layer's name: rows outside [0, T], and a causal
+// What query rows cannot do is refused with the layer's name: rows outside [1, T], and a causal
 // mask, whose rule places the queries at the end of the sequence.
-TEST_P(ArrangementTest, EncoderLayerOutRowsRefusesWhatItCannotDo) {
+TEST_P(ArrangementTest, EncoderLayerQueryRowsRefuseWhatTheyCannotDo) {
   RandomEncoderLayer random(GetParam(), 63, "blocks.5");
   EncoderLayer& layer = random.layer;
   const Batch& b = random.b;
   Arena arena;
   Context ctx{false, &arena, nullptr};
-  for (int64_t R : {-1, 6}) {
-    const std::string e = error_of([&] { layer.forward(ctx, b.x, b.padding, R); });
-    EXPECT_TRUE(contains(e, "blocks.5: out_rows " + std::to_string(R))) << e;
+  for (int64_t R : {-1, 0, 6}) {
+    const std::string e =
+        error_of([&] { layer.forward(ctx, b.x, b.padding, QueryRows::first(R)); });
+    EXPECT_TRUE(contains(e, "blocks.5.attn: query rows: the first " + std::to_string(R) + " of 5"))
+        << e;
   }
-  const std::string e = error_of([&] { layer.forward(ctx, b.x, b.self_mask, 2); });
+  const std::string e =
+      error_of([&] { layer.forward(ctx, b.x, b.self_mask, QueryRows::first(2)); });
   EXPECT_TRUE(contains(e, "blocks.5.attn") && contains(e, "causal or diagonal mask")) << e;
-  EXPECT_EQ(layer.forward(ctx, b.x, b.padding, 5).shape(), b.x.shape());  // all of them
+  // All of them: the full layer.
+  EXPECT_EQ(layer.forward(ctx, b.x, b.padding, QueryRows::first(5)).shape(), b.x.shape());
 }
 
-// MultiHeadAttention's `queries`, under out_rows: self-attention with dot scores only.
-TEST(AttentionQueriesTest, CrossAttentionAndOtherScoresAreRefused) {
+// MultiHeadAttention's query rows: self-attention with dot scores only.
+TEST(AttentionQueryRowsTest, CrossAttentionAndOtherScoresAreRefused) {
   ParamStore store;
   AttentionConfig cross, general;
   cross.d_model = general.d_model = kD;
@@ -676,11 +683,14 @@ TEST(AttentionQueriesTest, CrossAttentionAndOtherScoresAreRefused) {
   Batch b = make_batch(gen);
   Arena arena;
   Context ctx{false, &arena, nullptr};
-  std::string e = error_of([&] { cross_attn.forward(ctx, b.x, b.memory, AttentionMask(), 2); });
-  EXPECT_TRUE(contains(e, "dec.cross_attn: queries 2 is for self-attention only")) << e;
-  e = error_of([&] { general_attn.forward(ctx, b.x, Tensor(), AttentionMask(), 2); });
+  std::string e = error_of(
+      [&] { cross_attn.forward(ctx, b.x, b.memory, AttentionMask(), QueryRows::first(2)); });
+  EXPECT_TRUE(contains(e, "dec.cross_attn: query rows are for self-attention only")) << e;
+  e = error_of(
+      [&] { general_attn.forward(ctx, b.x, Tensor(), AttentionMask(), QueryRows::first(2)); });
   EXPECT_TRUE(contains(e, "enc.attn") && contains(e, "general score")) << e;
-  EXPECT_EQ(general_attn.forward(ctx, b.x, Tensor(), AttentionMask(), 0).shape(), b.x.shape());
+  EXPECT_EQ(general_attn.forward(ctx, b.x, Tensor(), AttentionMask(), QueryRows::all()).shape(),
+            b.x.shape());
 }
 
 // The finite-difference case of anything with the decoder's signature (a DecoderLayer or a

@@ -1294,11 +1294,11 @@ INSTANTIATE_TEST_SUITE_P(Pools, VitFfnConvGradientTest, ::testing::Values("token
                          [](const auto& p) { return std::string(p.param); });
 
 // Pool "token" reads only the class token's row of the last block, so that block computes only
-// that row (nn::EncoderLayer's out_rows). The logits, d(images) and every parameter's gradient
-// must be those of the full last block, which keep_weights on its attention (as attention maps
-// set it) still runs; and the pruned step must need less activation memory. With a positional
-// convolution after block 0 and MLP convolutions in both blocks (the last one's sees the class
-// token alone and passes it unchanged), in f32 and bf16.
+// that row (the model passes it as the block's only query row, nn::QueryRows). The logits,
+// d(images) and every parameter's gradient must be those of the full last block, which keep_weights
+// on its attention (as attention maps set it) still runs; and the pruned step must need less
+// activation memory. With a positional convolution after block 0 and MLP convolutions in both
+// blocks (the last one's sees the class token alone and passes it unchanged), in f32 and bf16.
 TEST(VitClassRowTest, LastBlockComputesOnlyTheClassRowWithTheSameResults) {
   VitConfig c = ffn_conv_config("token", {0, 1});
   c.pos_conv_blocks = {0};

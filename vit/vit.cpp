@@ -20,8 +20,9 @@
 //   logits  = pooled · Wheadᵀ + b                        [B, classes]
 // The final norm is per row, so for pool "token" only the class-token rows go through it (and
 // through the head) in both directions: the other rows of h get exactly zero gradient there.
-// Likewise the last block computes only the class token's row of its output (nn::EncoderLayer's
-// out_rows: its query, attention output, MLP), reading every token's key and value.
+// Likewise the last block computes only the class token's row of its output: the model passes
+// the class token as the block's only query row (nn::QueryRows), so only that row's attention
+// output and MLP run, reading every token's key and value.
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -49,7 +50,7 @@ class GridConv : public nn::HiddenMixer {
         gw_(grid_width) {}
 
   // x [B, 1, c], the class token alone (the last block's MLP when the model reads only the class
-  // token: nn::EncoderLayer's out_rows), passes unchanged, as the class token does here always.
+  // token: its query rows), passes unchanged, as the class token does here always.
   Tensor forward(nn::Context& ctx, const Tensor& x) override {
     class_only_ = x.rank() == 3 && x.dim(1) == 1;
     input_ = ctx.training ? x : Tensor();
@@ -458,7 +459,10 @@ Tensor VisionTransformer::forward(nn::Context& ctx, const Tensor& images) {
       (m.pos_convs.empty() || m.pos_convs.back().after_block != static_cast<int64_t>(last));
   auto pc = m.pos_convs.begin();
   for (size_t i = 0; i < m.blocks.size(); ++i) {
-    x = m.blocks[i].forward(ctx, x, mask, i == last && class_row_only ? 1 : 0);  // [B, T', d]
+    // [B, T', d], or [B, 1, d] for the class row alone
+    const nn::QueryRows queries =
+        i == last && class_row_only ? nn::QueryRows::first(1) : nn::QueryRows::all();
+    x = m.blocks[i].forward(ctx, x, mask, queries);
     if (pc != m.pos_convs.end() && pc->after_block == static_cast<int64_t>(i)) {
       x = pc->conv->forward(ctx, x);
       ++pc;

@@ -60,6 +60,8 @@ const char* kernel_name(nn::AttentionKernel k) {
       return "materialized";
     case nn::AttentionKernel::blocked:
       return "blocked";
+    case nn::AttentionKernel::reference:
+      return "reference";
   }
   return "?";
 }

@@ -1,5 +1,7 @@
-// Multi-head attention: construction, forward and its hand-written backward. The score functions
-// live in attention_score.cpp and incremental decoding in attention_decode.cpp.
+// Multi-head attention: construction, the one choice of a path per forward, and the reference path
+// with its hand-written backward. The fast paths live in attention_fused_path.cpp and
+// attention_blocked_path.cpp, the score functions in attention_score.cpp and incremental decoding
+// in attention_decode.cpp.
 //
 // Forward (q, k, v are strided views of the projection, heads [B, H, T, dh]; the general and
 // additive scores take contiguous copies instead):
@@ -9,6 +11,8 @@
 //   attn      = dropout(probs)                       [B, H, Tq, Tk]
 //   context   = attn · v, written as heads of        [B, Tq, d]
 //   y         = context·Wprojᵀ + b                   [B, Tq, d]
+// The fused and blocked paths compute the same context from the same q, k, v without holding
+// (blocked) or leaving cache for (fused) the weights [B, H, Tq, Tk].
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -42,6 +46,18 @@ const char* score_name(Score s) {
   return "?";
 }
 
+const char* attention_path_name(AttentionPath p) {
+  switch (p) {
+    case AttentionPath::reference:
+      return "reference";
+    case AttentionPath::fused:
+      return "fused";
+    case AttentionPath::blocked:
+      return "blocked";
+  }
+  return "?";
+}
+
 namespace {
 
 // The additive mask for softmax_forward, in the smallest shape that broadcasts to [B, H, Tq, Tk]:
@@ -63,33 +79,32 @@ Tensor build_mask(Context& ctx, int64_t B, int64_t Tq, int64_t Tk, const Attenti
   return m;
 }
 
-// The factor of the dot-product scores: 1/√dh for scaled_dot, 1 for dot.
-float score_scale(const attention::ScoreParams& p) {
-  return p.kind == Score::scaled_dot ? 1.f / std::sqrt(static_cast<float>(p.head_dim)) : 1.f;
-}
-
-ops::MatrixView heads_view(const Tensor& x, int64_t heads, int64_t head_dim, int64_t block) {
-  return ops::heads_view(x, heads, head_dim, block);
-}
-
-// q [B, H, Tq, dh] in the projection's q block: its first Tq positions (all of them but with
-// MultiHeadAttention's `queries`).
-ops::MatrixView query_view(const Tensor& projection, int64_t heads, int64_t head_dim, int64_t Tq) {
-  ops::MatrixView q = heads_view(projection, heads, head_dim, 0);
-  q.dims[2] = Tq;
-  return q;
-}
-
-// What the products read: x itself, or with bf16 products x rounded once into the arena (each of
-// these tensors feeds two products, so rounding it here halves the work of rounding in the ops).
+// What the reference path's products read: x itself, or with bf16 products x rounded once into
+// the arena (each of these tensors feeds two products, so rounding it here halves the work of
+// rounding in the ops).
 Tensor for_products(Context& ctx, ops::Precision precision, const Tensor& x) {
-  if (precision != ops::Precision::bf16 || x.empty() || x.dtype() == DType::bf16) return x;
+  if (precision != ops::Precision::bf16 || x.dtype() == DType::bf16) return x;
   Tensor r = ctx.alloc_uninit(x.shape(), DType::bf16);
   ops::round_to_bf16(x, r);
   return r;
 }
 
+// The dtype in which the projections write q, k and v: what the path's products read. bf16 for
+// the reference path's bf16 products on the dot scores (they read the heads in place, forward and
+// backward); f32 for the fused and blocked kernels and for the general and additive scores, whose
+// copies the score functions round themselves.
+DType operand_dtype(AttentionPath path, const attention::ScoreParams& score,
+                    ops::Precision precision) {
+  return path == AttentionPath::reference && score.is_dot() && precision == ops::Precision::bf16
+             ? DType::bf16
+             : DType::f32;
+}
+
 }  // namespace
+
+float attention::ScoreParams::dot_scale() const {
+  return kind == Score::scaled_dot ? 1.f / std::sqrt(static_cast<float>(head_dim)) : 1.f;
+}
 
 bool attention::prefer_blocked(int64_t batch, int64_t heads, int64_t tq, int64_t tk,
                                int64_t head_dim, bool masked, bool dropout,
@@ -108,6 +123,18 @@ bool attention::prefer_blocked(int64_t batch, int64_t heads, int64_t tq, int64_t
   // and never builds an additive mask tensor.
   (void)head_dim, (void)dropout;
   return masked && tk >= 128;
+}
+
+attention::Heads MultiHeadAttention::Impl::heads_of(const Tensor& q_proj,
+                                                    const Tensor& kv_proj) const {
+  const bool self = kv_proj.empty();
+  const Tensor& keys = self ? q_proj : kv_proj;  // and values
+  const int64_t kb = self ? 1 : 0;               // k's column block; v's is the next
+  attention::Heads h{ops::heads_view(q_proj, heads, head_dim, 0),
+                     ops::heads_view(keys, heads, head_dim, kb),
+                     ops::heads_view(keys, heads, head_dim, kb + 1)};
+  h.q.dims[2] = tq;  // the query rows: all of them, or the first tq (QueryRows)
+  return h;
 }
 
 MultiHeadAttention::MultiHeadAttention(ParamStore& params, const std::string& name,
@@ -149,270 +176,229 @@ MultiHeadAttention::MultiHeadAttention(ParamStore& params, const std::string& na
   m.dropout = Dropout(config.dropout);
 }
 
-Tensor MultiHeadAttention::forward(Context& ctx, const Tensor& x, const Tensor& memory,
-                                   const AttentionMask& mask, int64_t queries) {
-  Impl& m = *impl_;
-  const int64_t d = m.d, H = m.heads, dh = m.head_dim;
+AttentionPath MultiHeadAttention::path() const {
+  return impl_->path;
+}
+
+// Checks a forward's inputs (errors name the layer) and returns its sizes.
+attention::Sizes MultiHeadAttention::Impl::check_inputs(const Context& ctx, bool cross,
+                                                        const Tensor& x, const Tensor& memory,
+                                                        const AttentionMask& mask,
+                                                        QueryRows queries) const {
   const std::string want = "[B, T, " + std::to_string(d) + "]";
   const bool rounded_x = x.dtype() == DType::bf16 && ctx.training &&
                          ctx.precision == ops::Precision::bf16;  // Linear takes it as it is
   if (x.empty() || (x.dtype() != DType::f32 && !rounded_x) || x.rank() != 3 || x.dim(2) != d ||
       x.dim(0) < 1 || x.dim(1) < 1)
-    throw Error(m.name + ": x must be f32 " + want +
-                " (bf16 with bf16 products in training), not " + dtype_name(x.dtype()) + " " +
-                shape_str(x.shape()));
-  const int64_t B = x.dim(0);
-  int64_t Tq = x.dim(1);  // the queries (the first `queries` positions when that is set)
-  if (config_.cross) {
+    throw Error(name + ": x must be f32 " + want + " (bf16 with bf16 products in training), not " +
+                dtype_name(x.dtype()) + " " + shape_str(x.shape()));
+  const int64_t B = x.dim(0), T = x.dim(1);
+  if (cross) {
     if (memory.empty())
-      throw Error(m.name + ": cross-attention needs a memory " + want + " (x " +
+      throw Error(name + ": cross-attention needs a memory " + want + " (x " +
                   shape_str(x.shape()) + ")");
     if (memory.dtype() != DType::f32 || memory.rank() != 3 || memory.dim(0) != B ||
         memory.dim(2) != d || memory.dim(1) < 1)
-      throw Error(m.name + ": memory " + shape_str(memory.shape()) + " does not fit x " +
+      throw Error(name + ": memory " + shape_str(memory.shape()) + " does not fit x " +
                   shape_str(x.shape()) + " (want f32 [" + std::to_string(B) + ", Tk, " +
                   std::to_string(d) + "])");
   } else if (!memory.empty()) {
-    throw Error(m.name + ": self-attention takes no memory, got " + shape_str(memory.shape()));
+    throw Error(name + ": self-attention takes no memory, got " + shape_str(memory.shape()));
   }
-  const int64_t T = x.dim(1);  // the positions whose keys and values are read (self-attention)
-  if (queries != 0 && queries != T) {
-    if (config_.cross || queries < 0 || queries > T)
-      throw Error(m.name + ": queries " + std::to_string(queries) +
-                  (config_.cross ? " is for self-attention only"
-                                 : " must be in [1, " + std::to_string(T) + "]"));
+  const int64_t Tq = queries.count(T);
+  if (Tq != T) {
+    const std::string first = "the first " + std::to_string(Tq) + " of " + std::to_string(T);
+    if (cross) throw Error(name + ": query rows are for self-attention only (" + first + ")");
+    if (Tq < 1 || Tq > T)
+      throw Error(name + ": query rows: " + first + " positions (must be 1 to " +
+                  std::to_string(T) + ")");
     if (mask.causal || mask.diagonal)
-      throw Error(m.name + ": the first " + std::to_string(queries) + " of " + std::to_string(T) +
-                  " queries with a causal or diagonal mask (their rule assumes every position)");
-    if (m.score.kind != Score::scaled_dot && m.score.kind != Score::dot)
-      throw Error(m.name + ": the first " + std::to_string(queries) + " of " + std::to_string(T) +
-                  " queries with the " + score_name(m.score.kind) + " score (dot scores only)");
-    Tq = queries;
+      throw Error(name + ": " + first +
+                  " positions as queries with a causal or diagonal mask (their rule assumes every "
+                  "position)");
+    if (!score.is_dot())
+      throw Error(name + ": " + first + " positions as queries with the " + score_name(score.kind) +
+                  " score (dot scores only)");
   }
-  const int64_t Tk = config_.cross ? memory.dim(1) : T;
-  if (!mask.key_lengths.empty()) attention::check_key_lengths(m.name, mask.key_lengths, B, Tk);
-  const bool training = ctx.training;
-  if (training && m.dropout.p > 0.f && !ctx.rng)
-    throw Error(m.name + ": attention dropout in training needs nn::Context::rng");
-
-  const bool strided = m.score.kind == Score::scaled_dot || m.score.kind == Score::dot;
-  const ops::Precision precision = ctx.precision;
-  const bool bf16 = precision == ops::Precision::bf16;
-  const bool dropout = training && m.dropout.p > 0.f;
-  // Whether the blocked kernel may be taken (below, once the projections' views exist).
-  const bool may_block =
-      strided && !keep_weights && !mask.diagonal &&
-      ctx.attention_kernel != AttentionKernel::materialized &&
-      (ctx.attention_kernel == AttentionKernel::blocked ||
-       attention::prefer_blocked(B, H, Tq, Tk, dh, mask.hides_keys(), dropout, precision));
-  // Projections: self [B, T, 3d] (q, k, v), cross [B, Tq, d] (q) and [B, Tk, 2d] (k, v). With
-  // bf16 products the strided scores read them rounded to bf16 (forward and backward), so the
-  // projections write them so, unless the blocked kernel (f32) may read them.
-  const DType projected = strided && bf16 && !may_block ? DType::bf16 : DType::f32;
-  Tensor qp, kvp;
-  if (config_.cross) {
-    qp = m.q->forward(ctx, x, projected);
-    kvp = m.kv->forward(ctx, memory, projected);
-  } else {
-    qp = m.qkv->forward(ctx, x, projected);
-  }
-  const int64_t kb = config_.cross ? 0 : 1, vb = config_.cross ? 1 : 2;
-  // The blocked kernel takes masks and dropout itself and never holds the [Tq, Tk] weights (so
-  // it cannot hand them to keep_weights). It computes in f32 whatever the precision: with bf16
-  // products it is taken only where the weights would be too large to hold.
-  bool blocked = false;
+  const int64_t Tk = cross ? memory.dim(1) : T;
+  if (!mask.key_lengths.empty()) attention::check_key_lengths(name, mask.key_lengths, B, Tk);
+  if (ctx.training && dropout.p > 0.f && !ctx.rng)
+    throw Error(name + ": attention dropout in training needs nn::Context::rng");
   if (mask.diagonal && ctx.attention_kernel == AttentionKernel::blocked)
-    throw Error(m.name +
+    throw Error(name +
                 ": the blocked attention kernel does not take the diagonal mask (use "
                 "the automatic or the materialized kernel)");
-  auto q_view = [&](const Tensor& projection) { return query_view(projection, H, dh, Tq); };
-  if (may_block) {
-    const Tensor& kv = config_.cross ? kvp : qp;
-    const ops::MatrixView q = q_view(qp);
-    const ops::MatrixView k = heads_view(kv, H, dh, kb), v = heads_view(kv, H, dh, vb);
-    blocked = ops::blocked_attention_supported(q, k, v);
-  }
-  if (strided && bf16 && !blocked) {
-    // bf16 products read q, k and v from rounded projections (the backward reads them too).
-    qp = for_products(ctx, precision, qp);
-    kvp = for_products(ctx, precision, kvp);
-  }
-  Tensor context = ctx.alloc_uninit({B, Tq, d});  // [B, Tq, d], written head by head in place
-  m.score_saved = attention::ScoreSaved();
-  m.blocked = false;
-  Tensor qh, kh, vh;
-  // q [B, H, Tq, dh], k and v [B, H, Tk, dh] in place in the projections (strided scores).
-  const Tensor& kv_src = config_.cross ? kvp : qp;
-  const ops::MatrixView q = q_view(qp);
-  const ops::MatrixView k = heads_view(kv_src, H, dh, kb);
-  ops::MatrixView v = heads_view(kv_src, H, dh, vb);
-  // Without a mask and dropout, one kernel per (batch, head) does the products and the softmax in
-  // cache (f32 only: the bf16 path keeps its rounded products).
-  const bool fused =
-      strided && !mask.hides_keys() && !dropout && !bf16 && ops::fused_attention_supported(q, k);
-  if (blocked) {
-    ops::BlockedAttention& o = m.blocked_options;
-    o = ops::BlockedAttention();
-    o.scale = score_scale(m.score);
-    o.causal = mask.causal;
-    if (!mask.key_lengths.empty()) {  // a copy: the caller's tensor may change before backward
-      o.key_lengths = ctx.alloc_uninit({B}, DType::i32);
-      o.key_lengths.copy_from(mask.key_lengths);
-    }
-    if (dropout) {  // the counters Dropout would reserve for [B, H, Tq, Tk]: the same mask
-      o.dropout = m.dropout.p;
-      o.seed = ctx.rng->seed();
-      o.counter = ctx.rng->reserve(static_cast<uint64_t>(B * H * Tq * Tk));
-    }
-    Tensor lse = ctx.alloc_uninit({B, H, Tq});  // [B, H, Tq]
-    ops::blocked_attention_forward(q, k, v, o, lse, heads_view(context, H, dh, 0));
-    weights_ = Tensor();
-    Tensor y = m.proj->forward(ctx, context);  // [B, Tq, d]
-    m.saved = training;
-    m.strided = m.blocked = true;
-    m.fused = false;
-    m.precision = precision;
-    m.batch = B, m.tq = Tq, m.tk = Tk;
-    m.qh = m.kh = m.vh = m.probs = m.attn = Tensor();
-    if (training) {
-      m.qp = qp, m.kvp = kvp, m.context = context, m.lse = lse;
-    } else {
-      m.qp = m.kvp = m.context = m.lse = Tensor();
-      m.blocked_options.key_lengths = Tensor();
-    }
-    return y;
-  }
-  m.context = m.lse = Tensor();
-  Tensor probs = ctx.alloc_uninit({B, H, Tq, Tk});  // [B, H, Tq, Tk]: scores, then softmax
-  if (fused) {
-    ops::fused_attention_forward(q, k, v, score_scale(m.score), probs,
-                                 heads_view(context, H, dh, 0));
-    weights_ = keep_weights ? probs.clone() : Tensor();
-    Tensor y = m.proj->forward(ctx, context);  // [B, Tq, d]
-    m.saved = training;
-    m.strided = m.fused = true;
-    m.precision = precision;
-    m.batch = B, m.tq = Tq, m.tk = Tk;
-    m.qh = m.kh = m.vh = Tensor();
-    if (training) {
-      m.qp = qp, m.kvp = kvp, m.probs = m.attn = probs;
-    } else {
-      m.qp = m.kvp = m.probs = m.attn = Tensor();
-    }
-    return y;
-  }
-  if (strided) {
-    ops::bmm(q, k.t(), ops::matrix_view(probs), score_scale(m.score), 0.f, precision);
-  } else {
-    qh = ctx.alloc_uninit({B, H, Tq, dh});  // [B, H, Tq, dh]
-    kh = ctx.alloc_uninit({B, H, Tk, dh});  // [B, H, Tk, dh]
-    vh = ctx.alloc_uninit({B, H, Tk, dh});  // [B, H, Tk, dh]
-    attention::split_heads(qp, 0, qh);
-    attention::split_heads(config_.cross ? kvp : qp, config_.cross ? 0 : 1, kh);
-    attention::split_heads(config_.cross ? kvp : qp, config_.cross ? 1 : 2, vh);
-    attention::score_forward(ctx, m.score, qh, kh, probs, training ? &m.score_saved : nullptr);
-    v = ops::matrix_view(vh);
-  }
-  Tensor additive_mask = build_mask(ctx, B, Tq, Tk, mask);  // broadcasts to [B, H, Tq, Tk]
-  ops::softmax_forward(probs, additive_mask, probs);
-  weights_ = keep_weights ? probs.clone() : Tensor();
+  return {B, Tq, Tk};
+}
 
-  Tensor attn = m.dropout.forward(ctx, probs);  // [B, H, Tq, Tk] (probs itself without dropout)
-  attn = for_products(ctx, precision, attn);    // f32, or bf16 with bf16 products
-  ops::bmm(ops::matrix_view(attn), v, heads_view(context, H, dh, 0), 1.f, 0.f, precision);
+// The one choice of a forward. The fused and blocked kernels compute the dot scores only, and the
+// blocked one never holds the weights (so it cannot hand them to keep_weights) nor takes the
+// diagonal mask. Both compute in f32 whatever the precision: with bf16 products the blocked
+// kernel is taken only where the weights would be too large to hold, the fused one never (the
+// reference path's bf16 products beat it).
+AttentionPath MultiHeadAttention::Impl::choose_path(const Context& ctx, const attention::Sizes& s,
+                                                    const AttentionMask& mask,
+                                                    bool keep_weights) const {
+  const AttentionKernel want = ctx.attention_kernel;
+  if (!score.is_dot() || want == AttentionKernel::reference) return AttentionPath::reference;
+  const bool drops = ctx.training && dropout.p > 0.f;
+  if (!keep_weights && !mask.diagonal && want != AttentionKernel::materialized &&
+      (want == AttentionKernel::blocked ||
+       attention::prefer_blocked(s.batch, heads, s.tq, s.tk, head_dim, mask.hides_keys(), drops,
+                                 ctx.precision)))
+    return AttentionPath::blocked;
+  if (!mask.hides_keys() && !drops && ctx.precision == ops::Precision::f32 &&
+      ops::fused_attention_supported(head_dim))
+    return AttentionPath::fused;
+  return AttentionPath::reference;
+}
+
+Tensor MultiHeadAttention::forward(Context& ctx, const Tensor& x, const Tensor& memory,
+                                   const AttentionMask& mask, QueryRows queries) {
+  Impl& m = *impl_;
+  const attention::Sizes s = m.check_inputs(ctx, config_.cross, x, memory, mask, queries);
+  const AttentionPath path = m.choose_path(ctx, s, mask, keep_weights);
+  m.path = path;
+  m.saved = false;  // until this forward has succeeded
+  m.batch = s.batch, m.tq = s.tq, m.tk = s.tk;
+
+  // Projections: self [B, T, 3d] (q, k, v), cross [B, Tq, d] (q) and [B, Tk, 2d] (k, v).
+  const DType operands = operand_dtype(path, m.score, ctx.precision);
+  const Tensor qp = (config_.cross ? *m.q : *m.qkv).forward(ctx, x, operands);
+  const Tensor kvp = config_.cross ? m.kv->forward(ctx, memory, operands) : Tensor();
+  const attention::Heads in = m.heads_of(qp, kvp);
+  Tensor context = ctx.alloc_uninit({s.batch, s.tq, m.d});  // [B, Tq, d], written head by head
+  const ops::MatrixView heads = ops::heads_view(context, m.heads, m.head_dim, 0);
+  Tensor weights;  // [B, H, Tq, Tk], where the path holds them
+  switch (path) {
+    case AttentionPath::reference:
+      weights = m.reference.forward(ctx, m.score, m.dropout, in, mask, heads);
+      break;
+    case AttentionPath::fused:
+      weights = m.fused.forward(ctx, in, m.score.dot_scale(), heads);
+      break;
+    case AttentionPath::blocked:
+      m.blocked.forward(ctx, in, m.score.dot_scale(), mask, m.dropout.p, heads);
+      break;
+  }
+  weights_ = keep_weights ? weights.clone() : Tensor();
   Tensor y = m.proj->forward(ctx, context);  // [B, Tq, d]
-
-  m.saved = training;
-  m.strided = strided;
-  m.fused = false;
-  m.precision = precision;
-  m.batch = B, m.tq = Tq, m.tk = Tk;
-  if (training) {
-    m.qp = qp, m.kvp = kvp, m.qh = qh, m.kh = kh, m.vh = vh, m.probs = probs, m.attn = attn;
-  } else {
-    m.qp = m.kvp = m.qh = m.kh = m.vh = m.probs = m.attn = Tensor();
-  }
+  m.saved = ctx.training;
+  m.qp = ctx.training ? qp : Tensor();
+  m.kvp = ctx.training ? kvp : Tensor();
   return y;
 }
 
 Tensor MultiHeadAttention::backward(Context& ctx, const Tensor& dy, Tensor* dmemory) {
   Impl& m = *impl_;
   if (!m.saved) throw Error(m.name + ": backward without a training forward");
-  const int64_t B = m.batch, H = m.heads, Tq = m.tq, Tk = m.tk;
-  const int64_t d = m.d, dh = m.head_dim;
-  const bool cross = config_.cross;
+  const int64_t B = m.batch, Tq = m.tq, d = m.d;
   if (dy.dtype() != DType::f32 || dy.shape() != Shape{B, Tq, d})
     throw Error(m.name + ": dy " + shape_str(dy.shape()) + " should be f32 " +
                 shape_str({B, Tq, d}) + " like the forward output");
 
-  const ops::Precision precision = m.precision;
-  Tensor dcontext = m.proj->backward(ctx, dy);  // [B, Tq, d]
-  // [B, H, Tq, dh]; with bf16 products rounded once for dP and dV.
-  const ops::MatrixView dctx = heads_view(
-      m.fused || m.blocked ? dcontext : for_products(ctx, precision, dcontext), H, dh, 0);
-  // Gradients of the projections, written head by head in place.
-  Tensor dqp = ctx.alloc_uninit(m.qp.shape());                       // [B, Tq, d] or [B, T, 3d]
-  Tensor dkvp = cross ? ctx.alloc_uninit(m.kvp.shape()) : Tensor();  // [B, Tk, 2d]
-  Tensor& dk_of = cross ? dkvp : dqp;
-  const int64_t kb = cross ? 0 : 1, vb = cross ? 1 : 2;
-  // With `queries`, q is the first Tq rows of the q block: its other rows get no gradient.
-  auto q_view = [&](const Tensor& projection) { return query_view(projection, H, dh, Tq); };
-  if (!cross && Tq < Tk) {
+  const Tensor dcontext = m.proj->backward(ctx, dy);  // [B, Tq, d]
+  // Gradients of the projections, written head by head in place by the path.
+  Tensor dqp = ctx.alloc_uninit(m.qp.shape());  // [B, T, 3d] or [B, Tq, d]
+  Tensor dkvp = config_.cross ? ctx.alloc_uninit(m.kvp.shape()) : Tensor();  // [B, Tk, 2d]
+  const int64_t T = m.qp.dim(1);
+  if (Tq < T) {  // query rows: the other rows of q get no gradient
     float* g = dqp.f32();
-#pragma omp parallel for schedule(static) if (B * Tk * d > 65536)
+#pragma omp parallel for schedule(static) if (B * T * d > 65536)
     for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = Tq; t < Tk; ++t) std::fill_n(g + (b * Tk + t) * 3 * d, d, 0.f);
+      for (int64_t t = Tq; t < T; ++t) std::fill_n(g + (b * T + t) * 3 * d, d, 0.f);
   }
-  if (m.fused || m.blocked) {
-    const Tensor& kv_src = cross ? m.kvp : m.qp;
-    const ops::MatrixView q = q_view(m.qp);
-    const ops::MatrixView k = heads_view(kv_src, H, dh, kb), v = heads_view(kv_src, H, dh, vb);
-    const ops::MatrixView dq = q_view(dqp);
-    const ops::MatrixView dk = heads_view(dk_of, H, dh, kb), dv = heads_view(dk_of, H, dh, vb);
-    if (m.blocked)
-      ops::blocked_attention_backward(q, k, v, heads_view(m.context, H, dh, 0), m.lse, dctx,
-                                      m.blocked_options, dq, dk, dv);
-    else
-      ops::fused_attention_backward(q, k, v, m.probs, dctx, score_scale(m.score), dq, dk, dv);
-    if (cross) {
-      Tensor dmem = m.kv->backward(ctx, dkvp);  // [B, Tk, d]
-      if (dmemory) *dmemory = dmem;
-      return m.q->backward(ctx, dqp);  // [B, Tq, d]
-    }
-    return m.qkv->backward(ctx, dqp);  // [B, T, d]
+  const attention::Heads in = m.heads_of(m.qp, m.kvp), grad = m.heads_of(dqp, dkvp);
+  switch (m.path) {
+    case AttentionPath::reference:
+      m.reference.backward(ctx, m.score, m.dropout, in, dcontext, grad);
+      break;
+    case AttentionPath::fused:
+      m.fused.backward(in, dcontext, grad);
+      break;
+    case AttentionPath::blocked:
+      m.blocked.backward(in, dcontext, grad);
+      break;
   }
-  const ops::MatrixView v = m.strided ? heads_view(cross ? m.kvp : m.qp, H, dh, vb)
-                                      : ops::matrix_view(m.vh);                 // [B, H, Tk, dh]
-  const ops::MatrixView attn = ops::matrix_view(m.attn);                        // [B, H, Tq, Tk]
-  Tensor dattn = ctx.alloc_uninit({B, H, Tq, Tk});                              // [B, H, Tq, Tk]
-  ops::bmm(dctx, v.t(), ops::matrix_view(dattn), 1.f, 0.f, precision);          // dP = dO·Vᵀ
-  ops::bmm(attn.t(), dctx, heads_view(dk_of, H, dh, vb), 1.f, 0.f, precision);  // dV = Pᵀ·dO
-  Tensor dscores = m.dropout.backward(ctx, dattn);   // [B, H, Tq, Tk]: d(probs) ...
-  ops::softmax_backward(m.probs, dscores, dscores);  // ... then d(scores), in place
-
-  if (m.strided) {
-    const ops::MatrixView q = q_view(m.qp);
-    const ops::MatrixView k = heads_view(cross ? m.kvp : m.qp, H, dh, kb);
-    const ops::MatrixView ds = ops::matrix_view(for_products(ctx, precision, dscores));
-    const float scale = score_scale(m.score);
-    ops::bmm(ds, k, q_view(dqp), scale, 0.f, precision);                       // dQ = dS·K
-    ops::bmm(ds.t(), q, heads_view(dk_of, H, dh, kb), scale, 0.f, precision);  // dK = dSᵀ·Q
-  } else {
-    Tensor dqh = ctx.alloc_uninit({B, H, Tq, dh});  // [B, H, Tq, dh]
-    Tensor dkh = ctx.alloc_uninit({B, H, Tk, dh});  // [B, H, Tk, dh]
-    Context at_forward = ctx;  // the score's products at the forward's precision
-    at_forward.precision = precision;
-    attention::score_backward(at_forward, m.score, m.qh, m.kh, m.score_saved, dscores, dqh, dkh);
-    attention::merge_heads(dqh, 0, dqp);
-    attention::merge_heads(dkh, kb, dk_of);
-  }
-
-  if (cross) {
+  if (config_.cross) {
     Tensor dmem = m.kv->backward(ctx, dkvp);  // [B, Tk, d]
     if (dmemory) *dmemory = dmem;
     return m.q->backward(ctx, dqp);  // [B, Tq, d]
   }
   return m.qkv->backward(ctx, dqp);  // [B, T, d]
+}
+
+// ---- The reference path ----
+
+Tensor attention::ReferencePath::forward(Context& ctx, const ScoreParams& score, Dropout& dropout,
+                                         const Heads& in, const AttentionMask& mask,
+                                         const ops::MatrixView& context) {
+  const int64_t B = in.q.dims[0], H = in.q.dims[1], Tq = in.q.dims[2], Tk = in.k.dims[2];
+  const int64_t dh = in.q.dims[3];
+  const ops::Precision precision = ctx.precision;
+  // scores = score(q, k): one product on the heads in place for the dot scores; the general and
+  // additive scores work on contiguous copies of q, k and v.
+  Tensor probs = ctx.alloc_uninit({B, H, Tq, Tk});  // [B, H, Tq, Tk]: scores, then softmax
+  ops::MatrixView v = in.v;
+  Tensor qh, kh, vh;
+  score_saved_ = ScoreSaved();
+  if (score.is_dot()) {
+    ops::bmm(in.q, in.k.t(), ops::matrix_view(probs), score.dot_scale(), 0.f, precision);
+  } else {
+    qh = ctx.alloc_uninit({B, H, Tq, dh});  // [B, H, Tq, dh]
+    kh = ctx.alloc_uninit({B, H, Tk, dh});  // [B, H, Tk, dh]
+    vh = ctx.alloc_uninit({B, H, Tk, dh});  // [B, H, Tk, dh]
+    split_heads(in.q, qh);
+    split_heads(in.k, kh);
+    split_heads(in.v, vh);
+    score_forward(ctx, score, qh, kh, probs, ctx.training ? &score_saved_ : nullptr);
+    v = ops::matrix_view(vh);
+  }
+  // probs = softmax(scores + mask), in place
+  Tensor additive_mask = build_mask(ctx, B, Tq, Tk, mask);  // broadcasts to [B, H, Tq, Tk]
+  ops::softmax_forward(probs, additive_mask, probs);
+  // attn = dropout(probs) [B, H, Tq, Tk] (probs itself without dropout): f32, or bf16 with bf16
+  // products
+  const Tensor attn = for_products(ctx, precision, dropout.forward(ctx, probs));
+  ops::bmm(ops::matrix_view(attn), v, context, 1.f, 0.f, precision);  // context = attn · v
+
+  precision_ = precision;
+  const bool keep = ctx.training;
+  qh_ = keep ? qh : Tensor(), kh_ = keep ? kh : Tensor(), vh_ = keep ? vh : Tensor();
+  probs_ = keep ? probs : Tensor(), attn_ = keep ? attn : Tensor();
+  return probs;
+}
+
+void attention::ReferencePath::backward(Context& ctx, const ScoreParams& score, Dropout& dropout,
+                                        const Heads& in, const Tensor& dcontext,
+                                        const Heads& grad) {
+  const int64_t B = in.q.dims[0], H = in.q.dims[1], Tq = in.q.dims[2], Tk = in.k.dims[2];
+  const int64_t dh = in.q.dims[3];
+  const ops::Precision precision = precision_;
+  // [B, H, Tq, dh]; with bf16 products rounded once for dP and dV.
+  const ops::MatrixView dctx = ops::heads_view(for_products(ctx, precision, dcontext), H, dh, 0);
+  const ops::MatrixView v = score.is_dot() ? in.v : ops::matrix_view(vh_);  // [B, H, Tk, dh]
+  const ops::MatrixView attn = ops::matrix_view(attn_);                     // [B, H, Tq, Tk]
+  Tensor dattn = ctx.alloc_uninit({B, H, Tq, Tk});                          // [B, H, Tq, Tk]
+  ops::bmm(dctx, v.t(), ops::matrix_view(dattn), 1.f, 0.f, precision);      // dP = dO·Vᵀ
+  ops::bmm(attn.t(), dctx, grad.v, 1.f, 0.f, precision);                    // dV = Pᵀ·dO
+  Tensor dscores = dropout.backward(ctx, dattn);    // [B, H, Tq, Tk]: d(probs) ...
+  ops::softmax_backward(probs_, dscores, dscores);  // ... then d(scores), in place
+
+  if (score.is_dot()) {
+    const ops::MatrixView ds = ops::matrix_view(for_products(ctx, precision, dscores));
+    const float scale = score.dot_scale();
+    ops::bmm(ds, in.k, grad.q, scale, 0.f, precision);      // dQ = dS·K
+    ops::bmm(ds.t(), in.q, grad.k, scale, 0.f, precision);  // dK = dSᵀ·Q
+    return;
+  }
+  Tensor dqh = ctx.alloc_uninit({B, H, Tq, dh});  // [B, H, Tq, dh]
+  Tensor dkh = ctx.alloc_uninit({B, H, Tk, dh});  // [B, H, Tk, dh]
+  Context at_forward = ctx;                       // the score's products at the forward's precision
+  at_forward.precision = precision;
+  score_backward(at_forward, score, qh_, kh_, score_saved_, dscores, dqh, dkh);
+  merge_heads(dqh, grad.q);
+  merge_heads(dkh, grad.k);
 }
 
 }  // namespace vitk::nn

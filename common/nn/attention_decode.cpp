@@ -37,8 +37,8 @@ void MultiHeadAttention::prepare_memory(Context& ctx, const Tensor& memory, KVCa
   Tensor kvp = m.kv->forward(inference, memory);  // [B, Tk, 2d]: k then v
   ensure_cache(cache.k, {B, H, Tk, dh});          // [B, H, Tk, dh]
   ensure_cache(cache.v, {B, H, Tk, dh});          // [B, H, Tk, dh]
-  attention::split_heads(kvp, 0, cache.k);
-  attention::split_heads(kvp, 1, cache.v);
+  attention::split_heads(ops::heads_view(kvp, H, dh, 0), cache.k);
+  attention::split_heads(ops::heads_view(kvp, H, dh, 1), cache.v);
   cache.length = Tk;
 }
 
@@ -67,7 +67,7 @@ Tensor MultiHeadAttention::step(Context& ctx, const Tensor& x, KVCache& cache, i
     length = cache.length;
     if (!key_lengths.empty()) attention::check_key_lengths(m.name, key_lengths, B, length);
     Tensor qp = m.q->forward(inference, x);  // [B, 1, d]
-    attention::split_heads(qp, 0, qh);
+    attention::split_heads(ops::heads_view(qp, H, dh, 0), qh);
   } else {
     if (cache.k.empty() || (cache.length == 0 && cache.k.shape() != Shape{B, H, capacity, dh})) {
       if (capacity < 1)
@@ -86,7 +86,7 @@ Tensor MultiHeadAttention::step(Context& ctx, const Tensor& x, KVCache& cache, i
                   " exceeded (step at position " + std::to_string(pos) + ")");
     if (!key_lengths.empty()) attention::check_key_lengths(m.name, key_lengths, B, cap);
     Tensor qkvp = m.qkv->forward(inference, x);  // [B, 1, 3d]: q, k, v
-    attention::split_heads(qkvp, 0, qh);
+    attention::split_heads(ops::heads_view(qkvp, H, dh, 0), qh);
     const float* src = qkvp.f32();
     float* kc = cache.k.f32();
     float* vc = cache.v.f32();
@@ -131,7 +131,7 @@ Tensor MultiHeadAttention::step(Context& ctx, const Tensor& x, KVCache& cache, i
     }
   }
   Tensor context = inference.alloc({B, 1, d});  // [B, 1, d]
-  attention::merge_heads(context_h, 0, context);
+  attention::merge_heads(context_h, ops::heads_view(context, H, dh, 0));
   return m.proj->forward(inference, context);  // [B, 1, d]
 }
 

@@ -215,33 +215,45 @@ void score_step(Context& ctx, const ScoreParams& p, const Tensor& q, const Tenso
   }
 }
 
-void split_heads(const Tensor& x, int64_t block, Tensor& dst) {
+namespace {
+
+// Row (b, h, t) of a rank-4 f32 view.
+float* view_row(const ops::MatrixView& v, int64_t b, int64_t h, int64_t t) {
+  return static_cast<float*>(v.data) + b * v.strides[0] + h * v.strides[1] + t * v.strides[2];
+}
+
+void check_heads(const char* op, const ops::MatrixView& v, const Tensor& t) {
+  if (v.dtype != DType::f32 || v.dims.size() != 4 || v.strides[3] != 1 || v.dims != t.shape() ||
+      t.dtype() != DType::f32)
+    throw Error(std::string(op) + ": heads " + shape_str(v.dims) + " do not fit " +
+                shape_str(t.shape()) + " (f32 views with contiguous rows)");
+}
+
+}  // namespace
+
+void split_heads(const ops::MatrixView& src, Tensor& dst) {
+  check_heads("split_heads", src, dst);
   const int64_t B = dst.dim(0), H = dst.dim(1), T = dst.dim(2), dh = dst.dim(3);
-  const int64_t cols = x.dim(-1), offset = block * H * dh;
   ops::profile::Scope scope("split_heads");
-  const float* src = x.f32();
   float* out = dst.f32();
 #pragma omp parallel for schedule(static) if (B * T * H * dh > 65536)
   for (int64_t bt = 0; bt < B * T; ++bt) {
     const int64_t b = bt / T, t = bt % T;
-    const float* row = src + bt * cols + offset;
     for (int64_t h = 0; h < H; ++h)
-      std::memcpy(out + ((b * H + h) * T + t) * dh, row + h * dh, sizeof(float) * dh);
+      std::memcpy(out + ((b * H + h) * T + t) * dh, view_row(src, b, h, t), sizeof(float) * dh);
   }
 }
 
-void merge_heads(const Tensor& src, int64_t block, Tensor& dst) {
+void merge_heads(const Tensor& src, const ops::MatrixView& dst) {
+  check_heads("merge_heads", dst, src);
   const int64_t B = src.dim(0), H = src.dim(1), T = src.dim(2), dh = src.dim(3);
-  const int64_t cols = dst.dim(-1), offset = block * H * dh;
   ops::profile::Scope scope("merge_heads");
   const float* in = src.f32();
-  float* out = dst.f32();
 #pragma omp parallel for schedule(static) if (B * T * H * dh > 65536)
   for (int64_t bt = 0; bt < B * T; ++bt) {
     const int64_t b = bt / T, t = bt % T;
-    float* row = out + bt * cols + offset;
     for (int64_t h = 0; h < H; ++h)
-      std::memcpy(row + h * dh, in + ((b * H + h) * T + t) * dh, sizeof(float) * dh);
+      std::memcpy(view_row(dst, b, h, t), in + ((b * H + h) * T + t) * dh, sizeof(float) * dh);
   }
 }
 

@@ -162,8 +162,8 @@ class Residual {
         drop_path_(layer, drop_path),
         pre_norm_(config.pre_norm) {}
 
-  // x [B, T, d]; sublayer: [B, T, d] -> [B, R, d], the first R positions (R = T but for
-  // EncoderLayer's out_rows), so the residual adds x's first R rows.
+  // x [B, T, d]; sublayer: [B, T, d] -> [B, R, d], the first R positions (R = T but for an
+  // encoder layer's query rows), so the residual adds x's first R rows.
   template <typename Sublayer>
   Tensor forward(Context& ctx, const Tensor& x, Sublayer&& sublayer) {
     if (pre_norm_) {
@@ -255,16 +255,13 @@ EncoderLayer::EncoderLayer(ParamStore& params, const std::string& name, const La
     : impl_(std::make_shared<Impl>(params, name, config)) {}
 
 Tensor EncoderLayer::forward(Context& ctx, const Tensor& x, const AttentionMask& mask,
-                             int64_t out_rows) {
+                             QueryRows queries) {
   Impl& m = *impl_;
   check_input(m.name, "input", x, m.d_model);
-  if (out_rows < 0 || out_rows > x.dim(1))
-    throw Error(m.name + ": out_rows " + std::to_string(out_rows) + " is not in [0, " +
-                std::to_string(x.dim(1)) + "] (input " + shape_str(x.shape()) + ")");
   m.trained = ctx.training;
   // Only the attention's queries shrink: everything after it is per position.
   Tensor h = m.attn_block.forward(
-      ctx, x, [&](const Tensor& t) { return m.attn.forward(ctx, t, Tensor(), mask, out_rows); });
+      ctx, x, [&](const Tensor& t) { return m.attn.forward(ctx, t, Tensor(), mask, queries); });
   return m.mlp_block.forward(ctx, h, [&](const Tensor& t) { return m.mlp.forward(ctx, t); });
 }
 

@@ -24,12 +24,23 @@
 
 namespace vitk::nn {
 
-// Which kernel computes softmax(q·kᵀ + mask)·v for the dot and scaled-dot scores.
+// Which computation a MultiHeadAttention forward should run for the dot and scaled-dot scores: a
+// request that the layer honours where it can (AttentionPath is what it ran).
 enum class AttentionKernel {
-  automatic,     // the faster of the two per shape, blocked when [B, H, Tq, Tk] would be large
-  materialized,  // the weights [B, H, Tq, Tk] in memory (fused kernel or products and softmax)
+  automatic,     // the faster per shape, blocked when [B, H, Tq, Tk] would be large
+  materialized,  // the weights [B, H, Tq, Tk] in memory: the fused kernel where it applies
   blocked,       // ops::blocked_attention_*: memory O(T·d), never the [Tq, Tk] matrix
+  reference,     // the plain path alone (tests compare the others with it)
 };
+
+// The path one MultiHeadAttention forward ran, chosen once from the request, the score, the mask,
+// dropout, the precision and the shape, and recorded for its backward.
+enum class AttentionPath {
+  reference,  // the weights in memory: score, mask, softmax, dropout and products, any score
+  fused,      // one kernel per (batch, head) in cache: dot scores, no mask, no dropout, f32
+  blocked,    // flash-style, never the [Tq, Tk] weights: dot scores, f32
+};
+const char* attention_path_name(AttentionPath p);  // "reference" | "fused" | "blocked"
 
 struct Context {
   bool training = false;
@@ -43,8 +54,8 @@ struct Context {
   // layout is faster (ops::prefer_packed_f32) from their packed forms, made once per parameter
   // version. Off by default; the commands that only run a loaded model turn it on.
   bool packed_weights = false;
-  // Tests and benchmarks force one; blocked applies only to f32 dot and scaled-dot scores
-  // without keep_weights, and falls back to materialized otherwise.
+  // Tests and benchmarks force one. Blocked applies only to dot and scaled-dot scores without
+  // keep_weights (materialized otherwise) and refuses the diagonal mask.
   AttentionKernel attention_kernel = AttentionKernel::automatic;
   Tensor alloc(Shape shape);  // from arena, zero-filled (throws vitk::Error if there is none)
   // From arena, not initialised: for outputs that are overwritten entirely (Arena::alloc_uninit).
@@ -152,6 +163,25 @@ struct AttentionConfig {
   bool bias = true;          // biases in the projections
 };
 
+// The positions of a self-attention input that query, as a model passes them in: every position
+// (the default) or the first n. Keys and values still come from every position, and the rows
+// computed are exactly those rows of the full result, so a model that reads only some rows of a
+// layer's output (the ViT's class token) skips the other rows' work. Not with a causal or diagonal
+// mask (their rules place the queries at every position) or with the general and additive scores.
+class QueryRows {
+ public:
+  static QueryRows all() { return QueryRows(); }
+  static QueryRows first(int64_t n) { return QueryRows(n); }
+  // Of `positions`: how many query (the layer checks that it is 1 to positions).
+  int64_t count(int64_t positions) const { return all_ ? positions : first_; }
+
+ private:
+  QueryRows() = default;
+  explicit QueryRows(int64_t n) : all_(false), first_(n) {}
+  bool all_ = true;
+  int64_t first_ = 0;
+};
+
 // Keys and values of one attention layer for incremental decoding, [B, H, capacity, d_head].
 struct KVCache {
   Tensor k, v;
@@ -166,12 +196,10 @@ class MultiHeadAttention {
   MultiHeadAttention(ParamStore& params, const std::string& name, AttentionConfig config);
   // x [B, Tq, d]; memory [B, Tk, d] for cross-attention (empty for self) -> [B, Tq, d]. With
   // bf16 products in training, x may be bf16 already (a pre-norm block's rounded norm output).
-  // queries (self-attention, dot scores, no causal or diagonal mask): only the first `queries`
-  // positions of x query (keys and values still come from all T of them) -> [B, queries, d],
-  // those rows of the full result; 0 means all. A model that reads only some rows of the last
-  // layer's output (the ViT's class token) skips the other rows' work.
+  // Self-attention with queries = QueryRows::first(n): only x's first n positions query ->
+  // [B, n, d], those rows of the full result.
   Tensor forward(Context& ctx, const Tensor& x, const Tensor& memory, const AttentionMask& mask,
-                 int64_t queries = 0);
+                 QueryRows queries = QueryRows::all());
   // Returns dx; for cross-attention also writes d(memory) into *dmemory (a fresh arena tensor).
   Tensor backward(Context& ctx, const Tensor& dy, Tensor* dmemory = nullptr);
 
@@ -188,6 +216,7 @@ class MultiHeadAttention {
               const Tensor& key_lengths = Tensor());
 
   const AttentionConfig& config() const { return config_; }
+  AttentionPath path() const;  // of the last forward
 
  private:
   struct Impl;
@@ -248,11 +277,11 @@ class FeedForward {
 class EncoderLayer {
  public:
   EncoderLayer(ParamStore& params, const std::string& name, const LayerConfig& config);
-  // x [B, T, d] -> [B, T, d]. With out_rows in [1, T), only the first out_rows positions of the
-  // output are computed, [B, out_rows, d], exactly those rows of the full output (self-attention
-  // still reads every position's key and value; pre-norm layers and MultiHeadAttention's
-  // `queries` conditions); backward then takes dy [B, out_rows, d] and returns dx [B, T, d].
-  Tensor forward(Context& ctx, const Tensor& x, const AttentionMask& mask, int64_t out_rows = 0);
+  // x [B, T, d] -> [B, T, d], or with queries = QueryRows::first(n) the first n positions of the
+  // output, [B, n, d] (self-attention reads every position's key and value; everything after it
+  // is per position); backward then takes dy [B, n, d] and returns dx [B, T, d].
+  Tensor forward(Context& ctx, const Tensor& x, const AttentionMask& mask,
+                 QueryRows queries = QueryRows::all());
   Tensor backward(Context& ctx, const Tensor& dy);
   MultiHeadAttention& attention();
   FeedForward& feed_forward();

@@ -201,6 +201,15 @@ bool fused_attention_supported(const MatrixView& q, const MatrixView& k) {
 #endif
 }
 
+bool fused_attention_supported(int64_t head_dim) {
+#if defined(__AVX512F__)
+  return head_dim == kHeadDim;
+#else
+  (void)head_dim;
+  return false;
+#endif
+}
+
 void fused_attention_forward(const MatrixView& q, const MatrixView& k, const MatrixView& v,
                              float scale, Tensor& probs, const MatrixView& context) {
   const char* op = "fused_attention_forward";

@@ -155,6 +155,9 @@ void bmm(const MatrixView& a, const MatrixView& b, const MatrixView& c, float al
 // softmax_forward for those. fused_attention_supported() is false when this build or shape has
 // no kernel (it needs AVX-512 and dh = 64).
 bool fused_attention_supported(const MatrixView& q, const MatrixView& k);
+// Whether the heads_view()s of an f32 projection with heads of this size qualify: the choice of a
+// path before the projection exists.
+bool fused_attention_supported(int64_t head_dim);
 void fused_attention_forward(const MatrixView& q, const MatrixView& k, const MatrixView& v,
                              float scale, Tensor& probs, const MatrixView& context);
 // dq, dk, dv (views shaped like q, k, v) overwritten, from dcontext and the forward's probs.
