@@ -22,14 +22,14 @@
 
 #include "common/io/checkpoint.h"
 #include "datasets/image_io.h"
+#include "datasets/preprocess.h"
 #include "profile_table.h"
 #include "test_util.h"
-#include "vitk_process.h"
 #include "tools/classify_output.h"
 #include "vit/checkpoint.h"
 #include "vit/classify.h"
-#include "datasets/preprocess.h"
 #include "vit/vit.h"
+#include "vitk_process.h"
 
 namespace {
 
@@ -313,9 +313,9 @@ class Classify : public ::testing::Test {
     EXPECT_TRUE(vitk::datasets::decode_image_file((*dir_ / file).string(), decoded, error))
         << error;
     vitk::Tensor x({1, c.channels, c.image_height, c.image_width});
-    vitk::datasets::preprocess_image(vitk::datasets::to_channels(decoded, static_cast<int>(c.channels)),
-                                override ? *override : c.preprocess, c.image_height, c.image_width,
-                                x.f32());
+    vitk::datasets::preprocess_image(
+        vitk::datasets::to_channels(decoded, static_cast<int>(c.channels)),
+        override ? *override : c.preprocess, c.image_height, c.image_width, x.f32());
     vitk::Arena arena;
     vitk::nn::Context ctx;
     ctx.arena = &arena;

@@ -282,7 +282,8 @@ TEST(Loader, CropPaddingShiftsTheImageOverABlackBorder) {
     std::string why;
     ASSERT_TRUE(data.load(i, m, why));
     std::vector<float> plain_image(n);
-    datasets::preprocess_image(datasets::to_channels(m, 3), o.preprocess, 12, 12, plain_image.data());
+    datasets::preprocess_image(datasets::to_channels(m, 3), o.preprocess, 12, 12,
+                               plain_image.data());
     const float* got = b.images.f32() + row * n;
     int matches = 0;
     for (int64_t dy = -3; dy <= 3; ++dy)

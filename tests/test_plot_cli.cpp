@@ -16,8 +16,8 @@
 #include "common/io/checkpoint.h"
 #include "common/seq2seq/checkpoint.h"
 #include "datasets/tokenizer.h"
-#include "vitk_process.h"
 #include "vit/vit.h"
+#include "vitk_process.h"
 
 namespace {
 

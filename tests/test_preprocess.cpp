@@ -159,7 +159,8 @@ TEST(ResizeLikePil, SameSizeIsACopyAndBadArgumentsThrow) {
   EXPECT_EQ(max_abs_diff(vitk::datasets::resize_like_pil(src, 17, 23, "bicubic"), src), 0);
   EXPECT_THROW(vitk::datasets::resize_like_pil(src, 0, 5, "bicubic"), vitk::Error);
   EXPECT_THROW(vitk::datasets::resize_like_pil(src, 5, 5, "lanczos"), vitk::UsageError);
-  EXPECT_THROW(vitk::datasets::resize_like_pil(src, 5, 5, "bicubic", cv::Rect(3, 3, 5, 5)), vitk::Error);
+  EXPECT_THROW(vitk::datasets::resize_like_pil(src, 5, 5, "bicubic", cv::Rect(3, 3, 5, 5)),
+               vitk::Error);
 }
 
 // ---- The whole transform against torchvision ---------------------------------------------------
@@ -187,7 +188,8 @@ TEST(EvalTransform, MatchesTorchvision) {
     const std::vector<float> want = read_floats(c.file);
     ASSERT_EQ(want.size(), size_t(3 * c.size * c.size)) << c.file;
     std::vector<float> got(want.size());
-    vitk::datasets::preprocess_image(rgb, imagenet(c.interpolation, c.crop), c.size, c.size, got.data());
+    vitk::datasets::preprocess_image(rgb, imagenet(c.interpolation, c.crop), c.size, c.size,
+                                     got.data());
     float worst = 0;
     for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
     EXPECT_LE(worst, 1e-6f) << c.file;

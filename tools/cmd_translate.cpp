@@ -24,8 +24,8 @@
 #include "common/seq2seq/alignment.h"
 #include "common/seq2seq/checkpoint.h"
 #include "common/seq2seq/translator.h"
-#include "datasets/tokenizer.h"
 #include "common/timer.h"
+#include "datasets/tokenizer.h"
 #include "tools/cli.h"
 
 namespace vitk::tools {

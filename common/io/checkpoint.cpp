@@ -10,8 +10,8 @@
 #include <cerrno>
 #include <cstring>
 #include <set>
-#include <variant>
 #include <utility>
+#include <variant>
 
 #include "common/error.h"
 #include "common/io/atomic_file.h"
@@ -69,7 +69,8 @@ void write_state(hid_t root, const std::map<std::string, StateValue>& values,
     auto it = groups.find(where);
     if (it != groups.end()) return it->second.get();
     const size_t slash = where.rfind('/');
-    const hid_t parent = slash == std::string::npos ? root : groups.at(where.substr(0, slash)).get();
+    const hid_t parent =
+        slash == std::string::npos ? root : groups.at(where.substr(0, slash)).get();
     Hid g = create_group(parent, where.substr(slash + 1), gcpl.get(), where, path);
     return groups.emplace(where, std::move(g)).first->second.get();
   };
@@ -203,8 +204,8 @@ void read_state_group(const ReadFile& f, hid_t group, const std::string& prefix,
     const std::string shown = where + "/" + name;
     Hid attr = checked(H5Aopen(group, name.c_str(), H5P_DEFAULT), H5Aclose, path,
                        "cannot open attribute " + quoted(shown));
-    Hid type = checked(H5Aget_type(attr.get()), H5Tclose, path,
-                       "cannot read attribute " + quoted(shown));
+    Hid type =
+        checked(H5Aget_type(attr.get()), H5Tclose, path, "cannot read attribute " + quoted(shown));
     const H5T_class_t cls = H5Tget_class(type.get());
     if (cls == H5T_STRING) {
       out[full(name)] = read_string(f, attr.get(), shown);
