@@ -48,10 +48,14 @@ StepResult time_steps(const std::function<void()>& step, const StepTiming& o, st
 
 StepResult time_training_steps(train::Task& task, ops::Precision precision,
                                const StepTiming& timing, std::ostream* log) {
-  task.setup(nullptr, 1);
+  task.setup(nullptr, 1, train::Partition{});
   const std::unique_ptr<optim::Optimizer> optimizer = task.make_optimizer();
   const train::ConstantRate schedule(1e-3f);
-  train::Step step(task, *optimizer, schedule, 0.f, precision);
+  train::StepOptions so;
+  so.precision = precision;
+  dist::World one;  // the benchmark is one process's step
+  so.world = &one;
+  train::Step step(task, *optimizer, schedule, so);
   ops::Rng rng(1);  // dropout
   return time_steps(
       [&] {
