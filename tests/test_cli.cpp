@@ -133,6 +133,38 @@ TEST_F(Cli, EnvReportsThreadsAndOptions) {
   EXPECT_TRUE(contains(r.out, "bf16: ")) << r.out;
   EXPECT_TRUE(contains(r.out, "  name = abc\n")) << r.out;
   EXPECT_TRUE(contains(r.out, "  seed = 0 (default)\n")) << r.out;
+  // No MPI launcher: a world of one, and MPI never starts (no messages from it).
+  EXPECT_TRUE(contains(r.out, "world: not under MPI (a world of one)\n")) << r.out;
+  EXPECT_EQ(r.err, "");
+}
+
+TEST_F(Cli, EnvUnderMpirunPrintsOnceForTheWorld) {
+  vitk::testing::Command c = vitk::testing::mpirun_vitk_command(dir_, 2, {"env", "--seed", "3"});
+  c.timeout_seconds = 120;
+  Result r = vitk::testing::run_process(c);
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.status, 0) << r.err;
+  // Rank 0 prints for both ranks, once.
+  EXPECT_TRUE(contains(r.out, "world: mpirun (Open MPI")) << r.out;
+  EXPECT_TRUE(contains(r.out, "rank 0 of 2 on host ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "; ranks: 0 on ")) << r.out;
+  EXPECT_TRUE(contains(r.out, ", 1 on ")) << r.out;
+  EXPECT_TRUE(contains(r.out, " with 1 thread\n")) << r.out;
+  size_t versions = 0;
+  for (size_t at = r.out.find("vitk " VITK_VERSION); at != std::string::npos;
+       at = r.out.find("vitk " VITK_VERSION, at + 1))
+    ++versions;
+  EXPECT_EQ(versions, 1u) << r.out;
+}
+
+TEST_F(Cli, UsageErrorUnderMpirunEndsTheJobWithItsCode) {
+  // Every rank fails; none finalizes, so mpirun ends the job at once with the ranks' exit code.
+  vitk::testing::Command c = vitk::testing::mpirun_vitk_command(dir_, 2, {"env", "--bogus"});
+  c.timeout_seconds = 120;
+  Result r = vitk::testing::run_process(c);
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, "vitk: error: ")) << r.err;
 }
 
 TEST_F(Cli, EnvHelpHasExampleAndAllOptions) {
