@@ -296,8 +296,12 @@ int dispatch(const Registry& registry, const std::vector<std::string>& args) {
   return run_command(registry, *cmd, std::vector<std::string>(args.begin() + 1, args.end()));
 }
 
+// Under MPI every rank that fails says so, naming itself: a job's log interleaves the ranks.
 void report_error(const char* what) {
-  std::cerr << "vitk: error: " << what << std::endl;
+  const dist::World& world = dist::world();
+  std::cerr << "vitk: error: "
+            << (world.size() > 1 ? "rank " + std::to_string(world.rank()) + ": " : std::string())
+            << what << std::endl;
 }
 
 template <typename T>

@@ -63,7 +63,7 @@ struct Context {
   // step, so that summing those over the ranks starts while backward goes on. A model may call it
   // only where that holds for its registration order (the stacks do after each layer: the layers
   // after it, registered later, are done); tests check it (GradReducer's verify mode).
-  std::function<void(size_t offset)> grads_final;
+  std::function<void(size_t offset)> grads_final = {};
   void gradients_final_from(const Parameter& first) const {
     if (grads_final) grads_final(first.offset);
   }
