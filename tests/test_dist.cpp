@@ -125,6 +125,11 @@ TEST(DistWorld, BroadcastFromARankNotInTheWorldIsAnError) {
   EXPECT_EQ(text, "x");
 }
 
+TEST(DistWorld, AbortOfOneExitsWithTheCode) {
+  EXPECT_EXIT(World().abort("data/train.h5: truncated", 3), ::testing::ExitedWithCode(3),
+              "^vitk: error: data/train.h5: truncated\n$");
+}
+
 TEST(DistWorld, LaunchersAreRecognisedByTheirEnvironment) {
   EnvVar a("OMPI_COMM_WORLD_SIZE", std::nullopt), b("PMIX_RANK", std::nullopt),
       c("PMI_RANK", std::nullopt), d("PMI_SIZE", std::nullopt);

@@ -163,7 +163,8 @@ inline Command mpirun_vitk_command(const std::filesystem::path& dir, int ranks,
   c.argv.insert(c.argv.begin(), launcher.begin(), launcher.end());
   c.env = {
       {"OMP_NUM_THREADS", "1"},
-      {"LSAN_OPTIONS", std::string("suppressions=") + VITK_SOURCE_DIR + "/tests/lsan_mpi.supp"}};
+      {"LSAN_OPTIONS", std::string("suppressions=") + VITK_SOURCE_DIR +
+                           "/tests/lsan_mpi.supp:fast_unwind_on_malloc=0:print_suppressions=0"}};
   return c;
 }
 

@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "common/error.h"
@@ -20,7 +21,20 @@ GradReducer::GradReducer(World& world, float* data, size_t n, size_t bucket_byte
       n_(n),
       bucket_floats_(std::max<size_t>(1, bucket_bytes / sizeof(float))),
       requests_(std::make_unique<Requests>()) {
-  if (!data && n > 0) throw Error("GradReducer: no arena for " + std::to_string(n) + " floats");
+  // Every rank must cut the same buckets, or the all-reduces would pair the wrong ranges (or
+  // wait forever): one small all-reduce checks it on every rank before any step.
+  const int64_t floats = static_cast<int64_t>(n), per_bucket = static_cast<int64_t>(bucket_floats_);
+  int64_t seen[5] = {floats, -floats, per_bucket, -per_bucket, !data && n > 0};
+  world_.allreduce_max(seen, 5);
+  if (seen[4])
+    throw Error("GradReducer: no arena" + std::string(data ? " on another rank" : "") + " for " +
+                std::to_string(n) + " floats");
+  if (seen[0] != -seen[1] || seen[2] != -seen[3])
+    throw Error("GradReducer: the ranks' arenas differ: from " + std::to_string(-seen[1]) + " to " +
+                std::to_string(seen[0]) + " floats, buckets of " + std::to_string(-seen[3]) +
+                " to " + std::to_string(seen[2]) + " floats (rank " +
+                std::to_string(world_.rank()) + " has " + std::to_string(n) + " and " +
+                std::to_string(bucket_floats_) + ")");
   for (size_t end = n; end > 0;) {
     const size_t begin = end > bucket_floats_ ? end - bucket_floats_ : 0;
     buckets_.push_back({begin, end});

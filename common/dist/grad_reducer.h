@@ -44,7 +44,8 @@ class GradReducer {
   };
 
   // `data` holds n floats and must outlive the reducer. A bucket holds bucket_bytes / 4 floats
-  // (at least one).
+  // (at least one). Under MPI this is a collective: every rank constructs its reducer at the same
+  // point with the same n and bucket size (vitk::Error on every rank otherwise).
   GradReducer(World& world, float* data, size_t n, size_t bucket_bytes = kDefaultBucketBytes);
   // Waits for anything still in flight (a step abandoned by an exception), so that MPI never
   // writes into an arena that is gone.

@@ -91,7 +91,7 @@ World& world();
 bool started_by_mpi_launcher();
 
 namespace detail {
-// For common/dist/*.cpp: throws vitk::Error "CALL failed: <MPI's text>" unless `code` is
+// For common/dist/*.cpp: throws vitk::Error "rank R: CALL failed: <MPI's text>" unless `code` is
 // MPI_SUCCESS (an int here so that this header needs no mpi.h).
 void check(int code, const char* call);
 // The largest count given to one MPI call (INT_MAX); tests lower it to exercise the chunking.
