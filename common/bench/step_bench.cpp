@@ -77,4 +77,12 @@ void print_step_result(std::ostream& out, const std::string& name, const std::st
   ops::profile::print_breakdown(out, r.parts, r.part_steps, "one profiled round");
 }
 
+void print_step_model(std::ostream& out, const std::string& name, const std::string& model,
+                      const StepResult& r) {
+  char line[128];
+  std::snprintf(line, sizeof line, "%lld parameters (%.1f MB of f32 gradients per step)",
+                static_cast<long long>(r.parameters), 4e-6 * static_cast<double>(r.parameters));
+  out << name << " model: " << model << "; " << line << "\n";
+}
+
 }  // namespace vitk::bench
