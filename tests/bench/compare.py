@@ -512,12 +512,19 @@ def bf16_support(vitk, rows):
     mt-train for the training steps, which bench vit-step/mt-step then run)."""
     sub = {"vit-infer": "classify", "vit-train": "train", "mt-train": "mt-train"}
     known, out = {}, {}
+    cpu_bf16 = None
     for r in rows:
         if r.precision == "f32":
             continue
         name = sub[r.kind]
         if not os.access(vitk, os.X_OK):
             out[r.key] = f"no vitk binary at {vitk} to ask whether it has a bf16 path"
+            continue
+        if cpu_bf16 is None:  # `vitk env` says "bf16: no" on a CPU without AVX512_BF16 or AMX
+            env = subprocess.run([vitk, "env"], capture_output=True, text=True).stdout
+            cpu_bf16 = "bf16: no" not in env
+        if not cpu_bf16:
+            out[r.key] = "this CPU has no bf16 products (`vitk env`: bf16: no)"
             continue
         if name not in known:
             known[name] = vitk_side.has_option(vitk, name, "--precision")
