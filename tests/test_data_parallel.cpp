@@ -14,13 +14,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <tuple>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "common/io/checkpoint.h"
@@ -86,7 +86,8 @@ std::map<std::string, std::vector<float>> weights_of(const fs::path& path) {
 // one): any change of summation order moves them.
 bool key_bias(const std::string& name, size_t i, size_t n) {
   auto ends = [&](const std::string& tail) {
-    return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+    return name.size() >= tail.size() &&
+           name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
   };
   if (ends("attn.qkv.bias")) return i >= n / 3 && i < 2 * n / 3;
   if (ends("attn.kv.bias")) return i < n / 2;
@@ -158,10 +159,25 @@ std::vector<std::string> with(std::vector<std::string> args, const std::string& 
 // Augmentation and Mixup/CutMix on (keyed by sample, not by rank); dropout and drop-path off.
 std::vector<std::string> vit_args(const std::string& out) {
   const fs::path fixtures = fs::path(VITK_SOURCE_DIR) / "tests/fixtures/resume";
-  return {"train", "--config", (fixtures / "vit.ini").string(), "--data",
-          (fixtures / "samples.csv").string(), "--output", out, "--batch-size", "4", "--epochs",
-          "10", "--model.dropout", "0", "--model.drop_path", "0", "--model.patch_drop", "0",
-          "--warmup-epochs", "2"};
+  return {"train",
+          "--config",
+          (fixtures / "vit.ini").string(),
+          "--data",
+          (fixtures / "samples.csv").string(),
+          "--output",
+          out,
+          "--batch-size",
+          "4",
+          "--epochs",
+          "10",
+          "--model.dropout",
+          "0",
+          "--model.drop_path",
+          "0",
+          "--model.patch_drop",
+          "0",
+          "--warmup-epochs",
+          "2"};
 }
 
 // The copy task: 20 steps of --max-tokens 160 (every batch has many sentences to share out).
@@ -170,13 +186,15 @@ std::vector<std::string> mt_args(const fs::path& dir, const std::string& out) {
     vitk::testing::write_tsv(dir / "train.tsv", vitk::testing::sentences(120, 1));
     vitk::testing::write_tsv(dir / "valid.tsv", vitk::testing::sentences(20, 2));
   }
-  std::vector<std::string> a = {"mt-train", "--train", "train.tsv", "--valid", "valid.tsv",
-                                "--output", out, "--max-steps", "20", "--valid-freq", "10",
-                                "--epochs", "100", "--seed", "5"};
+  std::vector<std::string> a = {"mt-train", "--train",  "train.tsv",   "--valid", "valid.tsv",
+                                "--output", out,        "--max-steps", "20",      "--valid-freq",
+                                "10",       "--epochs", "100",         "--seed",  "5"};
   a.insert(a.end(), vitk::testing::kTinyMtModel.begin(), vitk::testing::kTinyMtModel.end());
   // Without kTinyMtModel's --threads (vitk_on gives it).
   for (size_t i = 0; i + 1 < a.size(); ++i)
-    if (a[i] == "--threads") a.erase(a.begin() + static_cast<std::ptrdiff_t>(i), a.begin() + static_cast<std::ptrdiff_t>(i) + 2);
+    if (a[i] == "--threads")
+      a.erase(a.begin() + static_cast<std::ptrdiff_t>(i),
+              a.begin() + static_cast<std::ptrdiff_t>(i) + 2);
   return with(a, "--max-tokens", "160");
 }
 
@@ -230,7 +248,8 @@ TEST(DataParallel, ValidationFiguresEqualASingleProcessExactly) {
   const fs::path d = tmp.path();
   for (const auto& [tag, ranks, threads] :
        std::vector<std::tuple<std::string, int, int>>{{"vit2", 2, 1}, {"vit1", 0, 2}}) {
-    const auto a = with(with(with(vit_args(tag), "--lr", "1e-30"), "--min-lr", "0"), "--epochs", "3");
+    const auto a =
+        with(with(with(vit_args(tag), "--lr", "1e-30"), "--min-lr", "0"), "--epochs", "3");
     const auto r = run_on(d, ranks, threads, a, tag);
     ASSERT_RAN(d, r, tag);
   }
@@ -298,19 +317,29 @@ bool wait_for(const fs::path& path, double seconds) {
   return false;
 }
 
+// A long 2-rank run in dir/run, started and past its first checkpoint.
+struct LongRun {
+  Command command;
+  pid_t mpirun = -1, rank = -1;  // mpirun, and one of the ranks it started
+};
+
+void start_long_run(const fs::path& d, LongRun& run) {
+  run.command = vitk_on(d, 2, 1, with(vit_args("run"), "--epochs", "100000"), "run");
+  run.mpirun = vitk::testing::spawn_process(run.command);
+  ASSERT_GT(run.mpirun, 0);
+  ASSERT_TRUE(wait_for(d / "run/last.h5", 120)) << out_of(d, "run");
+  run.rank = rank_pid(run.mpirun);
+  ASSERT_GT(run.rank, 0);
+}
+
 TEST(DataParallel, ARankAskedToStopStopsThemAllAfterAConsistentCheckpoint) {
   SKIP_WITHOUT_MPIRUN();
   TempDir tmp;
   const fs::path d = tmp.path();
-  const auto a = with(vit_args("run"), "--epochs", "100000");
-  const Command c = vitk_on(d, 2, 1, a, "run");
-  const pid_t mpirun = vitk::testing::spawn_process(c);
-  ASSERT_GT(mpirun, 0);
-  ASSERT_TRUE(wait_for(d / "run/last.h5", 120)) << out_of(d, "run");
-  const pid_t rank = rank_pid(mpirun);
-  ASSERT_GT(rank, 0);
-  kill(rank, SIGTERM);  // one rank only, as a scheduler might
-  const ProcessResult r = vitk::testing::wait_process(c, mpirun);
+  LongRun run;
+  ASSERT_NO_FATAL_FAILURE(start_long_run(d, run));
+  kill(run.rank, SIGTERM);  // one rank only, as a scheduler might
+  const ProcessResult r = vitk::testing::wait_process(run.command, run.mpirun);
   EXPECT_FALSE(r.timed_out);
   EXPECT_NE(r.status, 0);
   const std::string log = out_of(d, "run");
@@ -329,16 +358,11 @@ TEST(DataParallel, AKilledRankEndsTheJob) {
   SKIP_WITHOUT_MPIRUN();
   TempDir tmp;
   const fs::path d = tmp.path();
-  const auto a = with(vit_args("run"), "--epochs", "100000");
-  const Command c = vitk_on(d, 2, 1, a, "run");
-  const pid_t mpirun = vitk::testing::spawn_process(c);
-  ASSERT_GT(mpirun, 0);
-  ASSERT_TRUE(wait_for(d / "run/last.h5", 120)) << out_of(d, "run");
-  const pid_t rank = rank_pid(mpirun);
-  ASSERT_GT(rank, 0);
+  LongRun run;
+  ASSERT_NO_FATAL_FAILURE(start_long_run(d, run));
   const auto t0 = std::chrono::steady_clock::now();
-  kill(rank, SIGKILL);
-  const ProcessResult r = vitk::testing::wait_process(c, mpirun);
+  kill(run.rank, SIGKILL);
+  const ProcessResult r = vitk::testing::wait_process(run.command, run.mpirun);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_FALSE(r.timed_out);

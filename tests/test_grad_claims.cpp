@@ -79,23 +79,25 @@ TEST_P(GradClaimsVit, NoGradientChangesAfterItIsDeclaredFinal) {
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, GradClaimsVit,
-    ::testing::Values(
-        VitCase{"plain", [](vitk::vit::VitConfig&) {}},
-        VitCase{"pos_conv", [](vitk::vit::VitConfig& c) { c.pos_conv_blocks = {0, 2}; }},
-        VitCase{"ffn_conv", [](vitk::vit::VitConfig& c) { c.ffn_conv_blocks = {1}; }},
-        VitCase{"stem",
-                [](vitk::vit::VitConfig& c) {
-                  c.stem_channels = {8};
-                  c.stem_strides = {2};
-                }},
-        VitCase{"patch_drop_drop_path",
-                [](vitk::vit::VitConfig& c) {
-                  c.patch_drop = 0.25f;
-                  c.drop_path = 0.1f;
-                  c.dropout = 0.1f;
-                }},
-        VitCase{"avg_pool", [](vitk::vit::VitConfig& c) { c.pool = "avg"; }},
-        VitCase{"diag_mask", [](vitk::vit::VitConfig& c) { c.diag_mask = true; }}),
+    ::testing::Values(VitCase{"plain", [](vitk::vit::VitConfig&) {}},
+                      VitCase{"pos_conv",
+                              [](vitk::vit::VitConfig& c) {
+                                c.pos_conv_blocks = {0, 2};
+                              }},
+                      VitCase{"ffn_conv", [](vitk::vit::VitConfig& c) { c.ffn_conv_blocks = {1}; }},
+                      VitCase{"stem",
+                              [](vitk::vit::VitConfig& c) {
+                                c.stem_channels = {8};
+                                c.stem_strides = {2};
+                              }},
+                      VitCase{"patch_drop_drop_path",
+                              [](vitk::vit::VitConfig& c) {
+                                c.patch_drop = 0.25f;
+                                c.drop_path = 0.1f;
+                                c.dropout = 0.1f;
+                              }},
+                      VitCase{"avg_pool", [](vitk::vit::VitConfig& c) { c.pool = "avg"; }},
+                      VitCase{"diag_mask", [](vitk::vit::VitConfig& c) { c.diag_mask = true; }}),
     [](const ::testing::TestParamInfo<VitCase>& p) { return p.param.name; });
 
 struct MtCase {

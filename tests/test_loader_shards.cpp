@@ -13,6 +13,7 @@
 
 #include <opencv2/core.hpp>
 
+#include "batch_util.h"
 #include "common/error.h"
 #include "datasets/dataset.h"
 #include "datasets/loader.h"
@@ -101,15 +102,7 @@ Tensor concat(const std::vector<const Tensor*>& parts) {
   return out;
 }
 
-bool same(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype() || a.empty() != b.empty()) return false;
-  return a.empty() || std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
-}
-
-bool same(const Batch& a, const Batch& b) {
-  return same(a.images, b.images) && same(a.labels, b.labels) && same(a.targets, b.targets) &&
-         a.epoch == b.epoch && a.index == b.index;
-}
+using vitk::test::same;
 
 // Runs the epoch on every shard of `ranks` and checks that the shards of each batch, in rank
 // order, are the unsharded batch. Returns how many rows of `whole` have mixed targets.

@@ -64,7 +64,7 @@ class VitTask : public train::Task {
   std::unique_ptr<ParamStore> params_;
   std::unique_ptr<VisionTransformer> model_;
   std::unique_ptr<datasets::Loader> train_loader_, val_loader_;
-  int64_t val_batches_ = 0;  // of the whole validation set, over every rank
+  int64_t val_batches_ = 0;               // of the whole validation set, over every rank
   std::optional<datasets::Batch> fixed_;  // the benchmark's batch
   datasets::Batch batch_;                 // the current one
   Tensor dlogits_;                        // d(loss)/d(logits) of the current batch

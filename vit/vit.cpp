@@ -110,7 +110,7 @@ struct VisionTransformer::Impl {
   std::vector<nn::EncoderLayer> blocks;
   std::vector<const Parameter*> block_first;  // each block's first parameter (grads_final)
   std::optional<nn::LayerNorm> norm;          // pool "token"
-  std::optional<nn::LayerNorm> fc_norm;  // pool "avg"
+  std::optional<nn::LayerNorm> fc_norm;       // pool "avg"
   std::optional<nn::Linear> head;
 
   // Kept by a training forward.

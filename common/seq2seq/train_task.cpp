@@ -241,12 +241,11 @@ Tensor TranslationTask::sampled_inputs(nn::Context& train_ctx, int64_t step,
 }
 
 train::StepStats TranslationTask::forward_loss(nn::Context& ctx, int64_t step, int micro) {
-  const TokenBatch& b = part_.parts() > 1 ? parts_.at(static_cast<size_t>(part_.part(micro)))
-                                          : *batch_;
+  const TokenBatch& b =
+      part_.parts() > 1 ? parts_.at(static_cast<size_t>(part_.part(micro))) : *batch_;
   empty_part_ = b.source.numel() == 0;
   if (empty_part_) return {};  // fewer sentences than parts: this one trains on none
-  const Tensor target_in =
-      o_.scheduled_sampling > 0 ? sampled_inputs(ctx, step, b) : b.target_in;
+  const Tensor target_in = o_.scheduled_sampling > 0 ? sampled_inputs(ctx, step, b) : b.target_in;
   Tensor logits;
   {
     ops::profile::Scope scope("model forward (rest)");

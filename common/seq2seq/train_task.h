@@ -98,7 +98,7 @@ class TranslationTask : public train::Task {
   int64_t listed_epoch_ = -1;
   std::vector<TokenBatch> epoch_batches_;
   size_t next_ = 0;
-  std::optional<TokenBatch> fixed_;  // the benchmark's batch
+  std::optional<TokenBatch> fixed_;    // the benchmark's batch
   const TokenBatch* batch_ = nullptr;  // the global batch
   train::Partition part_;
   std::vector<TokenBatch> parts_;  // its parts (split_batch), with more than one

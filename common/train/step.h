@@ -35,9 +35,9 @@ class NonFiniteLoss : public Error {
 struct StepOptions {
   float clip_grad = 0;  // > 0: the gradients' global L2 norm is clipped to it before the update
   ops::Precision precision = ops::Precision::f32;
-  int accum = 1;                      // micro-batches per step (the task's Partition::accum)
-  dist::World* world = nullptr;       // null: a world of one
-  size_t bucket_bytes = 25u << 20;    // all-reduce bucket size (--bucket-mb)
+  int accum = 1;                    // micro-batches per step (the task's Partition::accum)
+  dist::World* world = nullptr;     // null: a world of one
+  size_t bucket_bytes = 25u << 20;  // all-reduce bucket size (--bucket-mb)
   // Tests: check that every gradient a model's backward declared final (nn::Context::
   // grads_final) was not written again by the rest of that backward; vitk::Error naming the first
   // parameter that was.
@@ -68,7 +68,7 @@ class Step {
   dist::World& world_;
   std::unique_ptr<dist::GradReducer> reducer_;  // with more than one rank
   std::unique_ptr<ClaimCheck> check_;           // check_final_claims
-  Arena arena_;  // the activations, reset before every micro-batch
+  Arena arena_;                                 // the activations, reset before every micro-batch
   float lr_ = 0;
   bool stop_requested_ = false;
   double reduce_seconds_ = 0;

@@ -31,9 +31,9 @@
 namespace vitk::train {
 
 // How a global batch is shared out: this rank's share of every global batch is cut into `accum`
-// micro-batches, so the global batch is cut into ranks × accum parts; part p = rank · accum + micro.
-// The data that decides a part (order, augmentation) is keyed by (seed, epoch, sample), never by
-// the rank, so that the parts together are the batch a single process would train on.
+// micro-batches, so the global batch is cut into ranks × accum parts; part p = rank · accum +
+// micro. The data that decides a part (order, augmentation) is keyed by (seed, epoch, sample),
+// never by the rank, so that the parts together are the batch a single process would train on.
 struct Partition {
   int rank = 0, ranks = 1;
   int accum = 1;  // --accum-steps
@@ -87,7 +87,7 @@ struct ValidateContext {
   // May be null; when set, stop early (complete = false). Null under data parallelism: the ranks
   // must all finish a validation (a stop request is taken at the next step).
   const std::atomic<int>* stop = nullptr;
-  std::string label = "validate";          // the progress bar's label ("validate EMA")
+  std::string label = "validate";  // the progress bar's label ("validate EMA")
 };
 
 class Task {

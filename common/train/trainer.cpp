@@ -197,13 +197,14 @@ void Trainer::Impl::dropout_stream(uint64_t seed) {
   const uint64_t run_stream = ops::Rng::hash(seed, 0xd50b);
   auto it = state.rngs.find(name);
   if (it == state.rngs.end())
-    it = state.rngs
-             .emplace(name, RngState{world.rank() == 0
-                                         ? run_stream
-                                         : ops::Rng::hash(run_stream,
-                                                          static_cast<uint64_t>(world.rank())),
-                                     0})
-             .first;
+    it =
+        state.rngs
+            .emplace(name,
+                     RngState{world.rank() == 0
+                                  ? run_stream
+                                  : ops::Rng::hash(run_stream, static_cast<uint64_t>(world.rank())),
+                              0})
+            .first;
   dropout.set_state(it->second.seed, it->second.counter);
 }
 
