@@ -172,6 +172,88 @@ double sample_beta(double alpha, ops::Rng& rng) {
   return 1.0 / (1.0 + std::exp(ly - lx));
 }
 
+MixDraw draw_mix(const AugmentOptions& options, int64_t batch, int64_t height, int64_t width,
+                 ops::Rng& rng) {
+  if (batch < 0 || height < 0 || width < 0)
+    throw Error("draw_mix: a batch of " + std::to_string(batch) + " images of " +
+                std::to_string(height) + "x" + std::to_string(width) + " is not a batch");
+  // timm's Mixup._params_per_batch, then cutmix_bbox_and_lam with the area-corrected λ.
+  MixDraw mix;
+  if (options.mixing() && uniform01(rng) < options.mixup_prob) {
+    if (options.mixup > 0.f && options.cutmix > 0.f)
+      mix.cutmix = uniform01(rng) < options.mixup_switch_prob;
+    else
+      mix.cutmix = options.cutmix > 0.f;
+    mix.lam = sample_beta(mix.cutmix ? options.cutmix : options.mixup, rng);
+  }
+  mix.apply = mix.lam < 1.0 && batch > 1;
+  if (mix.apply && mix.cutmix) {
+    // rand_bbox: a box of (1 − λ) of the area centred anywhere, clipped to the image.
+    const int64_t h = height, w = width;
+    const double cut = std::sqrt(1.0 - mix.lam);
+    const int64_t cut_h = static_cast<int64_t>(h * cut), cut_w = static_cast<int64_t>(w * cut);
+    const int64_t cy = randint(rng, 0, h - 1), cx = randint(rng, 0, w - 1);
+    mix.y0 = std::clamp<int64_t>(cy - cut_h / 2, 0, h);
+    mix.y1 = std::clamp<int64_t>(cy + cut_h / 2, 0, h);
+    mix.x0 = std::clamp<int64_t>(cx - cut_w / 2, 0, w);
+    mix.x1 = std::clamp<int64_t>(cx + cut_w / 2, 0, w);
+    mix.lam = 1.0 - static_cast<double>((mix.y1 - mix.y0) * (mix.x1 - mix.x0)) /
+                        static_cast<double>(h * w);
+  }
+  return mix;
+}
+
+void mix_pair(const MixDraw& mix, float* first, float* second, int64_t channels, int64_t height,
+              int64_t width) {
+  if (!mix.apply) return;
+  const int64_t c = channels, h = height, w = width;
+  float* p = first;
+  float* q = second;
+  if (mix.cutmix) {
+    // Each row takes the box from the other: swapping the boxes does both at once.
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t yy = mix.y0; yy < mix.y1; ++yy) {
+        const int64_t off = (ch * h + yy) * w;
+        std::swap_ranges(p + off + mix.x0, p + off + mix.x1, q + off + mix.x0);
+      }
+  } else {
+    // x_i = λ·x_i + (1 − λ)·x_j for both rows, each element read before it is written.
+    const float l = static_cast<float>(mix.lam), m = static_cast<float>(1.0 - mix.lam);
+    const int64_t sample = c * h * w;
+    for (int64_t k = 0; k < sample; ++k) {
+      const float a = p[k], bb = q[k];
+      p[k] = l * a + m * bb;
+      q[k] = l * bb + m * a;
+    }
+  }
+}
+
+namespace {
+
+// The soft targets' values: off = ε/classes, and the products added at the two labels, rounded
+// to float before they are added (mix_batch has always computed them once per batch, so they were
+// never fused into an FMA with the add). Out of line so that no compiler fuses them where
+// mix_target is inlined: a row's targets are the same bits whichever code path makes them.
+struct TargetWeights {
+  float off, own, mirror;
+};
+[[gnu::noinline]] TargetWeights target_weights(double lam, int64_t classes, float smoothing) {
+  const double eps = smoothing;
+  const float off = static_cast<float>(eps / classes);
+  const float on = static_cast<float>(1.0 - eps + eps / classes);
+  return {off, static_cast<float>(lam) * (on - off), static_cast<float>(1.0 - lam) * (on - off)};
+}
+
+}  // namespace
+
+void mix_target(double lam, int32_t label, int32_t mirror_label, int64_t classes, float smoothing,
+                float* row) {
+  const TargetWeights t = target_weights(lam, classes, smoothing);
+  std::fill(row, row + classes, t.off);
+  row[label] += t.own;
+  row[mirror_label] += t.mirror;
+}
+
 float mix_batch(Tensor& images, const Tensor& labels, int64_t classes,
                 const AugmentOptions& options, ops::Rng& rng, Tensor& targets) {
   if (images.rank() != 4 || images.dtype() != DType::f32)
@@ -187,68 +269,19 @@ float mix_batch(Tensor& images, const Tensor& labels, int64_t classes,
       throw Error("mix_batch: label " + std::to_string(y[i]) + " of row " + std::to_string(i) +
                   " is outside 0.." + std::to_string(classes - 1));
 
-  // timm's Mixup._params_per_batch, then cutmix_bbox_and_lam with the area-corrected λ.
-  double lam = 1.0;
-  bool cutmix = false;
-  if (options.mixing() && uniform01(rng) < options.mixup_prob) {
-    if (options.mixup > 0.f && options.cutmix > 0.f)
-      cutmix = uniform01(rng) < options.mixup_switch_prob;
-    else
-      cutmix = options.cutmix > 0.f;
-    lam = sample_beta(cutmix ? options.cutmix : options.mixup, rng);
-  }
+  const MixDraw mix = draw_mix(options, b, h, w, rng);
   float* x = images.f32();
   const int64_t sample = c * h * w;
-  if (lam < 1.0 && b > 1) {
-    if (cutmix) {
-      // rand_bbox: a box of (1 − λ) of the area centred anywhere, clipped to the image.
-      const double cut = std::sqrt(1.0 - lam);
-      const int64_t cut_h = static_cast<int64_t>(h * cut), cut_w = static_cast<int64_t>(w * cut);
-      const int64_t cy = randint(rng, 0, h - 1), cx = randint(rng, 0, w - 1);
-      const int64_t y0 = std::clamp<int64_t>(cy - cut_h / 2, 0, h);
-      const int64_t y1 = std::clamp<int64_t>(cy + cut_h / 2, 0, h);
-      const int64_t x0 = std::clamp<int64_t>(cx - cut_w / 2, 0, w);
-      const int64_t x1 = std::clamp<int64_t>(cx + cut_w / 2, 0, w);
-      lam = 1.0 - static_cast<double>((y1 - y0) * (x1 - x0)) / static_cast<double>(h * w);
-      // Row i takes the box from row b−1−i; swapping the boxes of each pair does both at once.
-      for (int64_t i = 0; i < b / 2; ++i) {
-        float* p = x + i * sample;
-        float* q = x + (b - 1 - i) * sample;
-        for (int64_t ch = 0; ch < c; ++ch)
-          for (int64_t yy = y0; yy < y1; ++yy) {
-            const int64_t off = (ch * h + yy) * w;
-            std::swap_ranges(p + off + x0, p + off + x1, q + off + x0);
-          }
-      }
-    } else {
-      // x_i = λ·x_i + (1 − λ)·x_{b−1−i}, pairwise so that each pair is read before it is written.
-      const float l = static_cast<float>(lam), m = static_cast<float>(1.0 - lam);
-      for (int64_t i = 0; i < b / 2; ++i) {
-        float* p = x + i * sample;
-        float* q = x + (b - 1 - i) * sample;
-        for (int64_t k = 0; k < sample; ++k) {
-          const float a = p[k], bb = q[k];
-          p[k] = l * a + m * bb;
-          q[k] = l * bb + m * a;
-        }
-      }
-    }
-  }
+  // Row i with row b−1−i; the middle row of an odd batch is its own mirror and stays.
+  for (int64_t i = 0; i < b / 2; ++i)
+    mix_pair(mix, x + i * sample, x + (b - 1 - i) * sample, c, h, w);
 
-  // Soft targets: λ·smooth(one_hot(y_i)) + (1 − λ)·smooth(one_hot(y_{b−1−i})).
   if (targets.shape() != Shape{b, classes} || targets.dtype() != DType::f32)
     targets = Tensor({b, classes}, DType::f32);
-  const double eps = options.smoothing;
-  const float off = static_cast<float>(eps / classes);
-  const float on = static_cast<float>(1.0 - eps + eps / classes);
   float* t = targets.f32();
-  for (int64_t i = 0; i < b; ++i) {
-    float* row = t + i * classes;
-    std::fill(row, row + classes, off);
-    row[y[i]] += static_cast<float>(lam) * (on - off);
-    row[y[b - 1 - i]] += static_cast<float>(1.0 - lam) * (on - off);
-  }
-  return static_cast<float>(lam);
+  for (int64_t i = 0; i < b; ++i)
+    mix_target(mix.lam, y[i], y[b - 1 - i], classes, options.smoothing, t + i * classes);
+  return static_cast<float>(mix.lam);
 }
 
 }  // namespace vitk::datasets

@@ -51,10 +51,35 @@ void random_translate(float* chw, int64_t channels, int64_t height, int64_t widt
 void random_erasing(float* chw, int64_t channels, int64_t height, int64_t width, float p,
                     ops::Rng& rng);
 
-// Mixes a batch with itself reversed (timm's mode "batch"): images [B, C, H, W] in place;
-// targets f32 [B, classes] = λ·smooth(one_hot(label)) + (1 − λ)·smooth(one_hot(label of the
-// mirror)), where smooth(v) = v·(1 − ε) + ε/classes and, for CutMix, λ is the kept area. With
-// probability 1 − mixup_prob the batch is left alone (λ = 1). Returns λ.
+// Mixup / CutMix in timm's mode "batch": row i of a batch of B rows is mixed with its mirror,
+// row B−1−i (the middle row of an odd batch is its own mirror and is left alone). The work is
+// split in three so that a shard of the batch (one rank's rows, datasets/loader.h) can produce
+// exactly the rows the whole batch would have: draw_mix once per global batch, mix_pair on each
+// pair of rows (the shard supplies a mirror row that another rank owns from its own decode),
+// mix_target per row.
+struct MixDraw {
+  double lam = 1.0;     // the weight of a row's own image and label; CutMix: the kept area
+  bool cutmix = false;  // else Mixup
+  bool apply = false;   // λ < 1 and B > 1: the images change (else only the targets are made)
+  int64_t y0 = 0, y1 = 0, x0 = 0, x1 = 0;  // CutMix: rows [y0, y1) × columns [x0, x1) swapped
+};
+// The batch's draws (timm's Mixup._params_per_batch and rand_bbox): with probability
+// 1 − mixup_prob none (λ = 1); else CutMix or Mixup and λ ~ Beta(α, α), and for CutMix a box of
+// about (1 − λ) of the image with λ corrected to the area kept. `batch` is the GLOBAL batch size.
+MixDraw draw_mix(const AugmentOptions& options, int64_t batch, int64_t height, int64_t width,
+                 ops::Rng& rng);
+// Mixes a pair in place: `first` is row i, `second` row B−1−i, with i < B−1−i, each normalised
+// chw [C, H, W]. Mixup: x = λ·x + (1 − λ)·x_mirror for both; CutMix: the box swapped. Nothing
+// when !mix.apply.
+void mix_pair(const MixDraw& mix, float* first, float* second, int64_t channels, int64_t height,
+              int64_t width);
+// One row of soft targets, f32 [classes]: λ·smooth(one_hot(label)) +
+// (1 − λ)·smooth(one_hot(mirror_label)), smooth(v) = v·(1 − ε) + ε/classes; each weighted term
+// rounded to float before it is added (never fused into an FMA), as mix_batch always did.
+void mix_target(double lam, int32_t label, int32_t mirror_label, int64_t classes, float smoothing,
+                float* row);
+// The three on a whole batch: images [B, C, H, W] in place, targets f32 [B, classes] (allocated
+// when their shape differs). Returns λ (1 when the batch is left alone).
 float mix_batch(Tensor& images, const Tensor& labels, int64_t classes,
                 const AugmentOptions& options, ops::Rng& rng, Tensor& targets);
 // A draw from Beta(alpha, alpha) (via two Gamma draws).

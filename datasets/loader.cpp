@@ -87,7 +87,10 @@ struct Loader::Impl {
   void run();
   bool build(int64_t ep, int64_t index, const std::vector<int64_t>* ord, uint64_t gen,
              Batch& batch);
+  bool mix(int64_t ep, int64_t index, int64_t lo, const std::vector<int64_t>& ord, uint64_t gen,
+           Batch& batch);
   int64_t prepare_sample(int64_t ep, int64_t idx, float* dst);
+  int32_t checked_label(int64_t src) const;
   bool try_sample(int64_t src, ops::Rng rng, float* dst, std::string& why) const;
   int64_t replacement(int64_t ep, int64_t idx, int64_t k) const;
 };
@@ -103,6 +106,12 @@ Loader::Loader(const Dataset& data, LoaderOptions options)
   if (o.channels != 1 && o.channels != 3)
     throw UsageError("channels must be 1 or 3, not " + std::to_string(o.channels));
   if (o.prefetch < 1) throw UsageError("prefetch must be at least 1");
+  if (o.shard.count < 1 || o.shard.index < 0 || o.shard.index >= o.shard.count)
+    throw UsageError("shard " + std::to_string(o.shard.index) + " of " +
+                     std::to_string(o.shard.count) + " is not a rank of the run");
+  if (o.training && o.batch_size % o.shard.count != 0)
+    throw UsageError("--batch-size " + std::to_string(o.batch_size) + " is not a multiple of the " +
+                     std::to_string(o.shard.count) + " ranks (each rank takes an equal share)");
   o.preprocess.validate(o.channels);
   s.interpolation = datasets::parse_interpolation(o.preprocess.interpolation);
   for (int c = 0; c < o.channels; ++c)
@@ -139,7 +148,9 @@ Loader::Loader(const Dataset& data, LoaderOptions options)
                   " samples are fewer than one training batch of " + std::to_string(o.batch_size) +
                   " (training drops the last partial batch)");
   } else {
-    s.per_epoch = (n + o.batch_size - 1) / o.batch_size;
+    // Whole batches index, index + count, ... of the unsharded ones.
+    const int64_t all = (n + o.batch_size - 1) / o.batch_size;
+    s.per_epoch = all > o.shard.index ? (all - o.shard.index - 1) / o.shard.count + 1 : 0;
   }
   s.worker = std::thread([&s] { s.run(); });
 }
@@ -224,7 +235,9 @@ void Loader::Impl::run() {
     });
     if (stop) return;
     const uint64_t gen = generation;
-    const int64_t ep = epoch, index = produce++;
+    const int64_t ep = epoch, local = produce++;
+    // A training shard has every batch; an evaluation shard every count-th from its index.
+    const int64_t index = opt.training ? local : local * opt.shard.count + opt.shard.index;
     const std::shared_ptr<const std::vector<int64_t>> ord = order;
     lock.unlock();
     Batch batch;
@@ -248,8 +261,11 @@ void Loader::Impl::run() {
 bool Loader::Impl::build(int64_t ep, int64_t index, const std::vector<int64_t>* ord, uint64_t gen,
                          Batch& batch) {
   const int64_t n = data.size();
-  const int64_t first = index * opt.batch_size;
-  const int64_t b = std::min(opt.batch_size, n - first);
+  const int64_t first = index * opt.batch_size;  // the global batch's first position
+  // A training shard's rows are [lo, lo + b) of the global batch.
+  const int64_t b =
+      opt.training ? opt.batch_size / opt.shard.count : std::min(opt.batch_size, n - first);
+  const int64_t lo = opt.training ? opt.shard.index * b : 0;
   const int64_t c = opt.channels, h = opt.height, w = opt.width;
   batch.images = Tensor({b, c, h, w});
   batch.labels = Tensor({b}, DType::i32);
@@ -260,18 +276,66 @@ bool Loader::Impl::build(int64_t ep, int64_t index, const std::vector<int64_t>* 
   int32_t* labels = batch.labels.i32();
   for (int64_t i = 0; i < b; ++i) {
     if (stopping.load(std::memory_order_relaxed) || live_generation.load() != gen) return false;
-    const int64_t idx = ord ? (*ord)[first + i] : first + i;
-    const int64_t src = prepare_sample(ep, idx, images + i * c * h * w);
-    labels[i] = data.label(src);
-    if (labels[i] < 0 || labels[i] >= classes)
-      throw Error(data.describe(src) + ": label " + std::to_string(labels[i]) + " is outside 0.." +
-                  std::to_string(classes - 1));
+    const int64_t pos = first + lo + i;
+    const int64_t idx = ord ? (*ord)[pos] : pos;
+    labels[i] = checked_label(prepare_sample(ep, idx, images + i * c * h * w));
   }
   if (opt.training && opt.augment.mixing()) {
-    ops::Rng rng(stream_key(opt.seed, kMix, ep, index));
-    mix_batch(batch.images, batch.labels, classes, opt.augment, rng, batch.targets);
+    if (opt.shard.count == 1) {
+      ops::Rng rng(stream_key(opt.seed, kMix, ep, index));
+      mix_batch(batch.images, batch.labels, classes, opt.augment, rng, batch.targets);
+    } else if (!mix(ep, index, lo, *ord, gen, batch)) {
+      return false;
+    }
   }
   return true;
+}
+
+// Mixup/CutMix on a training shard: rows [lo, lo + b) of global batch `index`, each mixed with its
+// mirror B−1−i, as mix_batch does on the whole batch. A mirror in the shard is mixed in place
+// with its pair (once); one in another shard is decoded here into a scratch row with the same
+// keyed draws, so the result is the unsharded row bit for bit. False when the work is abandoned.
+bool Loader::Impl::mix(int64_t ep, int64_t index, int64_t lo, const std::vector<int64_t>& ord,
+                       uint64_t gen, Batch& batch) {
+  const int64_t big = opt.batch_size, first = index * big, b = batch.images.dim(0);
+  const int64_t c = opt.channels, h = opt.height, w = opt.width, sample = c * h * w;
+  ops::Rng rng(stream_key(opt.seed, kMix, ep, index));
+  const MixDraw draw = draw_mix(opt.augment, big, h, w, rng);
+  Tensor targets({b, classes}, DType::f32);
+  std::vector<float> scratch(draw.apply ? static_cast<size_t>(sample) : 0);
+  float* images = batch.images.f32();
+  const int32_t* labels = batch.labels.i32();
+  for (int64_t i = 0; i < b; ++i) {
+    const int64_t row = lo + i, mirror = big - 1 - row;
+    float* x = images + i * sample;
+    int32_t mirror_label = labels[i];
+    if (mirror >= lo && mirror < lo + b) {
+      mirror_label = labels[mirror - lo];
+      if (row < mirror) mix_pair(draw, x, images + (mirror - lo) * sample, c, h, w);
+    } else if (draw.apply) {
+      if (stopping.load(std::memory_order_relaxed) || live_generation.load() != gen) return false;
+      mirror_label = checked_label(prepare_sample(ep, ord[first + mirror], scratch.data()));
+      if (row < mirror)
+        mix_pair(draw, x, scratch.data(), c, h, w);
+      else
+        mix_pair(draw, scratch.data(), x, c, h, w);
+    }
+    // Else λ = 1 (draw_mix: apply is false only then, B being a multiple of N > 1): the mirror's
+    // weight 1 − λ is 0 and its label adds +0 to the row, so the row's own label stands in for it
+    // and the mirror is not decoded.
+    mix_target(draw.lam, labels[i], mirror_label, classes, opt.augment.smoothing,
+               targets.f32() + i * classes);
+  }
+  batch.targets = std::move(targets);
+  return true;
+}
+
+int32_t Loader::Impl::checked_label(int64_t src) const {
+  const int32_t label = data.label(src);
+  if (label < 0 || label >= classes)
+    throw Error(data.describe(src) + ": label " + std::to_string(label) + " is outside 0.." +
+                std::to_string(classes - 1));
+  return label;
 }
 
 // Writes sample idx (or, when it cannot be read, its replacement) at dst; returns the index used.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include <opencv2/core.hpp>
@@ -393,6 +394,154 @@ TEST(MixBatch, DeterminismAndBadInput) {
   EXPECT_THROW(mix_batch(bad.images, bad.labels, classes, o, r, bad.targets), Error);
   Tensor flat({b, c * h * w});
   EXPECT_THROW(mix_batch(flat, bad.labels, classes, o, r, bad.targets), Error);
+}
+
+// mix_batch as it was before it was split into draw_mix, mix_pair and mix_target (verbatim apart
+// from the names), so that the split is checked to give the same batches bit for bit.
+namespace before_split {
+double uniform01(ops::Rng& rng) {
+  return static_cast<double>(rng.next_u64() >> 11) * 0x1p-53;
+}
+int64_t randint(ops::Rng& rng, int64_t lo, int64_t hi) {
+  if (hi <= lo) return lo;
+  const uint64_t span = static_cast<uint64_t>(hi - lo) + 1;
+  return lo + static_cast<int64_t>(rng.next_u64() % span);
+}
+float mix_batch(Tensor& images, const Tensor& labels, int64_t classes,
+                const AugmentOptions& options, ops::Rng& rng, Tensor& targets) {
+  const int64_t b = images.dim(0), c = images.dim(1), h = images.dim(2), w = images.dim(3);
+  const int32_t* y = labels.i32();
+  double lam = 1.0;
+  bool cutmix = false;
+  if (options.mixing() && uniform01(rng) < options.mixup_prob) {
+    if (options.mixup > 0.f && options.cutmix > 0.f)
+      cutmix = uniform01(rng) < options.mixup_switch_prob;
+    else
+      cutmix = options.cutmix > 0.f;
+    lam = sample_beta(cutmix ? options.cutmix : options.mixup, rng);
+  }
+  float* x = images.f32();
+  const int64_t sample = c * h * w;
+  if (lam < 1.0 && b > 1) {
+    if (cutmix) {
+      const double cut = std::sqrt(1.0 - lam);
+      const int64_t cut_h = static_cast<int64_t>(h * cut), cut_w = static_cast<int64_t>(w * cut);
+      const int64_t cy = randint(rng, 0, h - 1), cx = randint(rng, 0, w - 1);
+      const int64_t y0 = std::clamp<int64_t>(cy - cut_h / 2, 0, h);
+      const int64_t y1 = std::clamp<int64_t>(cy + cut_h / 2, 0, h);
+      const int64_t x0 = std::clamp<int64_t>(cx - cut_w / 2, 0, w);
+      const int64_t x1 = std::clamp<int64_t>(cx + cut_w / 2, 0, w);
+      lam = 1.0 - static_cast<double>((y1 - y0) * (x1 - x0)) / static_cast<double>(h * w);
+      for (int64_t i = 0; i < b / 2; ++i) {
+        float* p = x + i * sample;
+        float* q = x + (b - 1 - i) * sample;
+        for (int64_t ch = 0; ch < c; ++ch)
+          for (int64_t yy = y0; yy < y1; ++yy) {
+            const int64_t off = (ch * h + yy) * w;
+            std::swap_ranges(p + off + x0, p + off + x1, q + off + x0);
+          }
+      }
+    } else {
+      const float l = static_cast<float>(lam), m = static_cast<float>(1.0 - lam);
+      for (int64_t i = 0; i < b / 2; ++i) {
+        float* p = x + i * sample;
+        float* q = x + (b - 1 - i) * sample;
+        for (int64_t k = 0; k < sample; ++k) {
+          const float a = p[k], bb = q[k];
+          p[k] = l * a + m * bb;
+          q[k] = l * bb + m * a;
+        }
+      }
+    }
+  }
+  if (targets.shape() != Shape{b, classes} || targets.dtype() != DType::f32)
+    targets = Tensor({b, classes}, DType::f32);
+  const double eps = options.smoothing;
+  const float off = static_cast<float>(eps / classes);
+  const float on = static_cast<float>(1.0 - eps + eps / classes);
+  float* t = targets.f32();
+  for (int64_t i = 0; i < b; ++i) {
+    float* row = t + i * classes;
+    std::fill(row, row + classes, off);
+    row[y[i]] += static_cast<float>(lam) * (on - off);
+    row[y[b - 1 - i]] += static_cast<float>(1.0 - lam) * (on - off);
+  }
+  return static_cast<float>(lam);
+}
+}  // namespace before_split
+
+TEST(MixBatch, SplitIntoDrawPairAndTargetGivesTheSameBatchesBitForBit) {
+  const int64_t c = 3, h = 9, w = 7, classes = 6;
+  AugmentOptions mixup, cutmix, both;
+  mixup.mixup = 0.8f;
+  cutmix.cutmix = 1.f;
+  cutmix.smoothing = 0.f;
+  both.mixup = 0.3f;
+  both.cutmix = 0.7f;
+  both.mixup_prob = 0.7f;
+  both.mixup_switch_prob = 0.5f;
+  both.smoothing = 0.25f;
+  int mixed = 0;
+  for (const AugmentOptions& o : {mixup, cutmix, both})
+    for (int64_t b : {1, 2, 5, 6})
+      for (uint64_t seed = 0; seed < 60; ++seed) {
+        // Rows of distinct noise, so that any difference in arithmetic shows.
+        Tensor images({b, c, h, w}), labels({b}, DType::i32);
+        ops::Rng fill(1000 + seed);
+        for (int64_t k = 0; k < images.numel(); ++k)
+          images.f32()[k] = static_cast<float>(fill.normal());
+        for (int64_t i = 0; i < b; ++i) labels.i32()[i] = static_cast<int32_t>((i * 5 + seed) % 6);
+        Tensor want_images = images.clone(), want_targets, got_targets;
+        ops::Rng r1(seed), r2(seed);
+        const float want =
+            before_split::mix_batch(want_images, labels, classes, o, r1, want_targets);
+        const float got = mix_batch(images, labels, classes, o, r2, got_targets);
+        ASSERT_EQ(std::memcmp(&got, &want, sizeof got), 0) << b << " " << seed;
+        ASSERT_EQ(r1.counter(), r2.counter()) << b << " " << seed;  // the same draws
+        ASSERT_EQ(std::memcmp(images.data(), want_images.data(), images.nbytes()), 0)
+            << b << " " << seed;
+        ASSERT_EQ(got_targets.shape(), want_targets.shape());
+        ASSERT_EQ(std::memcmp(got_targets.data(), want_targets.data(), got_targets.nbytes()), 0)
+            << b << " " << seed;
+        mixed += got < 1.f;
+      }
+  EXPECT_GT(mixed, 400);
+}
+
+// draw_mix + mix_pair + mix_target on a pair held apart (as a shard holds a row and a mirror
+// decoded for it) give the rows mix_batch gives.
+TEST(MixBatch, PairsMixedApartMatchTheWholeBatch) {
+  const int64_t b = 6, c = 2, h = 8, w = 8, classes = 4;
+  AugmentOptions o;
+  o.mixup = 0.8f;
+  o.cutmix = 1.f;
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    MixCase whole(b, c, h, w, classes);
+    ops::Rng r1(seed), r2(seed);
+    const float lam = mix_batch(whole.images, whole.labels, classes, o, r1, whole.targets);
+    const MixDraw draw = draw_mix(o, b, h, w, r2);
+    EXPECT_EQ(static_cast<float>(draw.lam), lam);
+    const int64_t sample = c * h * w;
+    for (int64_t i = 0; i < b; ++i) {
+      MixCase fresh(b, c, h, w, classes);
+      std::vector<float> own(fresh.images.f32() + i * sample,
+                             fresh.images.f32() + (i + 1) * sample);
+      std::vector<float> mirror(fresh.images.f32() + (b - 1 - i) * sample,
+                                fresh.images.f32() + (b - i) * sample);
+      if (i < b - 1 - i)
+        mix_pair(draw, own.data(), mirror.data(), c, h, w);
+      else
+        mix_pair(draw, mirror.data(), own.data(), c, h, w);
+      EXPECT_EQ(std::memcmp(own.data(), whole.images.f32() + i * sample, sample * sizeof(float)), 0)
+          << seed << " row " << i;
+      std::vector<float> target(classes);
+      mix_target(draw.lam, fresh.labels.i32()[i], fresh.labels.i32()[b - 1 - i], classes,
+                 o.smoothing, target.data());
+      EXPECT_EQ(
+          std::memcmp(target.data(), whole.targets.f32() + i * classes, classes * sizeof(float)), 0)
+          << seed << " row " << i;
+    }
+  }
 }
 
 }  // namespace

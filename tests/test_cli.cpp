@@ -133,6 +133,38 @@ TEST_F(Cli, EnvReportsThreadsAndOptions) {
   EXPECT_TRUE(contains(r.out, "bf16: ")) << r.out;
   EXPECT_TRUE(contains(r.out, "  name = abc\n")) << r.out;
   EXPECT_TRUE(contains(r.out, "  seed = 0 (default)\n")) << r.out;
+  // No MPI launcher: a world of one, and MPI never starts (no messages from it).
+  EXPECT_TRUE(contains(r.out, "world: not under MPI (a world of one)\n")) << r.out;
+  EXPECT_EQ(r.err, "");
+}
+
+TEST_F(Cli, EnvUnderMpirunPrintsOnceForTheWorld) {
+  vitk::testing::Command c = vitk::testing::mpirun_vitk_command(dir_, 2, {"env", "--seed", "3"});
+  c.timeout_seconds = 120;
+  Result r = vitk::testing::run_process(c);
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.status, 0) << r.err;
+  // Rank 0 prints for both ranks, once.
+  EXPECT_TRUE(contains(r.out, "world: mpirun (Open MPI")) << r.out;
+  EXPECT_TRUE(contains(r.out, "rank 0 of 2 on host ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "; ranks: 0 on ")) << r.out;
+  EXPECT_TRUE(contains(r.out, ", 1 on ")) << r.out;
+  EXPECT_TRUE(contains(r.out, " with 1 thread\n")) << r.out;
+  size_t versions = 0;
+  for (size_t at = r.out.find("vitk " VITK_VERSION); at != std::string::npos;
+       at = r.out.find("vitk " VITK_VERSION, at + 1))
+    ++versions;
+  EXPECT_EQ(versions, 1u) << r.out;
+}
+
+TEST_F(Cli, UsageErrorUnderMpirunEndsTheJobWithItsCode) {
+  // Every rank fails; none finalizes, so mpirun ends the job at once with the ranks' exit code.
+  vitk::testing::Command c = vitk::testing::mpirun_vitk_command(dir_, 2, {"env", "--bogus"});
+  c.timeout_seconds = 120;
+  Result r = vitk::testing::run_process(c);
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, "vitk: error: ")) << r.err;
 }
 
 TEST_F(Cli, EnvHelpHasExampleAndAllOptions) {
@@ -263,6 +295,75 @@ TEST_F(Cli, BenchRefusesUnknownBenchmarkAndPrecision) {
   r = run({"bench", "ops", "--precision", "f16"});
   EXPECT_EQ(r.status, 2);
   EXPECT_TRUE(contains(r.err, "--precision")) << r.err;
+}
+
+// `vitk bench vit-step|mt-step --config FILE` time the model of the file's [model] section (the
+// other model's keys and the [train] keys of other subcommands ignored); --model.KEY on the
+// command line overrides the file. The parameter count shows which model ran.
+TEST_F(Cli, BenchStepTimesTheModelOfAConfigFile) {
+  write("tiny-vit.ini",
+        "[model]\ntype = vit\nimage_size = 8\npatch_size = 4\nchannels = 3\nnum_classes = 5\n"
+        "d_model = 16\nheads = 2\nd_ff = 32\nlayers = 2\nactivation = gelu\npre_norm = true\n"
+        "[train]\nepochs = 3\n");
+  const std::vector<std::string> quick = {"--steps",   "1", "--repeats",     "1",
+                                          "--threads", "1", "--no-breakdown"};
+  auto args = [&](std::vector<std::string> a) {
+    a.insert(a.end(), quick.begin(), quick.end());
+    return a;
+  };
+  // Patches 784 (4·4·3·16 + 16), class token 16, positions 5·16, two blocks of 2224, final
+  // norm 32, head 16·5 + 5.
+  Result r = run(args({"bench", "vit-step", "--config", "tiny-vit.ini", "--batch-size", "2"}));
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "vit-step model: ViT, 8x8x3 images, patch 4 (5 tokens), d_model 16"))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, "; 5445 parameters")) << r.out;
+  EXPECT_TRUE(contains(r.out, "vit-step: batch 2, f32, 1 threads: best")) << r.out;
+  // 12x12: 9 patches, 80 more position parameters.
+  r = run(args({"bench", "vit-step", "--config", "tiny-vit.ini", "--model.image_size", "12",
+                "--batch-size", "1"}));
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "12x12x3 images, patch 4 (10 tokens)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "; 5525 parameters")) << r.out;
+
+  write("tiny-mt.ini",
+        "[model]\ntype = transformer\nvocab_size = 50\nd_model = 16\nheads = 2\nd_ff = 32\n"
+        "layers = 1\ndecoder_layers = 1\nsequence_length = 16\n");
+  r = run(
+      args({"bench", "mt-step", "--config", "tiny-mt.ini", "--batch-size", "2", "--length", "4"}));
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out,
+                       "mt-step model: Transformer, d 16, 1+1 layers, 2 heads, d_ff 32, "
+                       "vocabulary 50 (tied); "))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, "mt-step: d 16, 1+1 layers")) << r.out;
+  EXPECT_TRUE(contains(r.out, "batch 2x4->4")) << r.out;
+}
+
+// A bad config file is a usage error (exit 2) on one line naming the file and what is wrong,
+// before anything runs.
+TEST_F(Cli, BenchStepNamesABadConfigFile) {
+  write("wide.ini", "[model]\ntype = vit\nd_model = wide\n");
+  write("odd.ini", "[model]\ntype = vit\nd_model = 100\nheads = 3\n");
+  write("vit.ini", "[model]\ntype = vit\nd_model = 16\nheads = 2\n");
+  write("syntax.ini", "[model]\nd_model 16\n");
+  const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> cases = {
+      {{"vit-step", "--config", "missing.ini"}, {"missing.ini"}},
+      {{"vit-step", "--config", "wide.ini"}, {"wide.ini", "d_model", "wide"}},
+      {{"vit-step", "--config", "odd.ini"}, {"odd.ini", "d_model 100", "heads 3"}},
+      {{"mt-step", "--config", "vit.ini"}, {"vit.ini", "'vit' model"}},
+      {{"mt-step", "--config", "syntax.ini"}, {"syntax.ini:2"}},
+      {{"vit-step", "--model.layers", "none"}, {"--model options", "layers", "none"}},
+  };
+  for (const auto& [words, parts] : cases) {
+    std::vector<std::string> a = {"bench"};
+    a.insert(a.end(), words.begin(), words.end());
+    const Result r = run(a);
+    EXPECT_EQ(r.status, 2) << words[2] << ": " << r.err;
+    expect_one_error_line(r);
+    for (const std::string& part : parts) EXPECT_TRUE(contains(r.err, part)) << r.err;
+    EXPECT_EQ(r.out, "") << words[2];
+  }
 }
 
 // `vitk bench attention-memory`: one row per length, pass and kernel, each from a child process;

@@ -19,6 +19,7 @@
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
+#include "batch_util.h"
 #include "common/error.h"
 #include "datasets/dataset.h"
 #include "datasets/loader.h"
@@ -122,15 +123,7 @@ std::vector<Batch> epoch(Loader& loader, int64_t e, int64_t first = 0) {
   return out;
 }
 
-bool same(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype() || a.empty() != b.empty()) return false;
-  return a.empty() || std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
-}
-
-bool same(const Batch& a, const Batch& b) {
-  return same(a.images, b.images) && same(a.labels, b.labels) && same(a.targets, b.targets) &&
-         a.epoch == b.epoch && a.index == b.index;
-}
+using vitk::test::same;
 
 TEST(Loader, TrainingEpochsArePermutationsWithoutTheLastPartialBatch) {
   Synthetic data(105);

@@ -45,7 +45,8 @@ class FakeTask : public vitk::train::Task {
     i.metric_names = {"loss", "score"};
     return i;
   }
-  void setup(const vitk::io::CheckpointMeta*, uint64_t seed) override {
+  void setup(const vitk::io::CheckpointMeta*, uint64_t seed,
+             const vitk::train::Partition&) override {
     seed_ = seed;
     params_.add("w", {1});
     params_.finalize();
@@ -69,7 +70,7 @@ class FakeTask : public vitk::train::Task {
   std::pair<std::string, int64_t> batching() const override {
     return {"batch-size", items_per_batch};
   }
-  vitk::train::StepStats forward_loss(vitk::nn::Context& ctx, int64_t) override {
+  vitk::train::StepStats forward_loss(vitk::nn::Context& ctx, int64_t, int) override {
     seen.emplace_back(epoch_, batch_);
     if (stop && seen.size() == static_cast<size_t>(stop_after)) stop->store(1);
     const float w = params_.get("w").value.f32()[0];
@@ -341,8 +342,8 @@ TEST(Trainer, RefusesAnotherRunsDirectoryAndAStepStateOfAnotherBatching) {
 
 TEST(Trainer, ANonFiniteLossStopsBeforeTheUpdateAndSaysWhatToDo) {
   struct Diverging : FakeTask {
-    vitk::train::StepStats forward_loss(vitk::nn::Context& ctx, int64_t step) override {
-      vitk::train::StepStats s = FakeTask::forward_loss(ctx, step);
+    vitk::train::StepStats forward_loss(vitk::nn::Context& ctx, int64_t step, int m) override {
+      vitk::train::StepStats s = FakeTask::forward_loss(ctx, step, m);
       if (step == 2) s.loss = std::nan("");
       return s;
     }

@@ -151,6 +151,23 @@ inline VitkResult run_vitk(const std::filesystem::path& dir, const std::vector<s
   return run_process(vitk_command(dir, args, tag, stdin_file));
 }
 
+// `mpirun -np RANKS vitk args...` on this machine: one OpenMP thread per rank (the test machine
+// may have fewer cores than ranks), and LeakSanitizer told about the memory Open MPI keeps until
+// exit (tests/lsan_mpi.supp) for sanitizer builds.
+inline Command mpirun_vitk_command(const std::filesystem::path& dir, int ranks,
+                                   const std::vector<std::string>& args,
+                                   const std::string& tag = "run") {
+  Command c = vitk_command(dir, args, tag);
+  const std::vector<std::string> launcher = {VITK_MPIEXEC, "--allow-run-as-root", "--oversubscribe",
+                                             "-np", std::to_string(ranks)};
+  c.argv.insert(c.argv.begin(), launcher.begin(), launcher.end());
+  c.env = {
+      {"OMP_NUM_THREADS", "1"},
+      {"LSAN_OPTIONS", std::string("suppressions=") + VITK_SOURCE_DIR +
+                           "/tests/lsan_mpi.supp:fast_unwind_on_malloc=0:print_suppressions=0"}};
+  return c;
+}
+
 // A usage or run-time error of vitk is exactly one line, prefixed so that it stands out in a log.
 inline void expect_one_error_line(const VitkResult& r) {
   EXPECT_EQ(r.err.rfind("vitk: error: ", 0), 0u) << r.err;

@@ -16,6 +16,7 @@
 
 #include <boost/make_shared.hpp>
 
+#include "common/dist/world.h"
 #include "common/error.h"
 #include "common/ops/ops.h"
 
@@ -295,8 +296,12 @@ int dispatch(const Registry& registry, const std::vector<std::string>& args) {
   return run_command(registry, *cmd, std::vector<std::string>(args.begin() + 1, args.end()));
 }
 
+// Under MPI every rank that fails says so, naming itself: a job's log interleaves the ranks.
 void report_error(const char* what) {
-  std::cerr << "vitk: error: " << what << std::endl;
+  const dist::World& world = dist::world();
+  std::cerr << "vitk: error: "
+            << (world.size() > 1 ? "rank " + std::to_string(world.rank()) + ": " : std::string())
+            << what << std::endl;
 }
 
 template <typename T>
@@ -323,11 +328,34 @@ bool print_as(std::ostream& os, const boost::any& v) {
 
 // ---- vitk env ---------------------------------------------------------------------------------
 
+// How the process was started and, under MPI, every rank's host and OpenMP threads (gathered by
+// every rank, printed by rank 0).
+std::string world_line() {
+  const dist::World& world = dist::world();
+  std::string line = world.launch();
+  if (!world.mpi()) return line;
+  const std::vector<std::string> ranks =
+      world.allgather(std::to_string(ops::num_threads()) + " " + world.host());
+  line += "; ranks:";
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const size_t space = ranks[r].find(' ');
+    const std::string threads = ranks[r].substr(0, space);
+    line += std::string(r ? "," : "") + " " + std::to_string(r) + " on " +
+            ranks[r].substr(space + 1) + " with " + threads +
+            (threads == "1" ? " thread" : " threads");
+  }
+  return line;
+}
+
 int run_env(const po::variables_map& vm) {
+  const std::string world = world_line();
+  // Under MPI only rank 0 prints (DESIGN.md, "Command line").
+  if (!dist::world().root()) return kExitOk;
   std::cout << version_line() << "\n"
             << "threads: " << ops::num_threads() << "\n"
             << "cpu isa: " << ops::cpu_isa() << "\n"
             << "bf16: " << (ops::bf16_supported() ? "yes" : "no") << "\n"
+            << "world: " << world << "\n"
             << "options:\n";
   for (const auto& [key, value] : vm)
     std::cout << "  " << key << " = " << format_value(value)
@@ -443,10 +471,12 @@ int run_cli(const Registry& registry, int argc, const char* const* argv) {
 void register_env_commands(Registry& registry) {
   Subcommand env;
   env.name = "env";
-  env.summary = "print the version, thread count, CPU ISA, bf16 support and the options given";
+  env.summary =
+      "print the version, thread count, CPU ISA, bf16 support, the MPI world and the options given";
   env.example =
       "vitk env --threads 4\n"
-      "vitk env --config configs/run.ini --seed 7   # --seed overrides the file";
+      "vitk env --config configs/run.ini --seed 7   # --seed overrides the file\n"
+      "mpirun -np 2 vitk env                        # the world: every rank's host and threads";
   env.add_options = [](po::options_description& o) {
     o.add_options()("seed", po::value<int>()->value_name("INT")->default_value(0),
                     "a random seed, echoed back (to check config files)")(

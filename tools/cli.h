@@ -77,7 +77,8 @@ void add_precision_option(po::options_description& o, bool training = false);
 ops::Precision precision_from(const po::variables_map& vm);
 
 // ---- Registration hooks, one per tools/cmd_*.cpp (called from main.cpp) ----------------------
-// `vitk env`: version, threads, CPU ISA, bf16 support and the options it was given (tools/cli.cpp).
+// `vitk env`: version, threads, CPU ISA, bf16 support, the world (MPI) and the options it was given
+// (tools/cli.cpp).
 void register_env_commands(Registry& registry);
 // `vitk bench ops` (tools/cmd_bench.cpp).
 void register_bench_commands(Registry& registry);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "common/bench/ops_bench.h"
 #include "common/error.h"
 #include "common/ops/ops.h"
+#include "common/seq2seq/config.h"
 #include "common/seq2seq/step_bench.h"
 #include "tools/cli.h"
 #include "vit/step_bench.h"
@@ -113,6 +115,101 @@ int run_attention_memory(const po::variables_map& vm, int repeats) {
   return kExitOk;
 }
 
+// ---- The model of vit-step and mt-step ------------------------------------------------------
+//
+// Both take their model from the [model] section of --config (or --model.KEY), read as a
+// checkpoint's configuration is read (vit::from_config_map, seq2seq::from_config_map), so every
+// key is a string option here. One preset serves both benchmarks and `vitk info`: a key of the
+// other model (a ViT config's `activation`, a translation config's `vocab_size` for vit-step) is
+// ignored, as `vitk train` ignores it. Without any model key, the benchmark's own model is timed.
+
+// Every [model] key of either model, with the benchmarks that read it.
+std::map<std::string, std::string> model_keys() {
+  std::map<std::string, std::string> keys;
+  for (const auto& [key, value] : vit::to_config_map(vit::VitConfig{})) keys[key] = "vit-step";
+  for (const auto& [key, value] : seq2seq::to_config_map(seq2seq::TransformerConfig{}))
+    keys[key] = keys.count(key) ? "vit-step, mt-step" : "mt-step";
+  return keys;
+}
+
+void add_model_options(po::options_description& o) {
+  po::options_description model(
+      "Model of vit-step and mt-step: the [model] section of --config, or --model.KEY (the keys "
+      "of `vitk train --help` and `vitk mt-train --help`)");
+  for (const auto& [key, who] : model_keys())
+    model.add_options()(("model." + key).c_str(), po::value<std::string>()->value_name("V"),
+                        who.c_str());
+  o.add(model);
+}
+
+// The given model keys among `keys` (a model's to_config_map), without the "model." prefix.
+std::map<std::string, std::string> given_model(const po::variables_map& vm,
+                                               const std::map<std::string, std::string>& keys) {
+  std::map<std::string, std::string> given;
+  for (const auto& [key, value] : keys) {
+    (void)value;
+    const auto it = vm.find("model." + key);
+    if (it != vm.end() && !it->second.empty()) given[key] = it->second.as<std::string>();
+  }
+  return given;
+}
+
+// What an error in the model settings names: the config file they came from, if any.
+std::string model_source(const po::variables_map& vm) {
+  return vm.count("config") ? "the model of " + vm["config"].as<std::string>()
+                            : "the --model options";
+}
+
+// The ViT of vit-step: --config's [model] (or --model.KEY) if given, else the small default;
+// then --drop-path, --patch-drop and the stem and convolution lists, where given.
+vit::VitConfig vit_step_model(const po::variables_map& vm) {
+  const auto given = given_model(vm, vit::to_config_map(vit::VitConfig{}));
+  vit::VitConfig c = vit::StepBenchOptions::small_model();
+  if (!given.empty()) {
+    try {
+      c = vit::from_config_map(given, model_source(vm));
+    } catch (const Error& e) {
+      throw UsageError(e.what());
+    }
+  }
+  auto set = [&](const char* option) { return !vm[option].defaulted(); };
+  // A list option through its parser; a bad value is a usage error naming the option.
+  auto list = [&](const char* option, std::vector<int64_t> (*parse)(const std::string&)) {
+    try {
+      return parse(vm[option].as<std::string>());
+    } catch (const UsageError& e) {
+      throw UsageError(std::string("--") + option + ": " + e.what());
+    }
+  };
+  if (set("drop-path")) c.drop_path = vm["drop-path"].as<float>();
+  if (set("patch-drop")) c.patch_drop = vm["patch-drop"].as<float>();
+  if (set("stem-channels")) c.stem_channels = list("stem-channels", vit::parse_stem_channels);
+  if (set("stem-strides")) c.stem_strides = list("stem-strides", vit::parse_stem_strides);
+  if (set("pos-conv-blocks"))
+    c.pos_conv_blocks = list("pos-conv-blocks", vit::parse_pos_conv_blocks);
+  if (set("ffn-conv-blocks"))
+    c.ffn_conv_blocks = list("ffn-conv-blocks", vit::parse_ffn_conv_blocks);
+  try {
+    c.validate();
+  } catch (const UsageError& e) {
+    throw UsageError((given.empty() ? std::string("vit-step's model") : model_source(vm)) + ": " +
+                     e.what());
+  }
+  return c;
+}
+
+// The translation model of mt-step: --config's [model] (or --model.KEY) if given, else the
+// small default.
+seq2seq::TransformerConfig mt_step_model(const po::variables_map& vm) {
+  const auto given = given_model(vm, seq2seq::to_config_map(seq2seq::TransformerConfig{}));
+  if (given.empty()) return seq2seq::StepBenchOptions::small_model();
+  try {
+    return seq2seq::from_config_map(given, model_source(vm));
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+}
+
 int run_bench(const po::variables_map& vm) {
   const std::string what = vm["what"].as<std::string>();
   if (what == "compare") return run_compare(vm);
@@ -161,31 +258,22 @@ int run_bench(const po::variables_map& vm) {
     if (timing.steps < 1 || batch < 1) throw UsageError("--steps and --batch-size must be >= 1");
     if (what == "vit-step") {
       vit::StepBenchOptions vo;
+      vo.model = vit_step_model(vm);
       vo.timing = timing;
       vo.batch = batch;
       vo.precision = precision;
-      vo.drop_path = vm["drop-path"].as<float>();
-      vo.patch_drop = vm["patch-drop"].as<float>();
-      // A list option through its parser; a bad value is a usage error naming the option.
-      auto list = [&](const char* option, std::vector<int64_t> (*parse)(const std::string&)) {
-        try {
-          return parse(vm[option].as<std::string>());
-        } catch (const UsageError& e) {
-          throw UsageError(std::string("--") + option + ": " + e.what());
-        }
-      };
-      vo.stem_channels = list("stem-channels", vit::parse_stem_channels);
-      vo.stem_strides = list("stem-strides", vit::parse_stem_strides);
-      vo.pos_conv_blocks = list("pos-conv-blocks", vit::parse_pos_conv_blocks);
-      vo.ffn_conv_blocks = list("ffn-conv-blocks", vit::parse_ffn_conv_blocks);
       vit::print_step_bench(std::cout, vo, vit::run_step_bench(vo, &std::cerr));
     } else {
       seq2seq::StepBenchOptions mo;
+      mo.model = mt_step_model(vm);
       mo.timing = timing;
       mo.batch = batch;
       mo.precision = precision;
       const int length = vm["length"].as<int>();
       if (length < 1) throw UsageError("--length must be >= 1");
+      if (length > mo.model.max_length)
+        throw UsageError("--length " + std::to_string(length) + " is longer than the model's " +
+                         "max_length " + std::to_string(mo.model.max_length));
       mo.source_length = mo.target_length = length;
       seq2seq::print_step_bench(std::cout, mo, seq2seq::run_step_bench(mo, &std::cerr));
     }
@@ -229,6 +317,9 @@ void register_bench_commands(Registry& registry) {
       "vitk bench vit-step --precision bf16 --repeats 3 [--stem-channels 48,96]\n"
       "vitk bench mt-step --repeats 3 --steps 5   # transformer-small, 128 x 32 tokens; see "
       "tests/bench/mt_train_vs_pytorch.py\n"
+      "vitk bench vit-step --config configs/vit-b16.ini --model.image_size 384 --batch-size 4 "
+      "--steps 2 --repeats 3   # a config's [model]\n"
+      "vitk bench mt-step --config configs/transformer-base.ini --batch-size 48 --length 32\n"
       "vitk bench compare -- --quick   # vitk against PyTorch: runs tests/bench/compare.py\n"
       "vitk bench attention --repeats 3   # materialized vs blocked attention, per shape\n"
       "vitk bench attention-memory --lengths 1024,2048,4096   # peak memory of a ViT-B/16 layer";
@@ -241,7 +332,8 @@ void register_bench_commands(Registry& registry) {
         "what to time: ops (linear products), layers (one encoder and one decoder layer) or "
         "vit-step (a training step of the Fashion-MNIST ViT, with a breakdown) or mt-step (a "
         "training step of the small translation Transformer: d 256, 3+3 layers, 4 heads, FFN "
-        "1024, 8k tied vocabulary), attention (materialized against blocked attention), "
+        "1024, 8k tied vocabulary), each on the model of --config instead when given, "
+        "attention (materialized against blocked attention), "
         "attention-memory (peak memory of an encoder layer at long sequence lengths) or compare "
         "(vitk against PyTorch, side by side: runs "
         "tests/bench/compare.py)")("repeats", po::value<int>()->default_value(7)->value_name("N"),
@@ -255,7 +347,7 @@ void register_bench_commands(Registry& registry) {
         "drop-path", po::value<float>()->default_value(0.f, "0")->value_name("P"),
         "vit-step: stochastic depth of the last block")(
         "patch-drop", po::value<float>()->default_value(0.f, "0")->value_name("P"),
-        "vit-step: patch dropout, the share of the 49 patch tokens each image leaves out")(
+        "vit-step: patch dropout, the share of the patch tokens each image leaves out")(
         "stem-channels", po::value<std::string>()->default_value("none")->value_name("LIST"),
         "vit-step: a convolutional stem with these channels (configs/vit-fmnist.ini: 48,96)")(
         "stem-strides", po::value<std::string>()->default_value("none")->value_name("LIST"),
@@ -291,6 +383,7 @@ void register_bench_commands(Registry& registry) {
         "compare-args", po::value<std::vector<std::string>>()->value_name("WORDS"),
         "compare: the words after `--`, for tests/bench/compare.py (see its --help)");
     add_precision_option(o, /*training=*/true);
+    add_model_options(o);
   };
   c.add_positional = [](po::positional_options_description& p) {
     p.add("what", 1).add("compare-args", -1);

@@ -147,6 +147,7 @@ void add_options(po::options_description& o) {
       ("log-interval", po::value<int64_t>()->default_value(50),
        "steps between progress lines when the output is not a terminal");
   add_profile_options(opt);
+  add_parallel_options(opt);
   add_precision_option(opt, /*training=*/true);
   po::options_description val("Validation");
   val.add_options()  //
@@ -200,6 +201,7 @@ seq2seq::TrainOptions train_options(const po::variables_map& vm) {
   t.seed = vm["seed"].as<uint64_t>();
   t.log_interval = vm["log-interval"].as<int64_t>();
   t.profile_every = profile_every(vm, &t.profile);
+  read_parallel_options(vm, &t.accum_steps, &t.bucket_mb);
   t.valid_freq = vm["valid-freq"].as<int64_t>();
   t.beam_size = vm["beam-size"].as<int>();
   t.length_penalty = vm["length-penalty"].as<float>();

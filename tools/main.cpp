@@ -2,6 +2,7 @@
 #include <exception>
 #include <iostream>
 
+#include "common/dist/world.h"
 #include "tools/cli.h"
 
 namespace {
@@ -29,13 +30,21 @@ constexpr void (*kRegistrations[])(vitk::tools::Registry&) = {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Under an MPI launcher (`mpirun -np N vitk ...`) this process joins the world; otherwise it is a
+  // world of one and MPI is never called.
+  try {
+    vitk::dist::init(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "vitk: error: " << e.what() << std::endl;
+    return vitk::dist::leave(vitk::tools::kExitFailure);
+  }
   vitk::tools::Registry registry;
   try {
     for (auto register_commands : kRegistrations) register_commands(registry);
   } catch (const std::exception& e) {
     // A duplicate or malformed registration is a bug in vitk itself, not in how it was called.
     std::cerr << "vitk: internal error: " << e.what() << std::endl;
-    return vitk::tools::kExitFailure;
+    return vitk::dist::leave(vitk::tools::kExitFailure);
   }
-  return vitk::tools::run_cli(registry, argc, argv);
+  return vitk::dist::leave(vitk::tools::run_cli(registry, argc, argv));
 }

@@ -21,6 +21,8 @@ packages=(
   # A TrueType font for UTF-8 labels in pictures (drawn by OpenCV's freetype module, which
   # libopencv-dev brings with libopencv-contrib-dev); without it labels fall back to ASCII.
   fonts-dejavu-core
+  # Multi-machine training (`mpirun -np N vitk train`): Open MPI, rather than a transport of our own.
+  libopenmpi-dev openmpi-bin
   dataset-fashion-mnist
 )
 

@@ -160,6 +160,7 @@ void add_train_options(po::options_description& o, TrainCommand command) {
        "comes from a validated epoch")  //
       ("prefetch", po::value<int>()->default_value(3), "batches the loader prepares ahead");
   add_profile_options(opt);
+  add_parallel_options(opt);
   add_precision_option(opt, /*training=*/true);
   po::options_description aug("Augmentation (training only)");
   aug.add_options()                                                                            //
@@ -230,6 +231,7 @@ vit::TrainOptions train_options(const po::variables_map& vm, TrainCommand comman
   t.val_interval = vm["val-interval"].as<int64_t>();
   t.prefetch = vm["prefetch"].as<int>();
   t.profile_every = profile_every(vm, &t.profile);
+  read_parallel_options(vm, &t.accum_steps, &t.bucket_mb);
   t.precision = precision_from(vm);
   auto& a = t.augment;
   a.scale = two_floats(vm, "scale");
@@ -270,6 +272,25 @@ void add_profile_options(po::options_description& o) {
        "and shape, per step (the first step, which creates primitives, is left out)")  //
       ("profile-every", po::value<int64_t>()->default_value(0)->value_name("N"),
        "with --profile (which it implies): print the breakdown of every N steps as they run");
+}
+
+void add_parallel_options(po::options_description& o) {
+  o.add_options()  //
+      ("accum-steps", po::value<int>()->default_value(1)->value_name("K"),
+       "cut each rank's share of a batch into K micro-batches whose gradients add up before the "
+       "step: the same global batch in less memory or on fewer ranks")  //
+      ("bucket-mb", po::value<double>()->default_value(25)->value_name("MB"),
+       "under mpirun: the gradients are summed over the ranks in buckets of about this size, "
+       "started while backward still runs");
+}
+
+void read_parallel_options(const po::variables_map& vm, int* accum_steps, double* bucket_mb) {
+  *accum_steps = vm["accum-steps"].as<int>();
+  if (*accum_steps < 1 || *accum_steps > 4096)
+    throw UsageError("--accum-steps must be in 1..4096, got " + std::to_string(*accum_steps));
+  *bucket_mb = vm["bucket-mb"].as<double>();
+  if (!(*bucket_mb >= 0.001 && *bucket_mb <= 4096))
+    throw UsageError("--bucket-mb must be in 0.001..4096, got " + format_general(*bucket_mb));
 }
 
 int64_t profile_every(const po::variables_map& vm, bool* profile) {

@@ -31,6 +31,11 @@ int run_training(const vit::TrainOptions& options);
 void add_profile_options(po::options_description& options);
 int64_t profile_every(const po::variables_map& vm, bool* profile);
 
+// --accum-steps K and --bucket-mb MB of the trainers (data parallelism, common/train/trainer.h),
+// checked: UsageError naming the option.
+void add_parallel_options(po::options_description& options);
+void read_parallel_options(const po::variables_map& vm, int* accum_steps, double* bucket_mb);
+
 // Installs the SIGINT/SIGTERM handlers of run_training (the first signal asks the run to save a
 // checkpoint and stop; a second one kills at once) and returns the flag they set to the signal.
 // For other training subcommands (`vitk mt-train`).

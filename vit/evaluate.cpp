@@ -78,6 +78,7 @@ EvalResult evaluate(VisionTransformer& model, datasets::Loader& loader, Arena& a
     }
     const ops::CrossEntropyStats s = ops::cross_entropy_forward(logits, batch.labels, 0.f);
     loss_sum += s.loss * static_cast<double>(s.count);
+    r.batch_loss_sums.emplace_back(batch.index, s.loss * static_cast<double>(s.count));
     const int64_t b = logits.dim(0);
     const float* x = logits.f32();
     const int32_t* labels = batch.labels.i32();

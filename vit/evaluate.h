@@ -7,6 +7,7 @@
 #include <iosfwd>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/ops/ops.h"
@@ -35,6 +36,9 @@ struct EvalResult {
   int64_t top1 = 0, top5 = 0;      // images whose label is the arg-max / among the 5 largest
   std::vector<int64_t> confusion;  // [classes × classes], row = true class, column = predicted
   bool complete = true;            // false when stopped early by `stop`
+  // Σ loss of each batch by its index (Batch::index): a sharded validation adds the ranks' batches
+  // in a single process's order.
+  std::vector<std::pair<int64_t, double>> batch_loss_sums;
   std::optional<PrecisionComparison> comparison;  // with EvalSettings::compare
 
   double top1_percent() const { return count ? 100.0 * top1 / count : 0.0; }

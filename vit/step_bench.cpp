@@ -7,9 +7,8 @@
 #include "vit/train_task.h"
 
 namespace vitk::vit {
-namespace {
 
-VitConfig recipe(const StepBenchOptions& o) {
+VitConfig StepBenchOptions::small_model() {
   VitConfig c;
   c.image_height = c.image_width = 28;
   c.patch_size = 4;
@@ -19,21 +18,14 @@ VitConfig recipe(const StepBenchOptions& o) {
   c.heads = 3;
   c.d_ff = 768;
   c.layers = 6;
-  c.drop_path = o.drop_path;
-  c.patch_drop = o.patch_drop;
-  c.stem_channels = o.stem_channels;
-  c.stem_strides = o.stem_strides;
-  c.pos_conv_blocks = o.pos_conv_blocks;
-  c.ffn_conv_blocks = o.ffn_conv_blocks;
   c.preprocess.mean = {0.2860f};
   c.preprocess.std = {0.3530f};
   return c;
 }
 
-}  // namespace
-
 bench::StepResult run_step_bench(const StepBenchOptions& o, std::ostream* log) {
-  const VitConfig config = recipe(o);
+  const VitConfig& config = o.model;
+  config.validate();
   ops::Rng rng(1);
   datasets::Batch batch;
   const int64_t B = o.batch;
@@ -48,11 +40,13 @@ bench::StepResult run_step_bench(const StepBenchOptions& o, std::ostream* log) {
   options.batch_size = B;
   options.precision = o.precision;
   VitTask task(config, options, std::move(batch));
-  return bench::time_training_steps(task, o.precision, o.timing, log);
+  bench::StepResult r = bench::time_training_steps(task, o.precision, o.timing, log);
+  r.parameters = task.params().numel();
+  return r;
 }
 
 void print_step_bench(std::ostream& out, const StepBenchOptions& o, const bench::StepResult& r) {
-  const VitConfig c = recipe(o);
+  const VitConfig& c = o.model;
   std::string what = "batch " + std::to_string(o.batch) + ", " + ops::precision_name(o.precision);
   if (!c.stem_channels.empty())
     what += ", conv stem " + stem_channels_text(c.stem_channels) + " (strides " +
@@ -64,6 +58,14 @@ void print_step_bench(std::ostream& out, const StepBenchOptions& o, const bench:
   if (c.patch_drop > 0)
     what += ", patch_drop " + format_general(c.patch_drop) + " (keeps " +
             std::to_string(c.kept_patches()) + " of " + std::to_string(c.patches()) + " patches)";
+  if (c.drop_path > 0) what += ", drop_path " + format_general(c.drop_path);
+  const std::string model =
+      "ViT, " + std::to_string(c.image_height) + "x" + std::to_string(c.image_width) + "x" +
+      std::to_string(c.channels) + " images, patch " + std::to_string(c.patch_size) + " (" +
+      std::to_string(c.tokens()) + " tokens), d_model " + std::to_string(c.d_model) + ", " +
+      std::to_string(c.layers) + " layers, " + std::to_string(c.heads) + " heads, d_ff " +
+      std::to_string(c.d_ff) + ", " + std::to_string(c.num_classes) + " classes";
+  bench::print_step_model(out, "vit-step", model, r);
   bench::print_step_result(out, "vit-step", what, static_cast<double>(o.batch), "images", r);
 }
 

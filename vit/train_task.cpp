@@ -53,7 +53,15 @@ train::TaskInfo VitTask::info() const {
   return i;
 }
 
-void VitTask::setup(const io::CheckpointMeta* resumed, uint64_t seed) {
+void VitTask::setup(const io::CheckpointMeta* resumed, uint64_t seed,
+                    const train::Partition& partition) {
+  part_ = partition;
+  const int64_t global = fixed_ ? fixed_->labels.numel() : o_.batch_size;
+  if (global % part_.parts() != 0)
+    throw UsageError("--batch-size " + std::to_string(global) + " is not a multiple of " +
+                     std::to_string(part_.ranks) + " ranks x --accum-steps " +
+                     std::to_string(part_.accum) + " = " + std::to_string(part_.parts()) +
+                     " parts of a batch");
   if (!fixed_) open_data();
   build_model(resumed, seed);
   if (!fixed_) open_loaders(seed);
@@ -141,8 +149,13 @@ void VitTask::open_loaders(uint64_t seed) {
   lo.seed = seed;
   lo.augment = o_.augment;
   lo.augment.smoothing = o_.smoothing;
+  // This rank's rows of every batch, and its whole batches of the validation (datasets/loader.h).
+  lo.shard = {part_.rank, part_.ranks};
+  datasets::LoaderOptions val_shard = val;
+  val_shard.shard = lo.shard;
   train_loader_ = std::make_unique<datasets::Loader>(*train_set_, lo);
-  val_loader_ = std::make_unique<datasets::Loader>(*val_set_, val);
+  val_loader_ = std::make_unique<datasets::Loader>(*val_set_, val_shard);
+  val_batches_ = (val_set_->size() + o_.batch_size - 1) / o_.batch_size;
   if (train_loader_->batches_per_epoch() != bpe_)
     throw Error("the loader makes " + std::to_string(train_loader_->batches_per_epoch()) +
                 " batches per epoch, expected " + std::to_string(bpe_));
@@ -193,28 +206,37 @@ std::pair<std::string, int64_t> VitTask::batching() const {
   return {"batch-size", o_.batch_size};
 }
 
-train::StepStats VitTask::forward_loss(nn::Context& ctx, int64_t) {
-  Tensor logits;  // [B, classes]
+// The micro-th of this rank's rows (the loader gave this rank's share of the global batch).
+train::StepStats VitTask::forward_loss(nn::Context& ctx, int64_t, int micro) {
+  const int64_t local = batch_.labels.numel(), rows = local / part_.accum;
+  const int64_t begin = micro * rows, end = begin + rows;
+  const Tensor images = part_.accum == 1 ? batch_.images : batch_.images.rows(begin, end);
+  const Tensor labels = part_.accum == 1 ? batch_.labels : batch_.labels.rows(begin, end);
+  const Tensor targets =
+      part_.accum == 1 || batch_.targets.empty() ? batch_.targets : batch_.targets.rows(begin, end);
+  // The mean over these rows, weighted by their share of the global batch: the gradients summed
+  // over all parts are those of the global batch's mean (exactly 1 in a single process).
+  const float scale = static_cast<float>(rows) / static_cast<float>(local * part_.ranks);
+  Tensor logits;  // [rows, classes]
   {
     ops::profile::Scope scope("model forward (rest)");
-    logits = model_->forward(ctx, batch_.images);
+    logits = model_->forward(ctx, images);
   }
   dlogits_ = ctx.alloc(logits.shape());
   ops::CrossEntropyStats s;
   ops::profile::Scope scope("cross-entropy");
-  if (!batch_.targets.empty()) {  // Mixup/CutMix: soft targets, smoothing folded in
-    s = ops::soft_cross_entropy_forward(logits, batch_.targets);
-    ops::soft_cross_entropy_backward(logits, batch_.targets, 1.f, dlogits_);
+  if (!targets.empty()) {  // Mixup/CutMix: soft targets, smoothing folded in
+    s = ops::soft_cross_entropy_forward(logits, targets);
+    ops::soft_cross_entropy_backward(logits, targets, scale, dlogits_);
   } else {
-    s = ops::cross_entropy_forward_backward(logits, batch_.labels, o_.smoothing, -100, 1.f,
-                                            dlogits_);
+    s = ops::cross_entropy_forward_backward(logits, labels, o_.smoothing, -100, scale, dlogits_);
   }
   train::StepStats stats;
   stats.loss = s.loss;
   stats.loss_sum = s.loss * static_cast<double>(s.count);
   stats.items = s.count;
   stats.correct = s.correct;
-  stats.units = batch_.labels.numel();
+  stats.units = rows;
   return stats;
 }
 
@@ -231,9 +253,21 @@ train::Metrics VitTask::validate(const train::ValidateContext& v) {
   EvalSettings at;
   at.precision = v.precision;
   const EvalResult r = evaluate(*model_, *val_loader_, *v.arena, &progress, v.stop, at);
+  // Each rank evaluated whole batches; the loss is summed batch by batch in the order of a single
+  // process (adding the zeros of other ranks' batches is exact), so the figures equal its own.
+  std::vector<double> sums(static_cast<size_t>(val_batches_), 0.0);
+  for (const auto& [index, sum] : r.batch_loss_sums) sums.at(static_cast<size_t>(index)) = sum;
+  int64_t counts[4] = {r.count, r.top1, r.top5, r.complete ? 0 : 1};
+  v.world->allreduce_sum(sums.data(), sums.size());
+  v.world->allreduce_sum(counts, 4);
+  double loss_sum = 0;
+  for (double x : sums) loss_sum += x;
+  const double n = static_cast<double>(std::max<int64_t>(counts[0], 1));
   train::Metrics m;
-  m.values = {{"loss", r.loss}, {"top1", r.top1_percent()}, {"top5", r.top5_percent()}};
-  m.complete = r.complete;
+  m.values = {{"loss", loss_sum / n},
+              {"top1", 100.0 * static_cast<double>(counts[1]) / n},
+              {"top5", 100.0 * static_cast<double>(counts[2]) / n}};
+  m.complete = counts[3] == 0;
   return m;
 }
 

@@ -26,7 +26,8 @@ class VitTask : public train::Task {
   ~VitTask() override;
 
   train::TaskInfo info() const override;
-  void setup(const io::CheckpointMeta* resumed, uint64_t seed) override;
+  void setup(const io::CheckpointMeta* resumed, uint64_t seed,
+             const train::Partition& partition) override;
   ParamStore& params() override { return *params_; }
   std::unique_ptr<optim::Optimizer> make_optimizer() override;
   std::unique_ptr<optim::Schedule> make_schedule() override;
@@ -34,7 +35,7 @@ class VitTask : public train::Task {
   void start_epoch(int64_t epoch, int64_t first) override;
   bool next_batch() override;
   std::pair<std::string, int64_t> batching() const override;
-  train::StepStats forward_loss(nn::Context& ctx, int64_t step) override;
+  train::StepStats forward_loss(nn::Context& ctx, int64_t step, int micro) override;
   void backward(nn::Context& ctx) override;
   train::Metrics validate(const train::ValidateContext& v) override;
   std::string describe(const train::Metrics& m) const override;
@@ -58,10 +59,12 @@ class VitTask : public train::Task {
   std::optional<VitConfig> initial_;  // fine-tuning from a checkpoint: its model
   bool new_head_ = false, align_corners_ = false;
   int64_t bpe_ = 0;  // batches per epoch
+  train::Partition part_;
 
   std::unique_ptr<ParamStore> params_;
   std::unique_ptr<VisionTransformer> model_;
   std::unique_ptr<datasets::Loader> train_loader_, val_loader_;
+  int64_t val_batches_ = 0;               // of the whole validation set, over every rank
   std::optional<datasets::Batch> fixed_;  // the benchmark's batch
   datasets::Batch batch_;                 // the current one
   Tensor dlogits_;                        // d(loss)/d(logits) of the current batch

@@ -108,8 +108,9 @@ struct VisionTransformer::Impl {
   std::vector<std::shared_ptr<GridConv>> ffn_convs;  // in block order, each set in its block's MLP
   nn::Dropout pos_drop;
   std::vector<nn::EncoderLayer> blocks;
-  std::optional<nn::LayerNorm> norm;     // pool "token"
-  std::optional<nn::LayerNorm> fc_norm;  // pool "avg"
+  std::vector<const Parameter*> block_first;  // each block's first parameter (grads_final)
+  std::optional<nn::LayerNorm> norm;          // pool "token"
+  std::optional<nn::LayerNorm> fc_norm;       // pool "avg"
   std::optional<nn::Linear> head;
 
   // Kept by a training forward.
@@ -151,7 +152,9 @@ VisionTransformer::Impl::Impl(ParamStore& params, const VitConfig& c)
   blocks.reserve(static_cast<size_t>(c.layers));
   for (int i = 0; i < c.layers; ++i) {
     const std::string prefix = "blocks." + std::to_string(i);
+    const size_t first = params.params().size();
     blocks.emplace_back(params, prefix, c.layer_config(i));
+    block_first.push_back(&params.params()[first]);
     if (std::find(c.ffn_conv_blocks.begin(), c.ffn_conv_blocks.end(), i) == c.ffn_conv_blocks.end())
       continue;
     ffn_convs.push_back(std::make_shared<GridConv>(params, prefix + ".mlp.dwconv", c.d_ff,
@@ -508,6 +511,9 @@ void VisionTransformer::backward(nn::Context& ctx, const Tensor& dlogits, Tensor
       ++pc;
     }
     dx = m.blocks[i].backward(ctx, dx);
+    // Block i, its MLP convolution, the later blocks, the norm and the head are done; the
+    // positional convolutions, registered before the blocks, are not claimed here.
+    ctx.gradients_final_from(*m.block_first[i]);
   }
   if (!m.kept.empty()) {
     Tensor full = ctx.alloc({B, T, d});  // [B, T, d]: 0 for the dropped patches

@@ -48,10 +48,14 @@ StepResult time_steps(const std::function<void()>& step, const StepTiming& o, st
 
 StepResult time_training_steps(train::Task& task, ops::Precision precision,
                                const StepTiming& timing, std::ostream* log) {
-  task.setup(nullptr, 1);
+  task.setup(nullptr, 1, train::Partition{});
   const std::unique_ptr<optim::Optimizer> optimizer = task.make_optimizer();
   const train::ConstantRate schedule(1e-3f);
-  train::Step step(task, *optimizer, schedule, 0.f, precision);
+  train::StepOptions so;
+  so.precision = precision;
+  dist::World one;  // the benchmark is one process's step
+  so.world = &one;
+  train::Step step(task, *optimizer, schedule, so);
   ops::Rng rng(1);  // dropout
   return time_steps(
       [&] {
@@ -71,6 +75,14 @@ void print_step_result(std::ostream& out, const std::string& name, const std::st
                 1e3 * units_per_step / r.best_ms, unit.c_str(), r.median_ms, r.best_cpu_ms);
   out << line;
   ops::profile::print_breakdown(out, r.parts, r.part_steps, "one profiled round");
+}
+
+void print_step_model(std::ostream& out, const std::string& name, const std::string& model,
+                      const StepResult& r) {
+  char line[128];
+  std::snprintf(line, sizeof line, "%lld parameters (%.1f MB of f32 gradients per step)",
+                static_cast<long long>(r.parameters), 4e-6 * static_cast<double>(r.parameters));
+  out << name << " model: " << model << "; " << line << "\n";
 }
 
 }  // namespace vitk::bench

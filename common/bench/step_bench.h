@@ -26,6 +26,7 @@ struct StepResult {
   double best_ms = 0, median_ms = 0, best_cpu_ms = 0;
   std::vector<ops::profile::Entry> parts;  // the profiled round, summed over its steps
   int64_t part_steps = 0;                  // steps of the profiled round (0: none)
+  int64_t parameters = 0;  // of the task's model, set by the model's bench (0: not known)
 };
 
 // Runs `step` as above; logs one line per round to `log` when given.
@@ -37,6 +38,11 @@ StepResult time_steps(const std::function<void()>& step, const StepTiming& timin
 // is set up here (a new model, seed 1).
 StepResult time_training_steps(train::Task& task, ops::Precision precision,
                                const StepTiming& timing, std::ostream* log = nullptr);
+
+// "<name> model: <model>; N parameters (M MB of f32 gradients per step)": what a data-parallel
+// run all-reduces every step (common/dist/README.md).
+void print_step_model(std::ostream& out, const std::string& name, const std::string& model,
+                      const StepResult& r);
 
 // "<name>: <what>, N threads: best X ms/step (Y <unit>/s), median ...", then the breakdown table.
 // units_per_step: images or target tokens per step.

@@ -13,6 +13,7 @@
 //   gradients.
 // - Activations are f32, [B, T, d] row-major.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -57,6 +58,15 @@ struct Context {
   // Tests and benchmarks force one. Blocked applies only to dot and scaled-dot scores without
   // keep_weights (materialized otherwise) and refuses the diagonal mask.
   AttentionKernel attention_kernel = AttentionKernel::automatic;
+  // Set by a data-parallel training step (common/train/step.h): a model's backward calls
+  // gradients_final_from(p) when every gradient at p's arena offset and above is final for this
+  // step, so that summing those over the ranks starts while backward goes on. A model may call it
+  // only where that holds for its registration order (the stacks do after each layer: the layers
+  // after it, registered later, are done); tests check it (GradReducer's verify mode).
+  std::function<void(size_t offset)> grads_final = {};
+  void gradients_final_from(const Parameter& first) const {
+    if (grads_final) grads_final(first.offset);
+  }
   Tensor alloc(Shape shape);  // from arena, zero-filled (throws vitk::Error if there is none)
   // From arena, not initialised: for outputs that are overwritten entirely (Arena::alloc_uninit).
   Tensor alloc_uninit(Shape shape, DType dtype = DType::f32);

@@ -29,7 +29,8 @@ struct Encoder::Impl {
   // Filled once in the constructor (reserved, so never reallocated); the layers are handles to
   // their own state, so the vector's storage moving would not matter either.
   std::vector<EncoderLayer> layers;
-  std::unique_ptr<LayerNorm> norm;  // null without final_norm
+  std::vector<const Parameter*> first;  // each layer's first parameter (Context::grads_final)
+  std::unique_ptr<LayerNorm> norm;      // null without final_norm
 };
 
 Encoder::Encoder(ParamStore& params, const std::string& name, const LayerConfig& config, int layers,
@@ -38,7 +39,11 @@ Encoder::Encoder(ParamStore& params, const std::string& name, const LayerConfig&
   check_layers(name, layers);
   impl_->name = name;
   impl_->layers.reserve(static_cast<size_t>(layers));
-  for (int i = 0; i < layers; ++i) impl_->layers.emplace_back(params, layer_name(name, i), config);
+  for (int i = 0; i < layers; ++i) {
+    const size_t first = params.params().size();
+    impl_->layers.emplace_back(params, layer_name(name, i), config);
+    impl_->first.push_back(&params.params()[first]);
+  }
   if (final_norm)
     impl_->norm =
         std::make_unique<LayerNorm>(params, name + ".norm", config.d_model, config.norm_eps);
@@ -52,7 +57,10 @@ Tensor Encoder::forward(Context& ctx, const Tensor& x, const AttentionMask& mask
 
 Tensor Encoder::backward(Context& ctx, const Tensor& dy) {
   Tensor d = impl_->norm ? impl_->norm->backward(ctx, dy) : dy;
-  for (auto it = impl_->layers.rbegin(); it != impl_->layers.rend(); ++it) d = it->backward(ctx, d);
+  for (size_t i = impl_->layers.size(); i-- > 0;) {
+    d = impl_->layers[i].backward(ctx, d);
+    ctx.gradients_final_from(*impl_->first[i]);
+  }
   return d;
 }
 
@@ -65,6 +73,7 @@ std::vector<EncoderLayer>& Encoder::layers() {
 struct Decoder::Impl {
   std::string name;
   std::vector<DecoderLayer> layers;
+  std::vector<const Parameter*> first;  // each layer's first parameter (Context::grads_final)
   std::unique_ptr<LayerNorm> norm;
 };
 
@@ -74,7 +83,11 @@ Decoder::Decoder(ParamStore& params, const std::string& name, const LayerConfig&
   check_layers(name, layers);
   impl_->name = name;
   impl_->layers.reserve(static_cast<size_t>(layers));
-  for (int i = 0; i < layers; ++i) impl_->layers.emplace_back(params, layer_name(name, i), config);
+  for (int i = 0; i < layers; ++i) {
+    const size_t first = params.params().size();
+    impl_->layers.emplace_back(params, layer_name(name, i), config);
+    impl_->first.push_back(&params.params()[first]);
+  }
   if (final_norm)
     impl_->norm =
         std::make_unique<LayerNorm>(params, name + ".norm", config.d_model, config.norm_eps);
@@ -92,9 +105,10 @@ Tensor Decoder::backward(Context& ctx, const Tensor& dy, Tensor* dmemory) {
   // Every layer attends to the same memory: its gradient is the sum over the layers. The first
   // layer's d(memory) (fresh from the arena) becomes the sum.
   Tensor dmem_sum;
-  for (auto it = impl_->layers.rbegin(); it != impl_->layers.rend(); ++it) {
+  for (size_t i = impl_->layers.size(); i-- > 0;) {
     Tensor dmem;
-    d = it->backward(ctx, d, &dmem);
+    d = impl_->layers[i].backward(ctx, d, &dmem);
+    ctx.gradients_final_from(*impl_->first[i]);
     if (dmem_sum.empty())
       dmem_sum = dmem;
     else

@@ -2,6 +2,7 @@
 #include "common/seq2seq/batches.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 
@@ -121,6 +122,150 @@ std::vector<TokenBatch> TokenBatcher::epoch(int64_t epoch) const {
     batches.push_back(std::move(batch));
   }
   return batches;
+}
+
+namespace {
+
+// Rows [begin, end) of a batch, re-padded to their own longest source and target.
+TokenBatch rows_of(const TokenBatch& batch, int64_t begin, int64_t end) {
+  const int64_t b = end - begin;
+  const int64_t ts_in = batch.source.dim(1), tt_in = batch.target_in.dim(1);
+  const int32_t* sl = batch.source_lengths.i32();
+  const int32_t* tl = batch.target_lengths.i32();
+  int64_t ts = 1, tt = 1;  // at least one column, as the batcher makes them
+  for (int64_t r = begin; r < end; ++r) {
+    ts = std::max<int64_t>(ts, sl[r]);
+    tt = std::max<int64_t>(tt, tl[r]);
+  }
+  TokenBatch piece;
+  piece.source = Tensor({b, ts}, DType::i32);  // zero-filled: kPadId is 0
+  piece.target_in = Tensor({b, tt}, DType::i32);
+  piece.target_out = Tensor({b, tt}, DType::i32);
+  piece.source_lengths = Tensor({b}, DType::i32);
+  piece.target_lengths = Tensor({b}, DType::i32);
+  static_assert(kPadId == 0, "tensors are zero-filled as padding");
+  for (int64_t r = begin; r < end; ++r) {
+    const int64_t k = r - begin;
+    // A row's own tokens (target_in: BOS + ids, target_out: ids + EOS, both tl long); the rest
+    // of the piece's row stays kPadId.
+    std::copy_n(batch.source.i32() + r * ts_in, sl[r], piece.source.i32() + k * ts);
+    std::copy_n(batch.target_in.i32() + r * tt_in, tl[r], piece.target_in.i32() + k * tt);
+    std::copy_n(batch.target_out.i32() + r * tt_in, tl[r], piece.target_out.i32() + k * tt);
+    piece.source_lengths.i32()[k] = sl[r];
+    piece.target_lengths.i32()[k] = tl[r];
+    piece.index.push_back(batch.index[static_cast<size_t>(r)]);
+    piece.target_tokens += tl[r];
+  }
+  return piece;
+}
+
+// Cuts 0 = c_0 < c_1 < ... < c_parts = n of n >= parts rows of target tokens w (each in [1, W])
+// into contiguous pieces whose sums all lie in one window [L, L + W], so that no two differ by
+// more than one row's tokens, whatever the rows' order. With S the prefix sums:
+// - The ends reachable with k pieces of sums in [L, L + W] are all the S_j in an interval
+//   [a_k, b_k]: consecutive S differ by at most W, so the windows [v + L, v + L + W] from
+//   consecutive reachable v overlap; a_k = min{S >= a_{k-1} + L}, b_k = max{S <= b_{k-1} + L + W}.
+// - a_k(L) is the greedy pass "each piece the fewest rows reaching L"; take the largest L for
+//   which it makes `parts` pieces. By induction b_k(L) >= a_k(L + 1), as
+//   a_k(L + 1) <= a_{k-1}(L + 1) + L + W. The greedy pass at L + 1 runs out of rows at some
+//   piece k, so b_{k-1}(L) > S_n - L - 1, b_k(L) = S_n: the window [L, L + W] holds a partition.
+// Walking back from S_n, each cut is the reachable one nearest the proportional share.
+std::vector<int64_t> balanced_cuts(const std::vector<int64_t>& w, int parts) {
+  const int64_t n = static_cast<int64_t>(w.size());
+  std::vector<int64_t> sum(w.size() + 1, 0);
+  int64_t widest = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    sum[i + 1] = sum[i] + w[static_cast<size_t>(i)];
+    widest = std::max(widest, w[static_cast<size_t>(i)]);
+  }
+  // First index whose prefix sum is >= v (n + 1: none), and last one whose prefix sum is <= v.
+  const auto first_at_least = [&](int64_t v) {
+    return static_cast<int64_t>(std::lower_bound(sum.begin(), sum.end(), v) - sum.begin());
+  };
+  const auto last_at_most = [&](int64_t v) {
+    return static_cast<int64_t>(std::upper_bound(sum.begin(), sum.end(), v) - sum.begin()) - 1;
+  };
+  // near[k], far[k]: the first and last row index where k pieces can end (a_k, b_k above).
+  std::vector<int64_t> near(static_cast<size_t>(parts) + 1, 0), far(near.size(), 0);
+  // The greedy pass for pieces of at least `least` tokens; false if the rows run out.
+  const auto greedy = [&](int64_t least) {
+    for (int k = 1; k <= parts; ++k) {
+      near[k] = first_at_least(sum[near[k - 1]] + least);
+      if (near[k] > n) return false;
+    }
+    return true;
+  };
+  // The largest L that works: 1 does (a row per piece), more than S_n / parts cannot.
+  int64_t least = 1;
+  for (int64_t most = sum[n] / parts; least < most;) {
+    const int64_t mid = most - (most - least) / 2;
+    if (greedy(mid))
+      least = mid;
+    else
+      most = mid - 1;
+  }
+  greedy(least);
+  for (int k = 1; k <= parts; ++k) far[k] = last_at_most(sum[far[k - 1]] + least + widest);
+  if (far[parts] != n) throw Error("split_batch: no balanced cut found (a bug)");
+  std::vector<int64_t> cuts(static_cast<size_t>(parts) + 1, n);
+  for (int k = parts; k >= 1; --k) {
+    // The start of piece k: reachable with k - 1 pieces, and leaving piece k a sum in the window.
+    const int64_t end = cuts[k];
+    const int64_t first = std::max(near[k - 1], first_at_least(sum[end] - least - widest));
+    const int64_t last = std::min(far[k - 1], last_at_most(sum[end] - least));
+    if (first > last) throw Error("split_batch: no balanced cut found (a bug)");
+    // Nearest (k - 1)/k of the way to the end: |k·S_i − (k − 1)·S_end| least, first of equals.
+    const auto miss = [&](int64_t i) { return std::abs(k * sum[i] - (k - 1) * sum[end]); };
+    int64_t best = std::clamp(first_at_least(((k - 1) * sum[end] + k - 1) / k), first, last);
+    if (best > first && miss(best - 1) <= miss(best)) --best;
+    cuts[k - 1] = best;
+  }
+  return cuts;
+}
+
+}  // namespace
+
+std::vector<TokenBatch> split_batch(const TokenBatch& batch, int parts) {
+  if (parts < 1)
+    throw Error("split_batch: a batch is split into at least 1 part, not " + std::to_string(parts));
+  const bool shaped = batch.source.rank() == 2 && batch.target_in.rank() == 2 &&
+                      batch.source.dtype() == DType::i32 && batch.target_in.dtype() == DType::i32;
+  const int64_t b = shaped ? batch.source.dim(0) : -1;
+  const auto vector_of = [b](const Tensor& t) {
+    return t.rank() == 1 && t.dim(0) == b && t.dtype() == DType::i32;
+  };
+  if (!shaped || batch.target_in.dim(0) != b ||
+      batch.target_out.shape() != batch.target_in.shape() ||
+      batch.target_out.dtype() != DType::i32 || !vector_of(batch.source_lengths) ||
+      !vector_of(batch.target_lengths) || static_cast<int64_t>(batch.index.size()) != b)
+    throw Error("split_batch: the batch's tensors do not agree: source " +
+                shape_str(batch.source.shape()) + ", target_in " +
+                shape_str(batch.target_in.shape()) + ", target_out " +
+                shape_str(batch.target_out.shape()) + ", lengths " +
+                shape_str(batch.source_lengths.shape()) + " and " +
+                shape_str(batch.target_lengths.shape()) + ", " +
+                std::to_string(batch.index.size()) + " indices");
+  std::vector<int64_t> tokens(static_cast<size_t>(b));
+  for (int64_t r = 0; r < b; ++r) {
+    const int32_t sl = batch.source_lengths.i32()[r], tl = batch.target_lengths.i32()[r];
+    if (sl < 0 || sl > batch.source.dim(1) || tl < 1 || tl > batch.target_in.dim(1))
+      throw Error("split_batch: row " + std::to_string(r) + " has lengths " + std::to_string(sl) +
+                  " and " + std::to_string(tl) + " in a batch padded to " +
+                  std::to_string(batch.source.dim(1)) + " and " +
+                  std::to_string(batch.target_in.dim(1)));
+    tokens[static_cast<size_t>(r)] = tl;
+  }
+  if (parts == 1) return {batch};
+  std::vector<TokenBatch> pieces;
+  pieces.reserve(static_cast<size_t>(parts));
+  if (b <= parts) {
+    for (int64_t p = 0; p < parts; ++p)
+      pieces.push_back(rows_of(batch, std::min(p, b), std::min(p + 1, b)));
+    return pieces;
+  }
+  const std::vector<int64_t> cuts = balanced_cuts(tokens, parts);
+  for (int p = 0; p < parts; ++p) pieces.push_back(rows_of(batch, cuts[p], cuts[p + 1]));
+  return pieces;
 }
 
 }  // namespace vitk::seq2seq

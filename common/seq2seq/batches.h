@@ -35,4 +35,25 @@ class TokenBatcher {
   uint64_t seed_;
 };
 
+// Splits a batch into `parts` pieces for data-parallel training: N ranks × K accumulation
+// micro-batches share every global batch, so that --max-tokens keeps meaning the global batch and
+// a run makes the same batches whatever N and K (the batcher never sees N).
+// - Pieces are contiguous runs of the batch's rows, in order (the batcher sorts a batch by length,
+//   so a piece holds similar lengths): piece p is rows [c_p, c_{p+1}). The caller chooses which
+//   piece goes where; piece r·K + k for rank r's micro-batch k keeps a rank's rows together.
+// - Balance: with at least `parts` rows every piece has rows, and the pieces' target tokens all lie
+//   within [L, L + W], W the longest row's target tokens, L as large as possible; so two pieces
+//   differ by at most one sentence's tokens, in any row order.
+// - Each piece is re-padded to its own longest source and target (at least one column), with its
+//   own lengths, pair indices and target_tokens; padding is kPadId.
+// - With fewer rows than parts, pieces [0, B) hold a row each and the rest are EMPTY: zero rows,
+//   tensors [0, 1] and [0] (allocated), no index, target_tokens 0. A rank whose pieces are all
+//   empty contributes nothing (loss 0, zero gradients: it skips forward and backward) but still
+//   joins the all-reduce.
+// - A piece's loss is a mean over its own tokens: the caller weights it by
+//   piece.target_tokens / batch.target_tokens so that the pieces add up to the batch's mean.
+// parts = 1 gives the batch itself (the same tensors). A pure function of (batch, parts); throws
+// vitk::Error for parts < 1 or a batch whose tensors, lengths and indices do not agree.
+std::vector<TokenBatch> split_batch(const TokenBatch& batch, int parts);
+
 }  // namespace vitk::seq2seq

@@ -17,6 +17,27 @@
 #include "common/timer.h"
 
 namespace vitk::seq2seq {
+namespace {
+
+// Lines that each rank filled where it translated (the others empty), put together on every rank.
+std::vector<std::string> gather_lines(dist::World& world, const std::vector<std::string>& lines) {
+  std::string packed;  // "<length>:<bytes>" per line
+  for (const std::string& l : lines) packed += std::to_string(l.size()) + ":" + l;
+  std::vector<std::string> all(lines.size());
+  for (const std::string& theirs : world.allgather(packed)) {
+    size_t at = 0;
+    for (std::string& line : all) {
+      const size_t colon = theirs.find(':', at);
+      if (colon == std::string::npos) throw Error("validation: a rank sent too few translations");
+      const size_t n = std::stoul(theirs.substr(at, colon - at));
+      line += theirs.substr(colon + 1, n);
+      at = colon + 1 + n;
+    }
+  }
+  return all;
+}
+
+}  // namespace
 
 TranslationTask::TranslationTask(const TrainOptions& options, TranslationData& data)
     : o_(options), data_(&data) {}
@@ -39,8 +60,10 @@ train::TaskInfo TranslationTask::info() const {
   return i;
 }
 
-void TranslationTask::setup(const io::CheckpointMeta* resumed, uint64_t seed) {
+void TranslationTask::setup(const io::CheckpointMeta* resumed, uint64_t seed,
+                            const train::Partition& partition) {
   seed_ = seed;
+  part_ = partition;
   if (!fixed_) {
     auto read = [&](const std::string& path, const std::string& target, const char* what) {
       Corpus c;
@@ -98,7 +121,14 @@ void TranslationTask::make_vocabulary(const io::CheckpointMeta* resumed) {
     std::vector<std::string> text = train_.text.source;
     text.insert(text.end(), train_.text.target.begin(), train_.text.target.end());
     Timer timer;
-    vocabulary_ = data_->train_vocabulary(text, o_);
+    if (part_.ranks > 1) {  // trained once, so that every rank has the same pieces
+      std::string bytes;
+      if (part_.rank == 0) bytes = data_->train_vocabulary(text, o_)->bytes();
+      part_.world->broadcast(bytes, 0);
+      vocabulary_ = data_->vocabulary_from_bytes(bytes);
+    } else {
+      vocabulary_ = data_->train_vocabulary(text, o_);
+    }
     vocabulary_note_ = "SentencePiece " + o_.spm_type + " of " +
                        std::to_string(vocabulary_->size()) + " pieces trained on " +
                        train_.text.name + " in " + format_fixed(timer.seconds(), 1) + " s";
@@ -165,10 +195,12 @@ void TranslationTask::start_epoch(int64_t epoch, int64_t first) {
 bool TranslationTask::next_batch() {
   if (fixed_) {
     batch_ = &*fixed_;
-    return true;
+  } else {
+    if (next_ >= epoch_batches_.size()) return false;
+    batch_ = &epoch_batches_[next_++];
   }
-  if (next_ >= epoch_batches_.size()) return false;
-  batch_ = &epoch_batches_[next_++];
+  // Every rank lists the global batches; the parts balance target tokens (batches.h).
+  if (part_.parts() > 1) parts_ = split_batch(*batch_, part_.parts());
   return true;
 }
 
@@ -176,22 +208,31 @@ std::pair<std::string, int64_t> TranslationTask::batching() const {
   return {"max-tokens", o_.max_tokens};
 }
 
-// Scheduled sampling: a first teacher-forced pass without dropout predicts every position; with
-// probability p, a decoder input token is replaced by the prediction for it. The draws come from
-// (seed, step), so a resumed run makes the same ones.
-Tensor TranslationTask::sampled_inputs(nn::Context& train_ctx, int64_t step) {
+// Scheduled sampling: a first teacher-forced pass without dropout predicts every position of
+// the part; with probability p, a decoder input token is replaced by the prediction for it. The
+// draws come from (seed, step) and run over the rows of the global batch in order (a part takes
+// those of its rows), so a resumed run, and a run on any number of ranks, makes the same ones.
+Tensor TranslationTask::sampled_inputs(nn::Context& train_ctx, int64_t step,
+                                       const TokenBatch& part) {
   const TokenBatch& b = *batch_;
   nn::Context ctx;
   ctx.arena = train_ctx.arena;
   ctx.precision = train_ctx.precision;
   const Tensor logits =
-      model_->forward(ctx, b.source, b.source_lengths, b.target_in, b.target_lengths);
-  const int64_t B = logits.shape()[0], T = logits.shape()[1], V = logits.shape()[2];
-  Tensor mixed = b.target_in.clone();  // i32 [B, T]
+      model_->forward(ctx, part.source, part.source_lengths, part.target_in, part.target_lengths);
+  const int64_t T = logits.shape()[1], V = logits.shape()[2];
+  // The part's rows are consecutive rows of the global batch (split_batch), from `first` on.
+  const int64_t rows = part.source.dim(0);
+  const int64_t first =
+      &part == &b ? 0
+                  : std::find(b.index.begin(), b.index.end(), part.index.front()) - b.index.begin();
+  Tensor mixed = part.target_in.clone();  // i32 [rows, T]
   ops::Rng draw(ops::Rng::hash(seed_ ^ 0x5353u, static_cast<uint64_t>(step)));
-  for (int64_t r = 0; r < B; ++r)
-    for (int64_t t = 1; t < b.target_lengths.i32()[r]; ++t) {
-      if (draw.uniform() >= o_.scheduled_sampling) continue;
+  const int64_t B = b.source.dim(0);
+  for (int64_t g = 0; g < B; ++g)
+    for (int64_t t = 1; t < b.target_lengths.i32()[g]; ++t) {
+      const int64_t r = g - first;
+      if (draw.uniform() >= o_.scheduled_sampling || r < 0 || r >= rows) continue;
       const float* row = logits.f32() + (r * T + t - 1) * V;  // predicts the token at input t
       mixed.i32()[r * T + t] = static_cast<int32_t>(std::max_element(row, row + V) - row);
     }
@@ -199,17 +240,25 @@ Tensor TranslationTask::sampled_inputs(nn::Context& train_ctx, int64_t step) {
   return mixed;
 }
 
-train::StepStats TranslationTask::forward_loss(nn::Context& ctx, int64_t step) {
-  const TokenBatch& b = *batch_;
-  const Tensor target_in = o_.scheduled_sampling > 0 ? sampled_inputs(ctx, step) : b.target_in;
+train::StepStats TranslationTask::forward_loss(nn::Context& ctx, int64_t step, int micro) {
+  const TokenBatch& b =
+      part_.parts() > 1 ? parts_.at(static_cast<size_t>(part_.part(micro))) : *batch_;
+  empty_part_ = b.source.numel() == 0;
+  if (empty_part_) return {};  // fewer sentences than parts: this one trains on none
+  const Tensor target_in = o_.scheduled_sampling > 0 ? sampled_inputs(ctx, step, b) : b.target_in;
   Tensor logits;
   {
     ops::profile::Scope scope("model forward (rest)");
     logits = model_->forward(ctx, b.source, b.source_lengths, target_in, b.target_lengths);
   }
+  // The mean over the part's tokens, weighted by their share of the global batch's: the
+  // gradients summed over the parts are the global mean's (exactly 1 in a single process).
+  const float scale = part_.parts() > 1 ? static_cast<float>(b.target_tokens) /
+                                              static_cast<float>(batch_->target_tokens)
+                                        : 1.f;
   ops::profile::Scope scope("cross-entropy");
   const ops::CrossEntropyStats s = sequence_loss(ctx, logits, b.target_out, o_.label_smoothing,
-                                                 &dlogits_, 1.f, /*overwrite_logits=*/true);
+                                                 &dlogits_, scale, /*overwrite_logits=*/true);
   train::StepStats stats;
   stats.loss = s.loss;
   stats.loss_sum = s.loss * static_cast<double>(s.count);
@@ -219,13 +268,19 @@ train::StepStats TranslationTask::forward_loss(nn::Context& ctx, int64_t step) {
 }
 
 void TranslationTask::backward(nn::Context& ctx) {
-  model_->backward(ctx, dlogits_);
+  if (!empty_part_) model_->backward(ctx, dlogits_);
 }
 
+// Each rank takes whole batches (of the loss, and of the translations), and the figures are put
+// together in a single process's order, so they equal its own.
 train::Metrics TranslationTask::validate(const train::ValidateContext& v) {
-  double loss_sum = 0;
+  dist::World& world = *v.world;
+  const int rank = world.rank(), ranks = world.size();
+  std::vector<double> sums(valid_batches_.size(), 0.0);
   int64_t tokens = 0;
-  for (const auto& b : valid_batches_) {
+  for (size_t i = 0; i < valid_batches_.size(); ++i) {
+    if (static_cast<int>(i % static_cast<size_t>(ranks)) != rank) continue;
+    const TokenBatch& b = valid_batches_[i];
     v.arena->reset();
     nn::Context ctx;
     ctx.arena = v.arena;
@@ -233,9 +288,13 @@ train::Metrics TranslationTask::validate(const train::ValidateContext& v) {
     const Tensor logits =
         model_->forward(ctx, b.source, b.source_lengths, b.target_in, b.target_lengths);
     const auto s = sequence_loss(ctx, logits, b.target_out, 0.f);
-    loss_sum += s.loss * static_cast<double>(s.count);
+    sums[i] = s.loss * static_cast<double>(s.count);
     tokens += s.count;
   }
+  world.allreduce_sum(sums.data(), sums.size());
+  world.allreduce_sum(&tokens, 1);
+  double loss_sum = 0;
+  for (double x : sums) loss_sum += x;
 
   SearchOptions so;
   so.precision = v.precision;
@@ -249,14 +308,14 @@ train::Metrics TranslationTask::validate(const train::ValidateContext& v) {
   po.rate_unit = "sent/s";
   po.line_every = 0;
   Progress progress(*v.log, v.label, static_cast<int64_t>(valid_.text.source.size()), po);
-  const auto translations = translator.translate(valid_.text.source, &progress);
+  const auto translations = translator.translate(valid_.text.source, &progress, rank, ranks);
   progress.finish();
-  std::vector<std::string> hyps;
+  std::vector<std::string> hyps(translations.size());
+  for (size_t i = 0; i < translations.size(); ++i)
+    if (!translations[i].texts.empty()) hyps[i] = translations[i].texts[0];
+  if (ranks > 1) hyps = gather_lines(world, hyps);
   int64_t exact = 0;
-  for (size_t i = 0; i < translations.size(); ++i) {
-    hyps.push_back(translations[i].texts.empty() ? std::string() : translations[i].texts[0]);
-    exact += hyps.back() == valid_.text.target[i];
-  }
+  for (size_t i = 0; i < hyps.size(); ++i) exact += hyps[i] == valid_.text.target[i];
   train::Metrics m;
   m.values = {{"loss", tokens ? loss_sum / static_cast<double>(tokens) : 0.0},
               {"bleu", corpus_bleu(hyps, {valid_.text.target}).score}};

@@ -52,7 +52,8 @@ class TranslationTask : public train::Task {
   ~TranslationTask() override;
 
   train::TaskInfo info() const override;
-  void setup(const io::CheckpointMeta* resumed, uint64_t seed) override;
+  void setup(const io::CheckpointMeta* resumed, uint64_t seed,
+             const train::Partition& partition) override;
   ParamStore& params() override { return *params_; }
   std::unique_ptr<optim::Optimizer> make_optimizer() override;
   std::unique_ptr<optim::Schedule> make_schedule() override;
@@ -60,7 +61,7 @@ class TranslationTask : public train::Task {
   void start_epoch(int64_t epoch, int64_t first) override;
   bool next_batch() override;
   std::pair<std::string, int64_t> batching() const override;
-  train::StepStats forward_loss(nn::Context& ctx, int64_t step) override;
+  train::StepStats forward_loss(nn::Context& ctx, int64_t step, int micro) override;
   void backward(nn::Context& ctx) override;
   train::Metrics validate(const train::ValidateContext& v) override;
   std::string describe(const train::Metrics& m) const override;
@@ -79,7 +80,7 @@ class TranslationTask : public train::Task {
   void encode(Corpus& c) const;
   optim::InverseSqrt schedule() const;
   void list_epoch(int64_t epoch);  // epoch_batches_ of `epoch`
-  Tensor sampled_inputs(nn::Context& ctx, int64_t step);
+  Tensor sampled_inputs(nn::Context& ctx, int64_t step, const TokenBatch& part);
 
   const TrainOptions& o_;
   TranslationData* data_ = nullptr;
@@ -97,8 +98,11 @@ class TranslationTask : public train::Task {
   int64_t listed_epoch_ = -1;
   std::vector<TokenBatch> epoch_batches_;
   size_t next_ = 0;
-  std::optional<TokenBatch> fixed_;  // the benchmark's batch
-  const TokenBatch* batch_ = nullptr;
+  std::optional<TokenBatch> fixed_;    // the benchmark's batch
+  const TokenBatch* batch_ = nullptr;  // the global batch
+  train::Partition part_;
+  std::vector<TokenBatch> parts_;  // its parts (split_batch), with more than one
+  bool empty_part_ = false;        // the last forward_loss had no sentences
   Tensor dlogits_;
 };
 

@@ -52,6 +52,10 @@ struct TrainOptions {
   // per op and shape) at the end of the run, and every profile_every steps when that is > 0.
   bool profile = false;
   int64_t profile_every = 0;
+  // Data parallelism (common/train/trainer.h): --accum-steps micro-batches per rank and step (the
+  // global batch is the same, cut finer); --bucket-mb, the size of the gradient all-reduces.
+  int accum_steps = 1;
+  double bucket_mb = 25;
   // --precision of the matrix products in training and validation; bf16 keeps f32 master
   // weights, gradients and Adam moments, so checkpoints do not depend on it.
   ops::Precision precision = ops::Precision::f32;

@@ -41,7 +41,9 @@ int64_t Translator::max_source_pieces() const {
 }
 
 std::vector<Translation> Translator::translate(const std::vector<std::string>& lines,
-                                               Progress* progress) {
+                                               Progress* progress, int shard, int shards) {
+  if (shards < 1 || shard < 0 || shard >= shards)
+    throw Error("translate: shard " + std::to_string(shard) + " of " + std::to_string(shards));
   std::vector<Translation> out(lines.size());
   std::vector<std::vector<int>> ids(lines.size());
   std::vector<size_t> order;  // the non-empty lines, shortest first
@@ -59,6 +61,7 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
   for (size_t begin = 0; begin < order.size(); begin += step) {
     const size_t end = std::min(order.size(), begin + step);
     const int64_t rows = static_cast<int64_t>(end - begin);
+    if ((begin / step) % static_cast<size_t>(shards) != static_cast<size_t>(shard)) continue;
     int64_t width = 1;
     for (size_t k = begin; k < end; ++k)
       width = std::max<int64_t>(width, static_cast<int64_t>(ids[order[k]].size()));

@@ -38,8 +38,11 @@ class Translator {
   // One result per line, in input order. An empty (or all-whitespace) line gets no hypothesis
   // and is not searched. `progress` (may be null) is updated after each batch with the sentences
   // done.
+  // With shards > 1 only the batches b with b % shards == shard are searched (the batches are
+  // cut as without shards, so each sentence is translated exactly as a single process would);
+  // the other lines get no hypothesis.
   std::vector<Translation> translate(const std::vector<std::string>& lines,
-                                     Progress* progress = nullptr);
+                                     Progress* progress = nullptr, int shard = 0, int shards = 1);
   // The most source pieces a sentence may have (the model's max_length less the EOS).
   int64_t max_source_pieces() const;
 

@@ -63,10 +63,17 @@ enum class Reported { done, early_stop, interrupted };
 
 struct Trainer::Impl {
   Impl(Task& t, Options opts, std::ostream& l, bool tt, const std::atomic<int>* s)
-      : task(t), o(std::move(opts)), log(l), tty(tt), stop(s) {}
+      : task(t),
+        o(std::move(opts)),
+        world(o.world ? *o.world : dist::world()),
+        log(world.root() ? l : silent),
+        tty(tt && world.root()),
+        stop(s) {}
 
   Task& task;
   const Options o;
+  dist::World& world;
+  std::ostream silent{nullptr};  // the log of ranks other than 0
   std::ostream& log;
   bool tty;
   const std::atomic<int>* stop;
@@ -92,6 +99,7 @@ struct Trainer::Impl {
   optim::Optimizer& optimizer() { return with_ema ? *with_ema : *base; }
   int64_t steps() { return optimizer().steps(); }
   bool stopping() const { return stop && stop->load() != 0; }
+  bool root() const { return world.root(); }
   bool by_epoch() const { return o.valid_unit == Every::epochs; }
   bool max_reached() { return o.max_steps > 0 && steps() >= o.max_steps; }
 
@@ -106,6 +114,8 @@ struct Trainer::Impl {
   Reported report(bool validate);
   void save_weights(const std::string& path);
   void save_last();
+  void dropout_stream(uint64_t seed);
+  std::string world_text() const;
   io::CheckpointMeta meta() const;
   double epochs_done() const;
   std::string where() const;
@@ -122,7 +132,10 @@ Trainer::~Trainer() = default;
 Result Trainer::run() {
   impl_->prepare();
   impl_->log_setup();
-  return impl_->loop();
+  Result r = impl_->loop();
+  // No rank leaves before rank 0 has written its files: mpirun ends the job when one exits.
+  impl_->world.barrier();
+  return r;
 }
 
 // ---- Set-up -------------------------------------------------------------------------------------
@@ -134,9 +147,15 @@ void Trainer::Impl::prepare() {
     state = read_train_state(*resumed, o.resume);
   } else {
     state.seed = o.seed;
-    state.rngs["dropout"] = RngState{ops::Rng::hash(o.seed, 0xd50b), 0};
   }
-  task.setup(resumed ? &*resumed : nullptr, state.seed);
+  if (o.accum_steps < 1)
+    throw UsageError("--accum-steps " + std::to_string(o.accum_steps) + " must be at least 1");
+  Partition part;
+  part.rank = world.rank();
+  part.ranks = world.size();
+  part.accum = o.accum_steps;
+  part.world = &world;
+  task.setup(resumed ? &*resumed : nullptr, state.seed, part);
   info = task.info();
 
   const auto [batching, batch_size] = task.batching();
@@ -157,10 +176,36 @@ void Trainer::Impl::prepare() {
 
   build_optimizer();
   schedule = task.make_schedule();
-  step = std::make_unique<Step>(task, optimizer(), *schedule, o.clip_grad, o.precision);
-  const RngState& r = state.rngs["dropout"];
-  dropout.set_state(r.seed, r.counter);
-  dir->open(header(), state.step);
+  StepOptions so;
+  so.clip_grad = o.clip_grad;
+  so.precision = o.precision;
+  so.accum = o.accum_steps;
+  so.world = &world;
+  so.bucket_bytes = o.bucket_bytes;
+  so.check_final_claims = o.check_final_claims;
+  step = std::make_unique<Step>(task, optimizer(), *schedule, so);
+  dropout_stream(state.seed);
+  if (root()) dir->open(header(), state.step);
+}
+
+// Rank 0 draws its dropout masks from the run's stream ("dropout"), rank r from "dropout.rank<r>":
+// a resumed rank continues its own stream, a rank the saved run did not have starts one of its
+// own. Dropout is the one draw that depends on the number of ranks (the data's do not).
+void Trainer::Impl::dropout_stream(uint64_t seed) {
+  const std::string name =
+      world.rank() == 0 ? std::string("dropout") : "dropout.rank" + std::to_string(world.rank());
+  const uint64_t run_stream = ops::Rng::hash(seed, 0xd50b);
+  auto it = state.rngs.find(name);
+  if (it == state.rngs.end())
+    it =
+        state.rngs
+            .emplace(name,
+                     RngState{world.rank() == 0
+                                  ? run_stream
+                                  : ops::Rng::hash(run_stream, static_cast<uint64_t>(world.rank())),
+                              0})
+            .first;
+  dropout.set_state(it->second.seed, it->second.counter);
 }
 
 void Trainer::Impl::build_optimizer() {
@@ -215,8 +260,8 @@ void Trainer::Impl::log_setup() {
   else if (o.valid_every != 1)
     log << ", validation every " << o.valid_every << " epochs and after the last";
   if (o.early_stopping > 0) log << ", early stopping after " << o.early_stopping;
-  log << "; threads " << ops::num_threads() << " (" << ops::cpu_isa() << "); precision "
-      << ops::precision_name(o.precision) << "\n";
+  const std::string w = world_text();  // a collective: every rank gets here
+  log << "; " << w << "; precision " << ops::precision_name(o.precision) << "\n";
   log << "output: " << dir->dir() << " (last.h5, best.h5" << (ema ? ", ema.h5" : "")
       << (o.keep_last > 0 ? ", step-N.h5" : "") << ", metrics.csv)\n";
   if (resumed) {
@@ -332,7 +377,7 @@ bool Trainer::Impl::train_epoch() {
     if (profile) profile->begin();
     StepStats s;
     try {
-      s = step->run(dropout);
+      s = step->run(dropout, stopping());
     } catch (const NonFiniteLoss& e) {
       progress.finish();
       throw Error(
@@ -371,7 +416,8 @@ bool Trainer::Impl::train_epoch() {
       print_profile();
     }
 
-    if (stopping()) {
+    // Every rank stops after the same step: the step summed the requests.
+    if (world.size() > 1 ? step->stop_requested() : stopping()) {
       progress.finish();
       save_last();
       end = End::interrupted;
@@ -426,7 +472,8 @@ Reported Trainer::Impl::report(bool validate) {
     v.precision = o.precision;
     v.log = &log;
     v.tty = tty;
-    v.stop = stop;
+    v.stop = world.size() > 1 ? nullptr : stop;
+    v.world = &world;
     val = task.validate(v);
     if (val.complete && ema) {
       v.label = "validate EMA";
@@ -459,7 +506,7 @@ Reported Trainer::Impl::report(bool validate) {
   }
   row.push_back(format_fixed(rate, 2));
   row.push_back(format_fixed(seconds, 2));
-  dir->row(row);
+  if (root()) dir->row(row);
 
   // best.h5: the better of the raw weights and their average, if it beats the best so far.
   auto better = [&](double a, double b) { return info.higher_is_better ? a > b : a < b; };
@@ -485,7 +532,7 @@ Reported Trainer::Impl::report(bool validate) {
     }
     if (o.keep_last > 0) {
       save_weights(dir->step_file(steps()));
-      dir->keep_newest_step_files(o.keep_last);
+      if (root()) dir->keep_newest_step_files(o.keep_last);
     }
   }
   if (ema) {
@@ -523,15 +570,23 @@ io::CheckpointMeta Trainer::Impl::meta() const {
 }
 
 void Trainer::Impl::save_weights(const std::string& path) {
-  io::save_checkpoint(path, task.params(), meta());
+  if (root()) io::save_checkpoint(path, task.params(), meta());
 }
 
 void Trainer::Impl::save_last() {
   TrainState s = state;
   s.step = steps();
   s.seconds = state.seconds + report_timer.seconds();
-  s.rngs["dropout"] = RngState{dropout.seed(), dropout.counter()};
+  // Every rank's dropout stream, by name (a collective: every rank saves).
+  const std::vector<std::string> streams =
+      world.allgather(std::to_string(dropout.seed()) + " " + std::to_string(dropout.counter()));
+  for (size_t r = 0; r < streams.size(); ++r) {
+    RngState& rs = s.rngs[r == 0 ? std::string("dropout") : "dropout.rank" + std::to_string(r)];
+    std::istringstream in(streams[r]);
+    in >> rs.seed >> rs.counter;
+  }
   s.has_ema = ema != nullptr;
+  if (!root()) return;
   // An epoch whose batches and report are done is stored as the start of the next one.
   if (s.batches_in_epoch > 0 && s.batch >= s.batches_in_epoch && !report_pending())
     ++s.epoch, s.batch = 0;
@@ -550,6 +605,17 @@ std::string Trainer::Impl::where() const {
   if (by_epoch())
     return "epoch " + std::to_string(state.epoch + 1) + "/" + std::to_string(o.epochs);
   return "step " + std::to_string(state.step) + " (epoch " + format_fixed(epochs_done(), 2) + ")";
+}
+
+// "threads 2 (avx512_core_bf16)"; with several ranks "2 ranks (mpirun, Open MPI 4.1.4), threads
+// 1, 1 (avx2)". A collective: every rank calls it.
+std::string Trainer::Impl::world_text() const {
+  const std::vector<std::string> threads = world.allgather(std::to_string(ops::num_threads()));
+  std::string t;
+  for (const std::string& n : threads) t += (t.empty() ? "" : ", ") + n;
+  const std::string isa = " (" + ops::cpu_isa() + ")";
+  if (world.size() == 1) return "threads " + t + isa;
+  return std::to_string(world.size()) + " ranks (" + world.launch() + "), threads " + t + isa;
 }
 
 std::string Trainer::Impl::best_text() const {

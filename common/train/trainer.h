@@ -17,6 +17,12 @@
 //                lr, train_loss, [train_acc], val_<figure>..., [ema_val_<figure>...],
 //                <unit>_per_s, seconds (since the previous row)
 //
+// Data parallelism: under mpirun every rank runs this loop on its share of each global batch
+// (train::Partition); the gradients, the step's figures, stop requests and validation figures are
+// summed over the ranks, so every rank takes the same decisions. Rank 0 alone prints and writes
+// the run directory; every rank reads the checkpoint it resumes. A run resumes on any number of
+// ranks.
+//
 // Reports: with validation counted in epochs (ViT), a row after every epoch, with the validation
 // figures every `valid_every` epochs and after the last; counted in steps (translation), a row at
 // every validation, every `valid_every` steps. Either way the run validates its final weights
@@ -52,11 +58,17 @@ struct Options {
   bool profile = false;            // --profile: where the steps spend their time, at the end ...
   int64_t profile_every = 0;       // ... and every so many steps
   std::string lr_option = "--lr";  // the option a message about a diverging loss names
+  // Data parallelism (common/dist/): this process's world (null: dist::world(), the one mpirun
+  // made or a world of one), the micro-batches per rank and step, the all-reduce bucket size.
+  dist::World* world = nullptr;
+  int accum_steps = 1;
+  size_t bucket_bytes = 25u << 20;
+  bool check_final_claims = false;  // tests: StepOptions::check_final_claims
 };
 
 // The loop's options that every model's training options carry under the same names (--output,
 // --resume, --epochs, --max-steps, --seed, --clip-grad, --precision, --log-interval, --profile,
-// --profile-every); the model sets the rest.
+// --profile-every, --accum-steps, --bucket-mb); the model sets the rest.
 template <typename ModelOptions>
 Options loop_options(const ModelOptions& m) {
   Options o;
@@ -70,6 +82,8 @@ Options loop_options(const ModelOptions& m) {
   o.log_interval = m.log_interval;
   o.profile = m.profile;
   o.profile_every = m.profile_every;
+  o.accum_steps = m.accum_steps;
+  o.bucket_bytes = static_cast<size_t>(m.bucket_mb * 1048576.0);
   return o;
 }
 
@@ -89,8 +103,9 @@ struct Result {
 class Trainer {
  public:
   // `stop`, if given, is polled after every step and between validation batches: when non-zero
-  // the run finishes the current step, saves last.h5 and ends as End::interrupted. Progress goes
-  // to `log`, as a redrawn bar when `tty`.
+  // the run finishes the current step, saves last.h5 and ends as End::interrupted (with several
+  // ranks: when it is set on any of them, all stop after the same step; a validation under way
+  // finishes first). Progress goes to `log` (rank 0's), as a redrawn bar when `tty`.
   Trainer(Task& task, Options options, std::ostream& log, bool tty = false,
           const std::atomic<int>* stop = nullptr);
   ~Trainer();
