@@ -115,13 +115,7 @@ std::vector<int64_t> indices(const Batch& b) {
   return out;
 }
 
-std::vector<Batch> epoch(Loader& loader, int64_t e, int64_t first = 0) {
-  loader.start_epoch(e, first);
-  std::vector<Batch> out;
-  Batch b;
-  while (loader.next(b)) out.push_back(b);
-  return out;
-}
+using vitk::test::epoch;
 
 using vitk::test::same;
 

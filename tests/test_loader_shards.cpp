@@ -79,13 +79,7 @@ LoaderOptions training(int64_t batch, Mixing mixing) {
   return o;
 }
 
-std::vector<Batch> epoch(Loader& loader, int64_t e, int64_t first = 0) {
-  loader.start_epoch(e, first);
-  std::vector<Batch> out;
-  Batch b;
-  while (loader.next(b)) out.push_back(b);
-  return out;
-}
+using vitk::test::epoch;
 
 // The tensors' rows one after another (all of one dtype and trailing shape).
 Tensor concat(const std::vector<const Tensor*>& parts) {

@@ -11,6 +11,22 @@
 
 namespace vitk::seq2seq {
 
+namespace {
+
+// A batch of `rows` sentences, source ts and target tt columns wide, all padding (kPadId).
+TokenBatch padded_batch(int64_t rows, int64_t ts, int64_t tt) {
+  static_assert(kPadId == 0, "tensors are zero-filled as padding");
+  TokenBatch batch;
+  batch.source = Tensor({rows, ts}, DType::i32);
+  batch.target_in = Tensor({rows, tt}, DType::i32);
+  batch.target_out = Tensor({rows, tt}, DType::i32);
+  batch.source_lengths = Tensor({rows}, DType::i32);
+  batch.target_lengths = Tensor({rows}, DType::i32);
+  return batch;
+}
+
+}  // namespace
+
 TokenBatcher::TokenBatcher(std::vector<std::vector<int>> src, std::vector<std::vector<int>> tgt,
                            int64_t max_tokens, uint64_t seed)
     : src_(std::move(src)), tgt_(std::move(tgt)), max_tokens_(max_tokens), seed_(seed) {
@@ -95,13 +111,7 @@ std::vector<TokenBatch> TokenBatcher::epoch(int64_t epoch) const {
       ts = std::max(ts, src_len(i));
       tt = std::max(tt, tgt_len(i));
     }
-    TokenBatch batch;
-    batch.source = Tensor({b, ts}, DType::i32);  // zero-filled: kPad is 0
-    batch.target_in = Tensor({b, tt}, DType::i32);
-    batch.target_out = Tensor({b, tt}, DType::i32);
-    batch.source_lengths = Tensor({b}, DType::i32);
-    batch.target_lengths = Tensor({b}, DType::i32);
-    static_assert(kPadId == 0, "tensors are zero-filled as padding");
+    TokenBatch batch = padded_batch(b, ts, tt);
     int32_t* s = batch.source.i32();
     int32_t* ti = batch.target_in.i32();
     int32_t* to = batch.target_out.i32();
@@ -137,13 +147,7 @@ TokenBatch rows_of(const TokenBatch& batch, int64_t begin, int64_t end) {
     ts = std::max<int64_t>(ts, sl[r]);
     tt = std::max<int64_t>(tt, tl[r]);
   }
-  TokenBatch piece;
-  piece.source = Tensor({b, ts}, DType::i32);  // zero-filled: kPadId is 0
-  piece.target_in = Tensor({b, tt}, DType::i32);
-  piece.target_out = Tensor({b, tt}, DType::i32);
-  piece.source_lengths = Tensor({b}, DType::i32);
-  piece.target_lengths = Tensor({b}, DType::i32);
-  static_assert(kPadId == 0, "tensors are zero-filled as padding");
+  TokenBatch piece = padded_batch(b, ts, tt);
   for (int64_t r = begin; r < end; ++r) {
     const int64_t k = r - begin;
     // A row's own tokens (target_in: BOS + ids, target_out: ids + EOS, both tl long); the rest
