@@ -274,11 +274,17 @@ bool Loader::Impl::build(int64_t ep, int64_t index, const std::vector<int64_t>* 
   batch.index = index;
   float* images = batch.images.f32();
   int32_t* labels = batch.labels.i32();
+  int64_t rows = 0;  // filled; evaluation leaves out the samples it cannot read
   for (int64_t i = 0; i < b; ++i) {
     if (stopping.load(std::memory_order_relaxed) || live_generation.load() != gen) return false;
     const int64_t pos = first + lo + i;
     const int64_t idx = ord ? (*ord)[pos] : pos;
-    labels[i] = checked_label(prepare_sample(ep, idx, images + i * c * h * w));
+    const int64_t src = prepare_sample(ep, idx, images + rows * c * h * w);
+    if (src >= 0) labels[rows++] = checked_label(src);
+  }
+  if (rows < b) {
+    batch.images = batch.images.rows(0, rows);
+    batch.labels = batch.labels.rows(0, rows);
   }
   if (opt.training && opt.augment.mixing()) {
     if (opt.shard.count == 1) {
@@ -338,7 +344,9 @@ int32_t Loader::Impl::checked_label(int64_t src) const {
   return label;
 }
 
-// Writes sample idx (or, when it cannot be read, its replacement) at dst; returns the index used.
+// Writes sample idx at dst and returns idx. When it cannot be read: in training, writes a
+// replacement and returns its index; in evaluation, returns -1 (the sample is left out, so that
+// every image counted is one that was read).
 int64_t Loader::Impl::prepare_sample(int64_t ep, int64_t idx, float* dst) {
   // The augmentation draws belong to the position (idx), whichever sample ends up filling it.
   const ops::Rng rng(stream_key(opt.seed, kSample, ep, idx));
@@ -352,6 +360,7 @@ int64_t Loader::Impl::prepare_sample(int64_t ep, int64_t idx, float* dst) {
       bad_count = static_cast<int64_t>(bad.size());
       std::cerr << ("warning: skipping " + data.describe(src) + ": " + why + "\n") << std::flush;
     }
+    if (!opt.training) return -1;
     if (k >= kRandomReplacements + n)
       throw Error(data.source() + ": none of its " + std::to_string(n) +
                   " samples can be read; see the warnings above");

@@ -19,7 +19,8 @@
 namespace vitk::datasets {
 
 struct Batch {
-  // B is the loader's rows: the batch size, or a training shard's B/N (see Shard).
+  // B is the loader's rows: the batch size, or a training shard's B/N (see Shard); in evaluation,
+  // less by the unreadable samples left out (see Loader::next).
   Tensor images;   // f32 [B, C, H, W], normalised
   Tensor labels;   // i32 [B]
   Tensor targets;  // f32 [B, classes] soft targets in every batch of a run with Mixup/CutMix
@@ -71,8 +72,10 @@ class Loader {
   // is a permutation drawn from (seed, epoch); evaluation goes in order.
   void start_epoch(int64_t epoch, int64_t first_batch = 0);
   // The next batch of the epoch (blocks while it is being prepared); false at the epoch's end.
-  // An unreadable sample is reported once on stderr ("warning: skipping PATH: reason") and
-  // replaced by another sample of the dataset; a data error that is not per-sample is rethrown.
+  // An unreadable sample is reported once on stderr ("warning: skipping PATH: reason"). Training
+  // replaces it by another sample of the dataset (the other rows keep their order); evaluation
+  // leaves it out, so its batch has fewer rows (none when no sample of it could be read). A data
+  // error that is not per-sample is rethrown.
   bool next(Batch& batch);
   int64_t skipped() const;  // distinct unreadable samples met so far
 

@@ -387,6 +387,45 @@ TEST(Loader, UnreadableSamplesAreReportedOnceAndReplaced) {
   EXPECT_EQ(loader.skipped(), 3);
 }
 
+TEST(Loader, EvaluationLeavesUnreadableSamplesOutAndTrainingKeepsTheOrder) {
+  Synthetic data(20);
+  data.bad = {3, 8, 9, 10, 11};  // batch 2 (samples 8..11) has no readable sample
+  testing::internal::CaptureStderr();
+  Loader eval(data, plain(false, 4));
+  const std::vector<Batch> batches = epoch(eval, 0);
+  ASSERT_EQ(batches.size(), 5u);
+  std::vector<int64_t> seen;
+  for (const Batch& b : batches) {
+    ASSERT_EQ(b.labels.numel(), b.images.dim(0));
+    for (int64_t i = 0; i < b.images.dim(0); ++i) {
+      const int64_t idx = std::lround(b.images.f32()[i * 144] * 255.f);
+      EXPECT_EQ(b.labels.i32()[i], idx % 10);
+      seen.push_back(idx);
+    }
+  }
+  EXPECT_EQ(batches[0].images.dim(0), 3);
+  EXPECT_EQ(batches[2].images.dim(0), 0);
+  // Every readable sample once, in order; no unreadable one and no stand-in.
+  std::vector<int64_t> want;
+  for (int64_t i = 0; i < 20; ++i)
+    if (!data.bad.count(i)) want.push_back(i);
+  EXPECT_EQ(seen, want);
+  EXPECT_EQ(eval.skipped(), 5);
+
+  // Training fills an unreadable sample's row with another sample; the readable ones stay where a
+  // clean dataset puts them.
+  Synthetic clean(20);
+  Loader noisy(data, plain(true, 4)), reference(clean, plain(true, 4));
+  const std::vector<Batch> x = epoch(noisy, 1), y = epoch(reference, 1);
+  testing::internal::GetCapturedStderr();
+  ASSERT_EQ(x.size(), y.size());
+  for (size_t k = 0; k < x.size(); ++k) {
+    const std::vector<int64_t> got = indices(x[k]), order = indices(y[k]);
+    for (size_t i = 0; i < order.size(); ++i)
+      if (!data.bad.count(order[i])) EXPECT_EQ(got[i], order[i]) << k << " " << i;
+  }
+}
+
 TEST(Loader, ImageFolderWithACorruptFileGoesOn) {
   std::string tmpl = (fs::temp_directory_path() / "vitk_loader_XXXXXX").string();
   ASSERT_NE(mkdtemp(tmpl.data()), nullptr);

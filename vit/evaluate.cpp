@@ -48,6 +48,11 @@ EvalResult evaluate(VisionTransformer& model, datasets::Loader& loader, Arena& a
   datasets::Batch batch;
   int64_t batches = 0;
   while (loader.next(batch)) {
+    ++batches;
+    if (batch.labels.numel() == 0) {  // every sample of the batch was unreadable
+      if (progress) progress->update(batches, r.count, "");
+      continue;
+    }
     arena.reset();
     nn::Context ctx;
     ctx.training = false;
@@ -91,7 +96,6 @@ EvalResult evaluate(VisionTransformer& model, datasets::Loader& loader, Arena& a
       ++r.confusion[static_cast<size_t>(labels[i] * classes + predicted)];
     }
     r.count += b;
-    ++batches;
     if (progress) {
       char metrics[64];
       std::snprintf(metrics, sizeof metrics, "top-1 %.2f%%", r.top1_percent());
@@ -103,6 +107,7 @@ EvalResult evaluate(VisionTransformer& model, datasets::Loader& loader, Arena& a
     }
   }
   if (progress) progress->finish();
+  r.skipped = loader.skipped();
   r.loss = r.count ? loss_sum / static_cast<double>(r.count) : 0.0;
   if (r.comparison && r.count)
     r.comparison->mean_abs_diff = abs_diff_sum / static_cast<double>(r.count * classes);
@@ -144,6 +149,9 @@ std::string format_eval_report(const EvalResult& r, const std::vector<std::strin
   out << line;
   std::snprintf(line, sizeof line, "loss: %.4f (cross-entropy, no smoothing)\n", r.loss);
   out << line;
+  if (r.skipped)
+    out << "skipped: " << r.skipped << " unreadable image" << (r.skipped == 1 ? "" : "s")
+        << " (see the warnings above), not counted\n";
 
   // Per-class accuracy: recall of each true class.
   size_t width = 5;  // "class"
@@ -266,6 +274,9 @@ EvalResult run_eval(const EvalOptions& o, std::ostream& out, bool tty) {
   settings.packed_weights = true;
   settings.compare = o.compare_precision;
   EvalResult r = evaluate(*loaded.model, loader, arena, &progress, nullptr, settings);
+  if (r.count == 0)
+    throw Error(data->source() + ": none of its " + std::to_string(data->size()) +
+                " images can be read; see the warnings above");
   char line[128];
   std::snprintf(line, sizeof line, "%.1f images/s\n\n", progress.items_per_second());
   out << line << format_eval_report(r, names);

@@ -31,7 +31,8 @@ struct PrecisionComparison {
 
 struct EvalResult {
   int64_t classes = 0;
-  int64_t count = 0;               // images
+  int64_t count = 0;               // images read and scored
+  int64_t skipped = 0;             // unreadable images left out (Loader::skipped)
   double loss = 0;                 // mean cross-entropy (no smoothing)
   int64_t top1 = 0, top5 = 0;      // images whose label is the arg-max / among the 5 largest
   std::vector<int64_t> confusion;  // [classes × classes], row = true class, column = predicted
