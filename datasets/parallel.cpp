@@ -2,6 +2,7 @@
 #include "datasets/parallel.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 
 #include "common/error.h"
@@ -52,6 +53,9 @@ bool blank(const std::string& s) {
 
 // All lines of a file without their line ends (\n or \r\n); a final line end adds no line.
 std::vector<std::string> read_lines(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw Error(path + ": is a directory, expected a file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path + ": cannot open for reading");
   std::vector<std::string> lines;

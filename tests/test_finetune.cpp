@@ -328,7 +328,7 @@ vit::TrainOptions parse_train(tools::TrainCommand command, std::vector<std::stri
   po::options_description d;
   tools::add_train_options(d, command);
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(d).run(), vm);
+  po::store(tools::parse_command_line(args, d), vm);
   po::notify(vm);
   return tools::train_options(vm, command);
 }
@@ -420,7 +420,7 @@ TEST(Recipes, FinetuneDefaultsComeFromTheRecipeAndGivenOptionsWin) {
   EXPECT_EQ(t.clip_grad, 2.f);
   EXPECT_FALSE(parse_finetune({"--align-corners=false"}).finetune.align_corners.value());
 
-  EXPECT_THROW(parse_finetune({"--num-classes", "0"}), UsageError);
+  EXPECT_THROW(parse_finetune({"--num-classes", "0"}), po::error);
   EXPECT_THROW(parse_finetune({"--image-size", "12x"}), UsageError);
   EXPECT_THROW(parse_finetune({"--recipe", "beit"}), UsageError);
 }

@@ -190,7 +190,7 @@ po::variables_map parse_model_options(const std::vector<std::string>& args) {
   po::options_description d;
   tools::add_vit_options(d);
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(d).run(), vm);
+  po::store(tools::parse_command_line(args, d), vm);
   po::notify(vm);
   return vm;
 }

@@ -1,9 +1,12 @@
 #include "tools/cli.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +14,7 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -35,6 +39,63 @@ std::string trim(const std::string& s) {
   if (begin == std::string::npos) return "";
   size_t end = s.find_last_not_of(ws);
   return s.substr(begin, end - begin + 1);
+}
+
+// The value semantic of switch_value: a bool that Boost reads from one token, which the dispatcher
+// always supplies with '=' (expand_switches), so Boost never reaches for the next word.
+class SwitchValue : public po::typed_value<bool> {
+ public:
+  explicit SwitchValue(std::optional<bool> by_default)
+      : po::typed_value<bool>(nullptr), by_default_(by_default) {
+    if (by_default) default_value(*by_default, *by_default ? "true" : "false");
+  }
+  // The help shows `--json` for a switch that is off by default, `--x [=BOOL] (=true)` otherwise.
+  std::string name() const override {
+    if (by_default_ == false) return "";
+    return by_default_ ? "[=BOOL] (=true)" : "[=BOOL]";
+  }
+
+ private:
+  std::optional<bool> by_default_;
+};
+
+bool is_bool_word(const std::string& word) {
+  for (const char* w : {"true", "false", "yes", "no", "on", "off"})
+    if (lower(word) == w) return true;
+  return false;
+}
+
+// A bare `--NAME` of a switch becomes `--NAME=true`, and `--NAME=VALUE` stays, so that every
+// switch reaches Boost with its value attached (after `--` every word is positional).
+std::vector<std::string> expand_switches(const std::vector<std::string>& args,
+                                         const po::options_description& options) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") {
+      out.insert(out.end(), args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+      break;
+    }
+    const po::option_description* d = a.size() > 2 && a.compare(0, 2, "--") == 0
+                                          ? options.find_nothrow(a.substr(2), false)
+                                          : nullptr;
+    if (!d || !is_switch(*d)) {
+      out.push_back(a);
+      continue;
+    }
+    if (i + 1 < args.size() && is_bool_word(args[i + 1]))
+      throw UsageError(a + " is a switch and takes its value only with '=': " + a + "=" +
+                       args[i + 1]);
+    out.push_back(a + "=true");
+  }
+  return out;
+}
+
+// The cores this process may run on (its CPU affinity), else the machine's.
+int available_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 // Optimal string alignment distance: Levenshtein plus adjacent transpositions, because swapped
@@ -116,9 +177,14 @@ std::vector<ConfigKey> scan_config(const std::string& path, const std::string& t
   std::string raw;
   std::string prefix;
   for (int line = 1; std::getline(in, raw); ++line) {
+    std::string where = path + ":" + std::to_string(line) + ": ";
+    // A NUL would cut every later message off, and other control characters would hide in it.
+    for (char c : raw)
+      if ((static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\r') || c == '\x7f')
+        throw UsageError(where + "control character " + printable(std::string(1, c)) +
+                         " in the line '" + printable(trim(raw)) + "'");
     std::string s = trim(raw.substr(0, raw.find('#')));
     if (s.empty()) continue;
-    std::string where = path + ":" + std::to_string(line) + ": ";
     if (s.front() == '[' && s.back() == ']') {
       std::string section = trim(s.substr(1, s.size() - 2));
       if (section.empty()) throw UsageError(where + "empty section name '[]'");
@@ -127,7 +193,7 @@ std::vector<ConfigKey> scan_config(const std::string& path, const std::string& t
     }
     size_t eq = s.find('=');
     if (eq == std::string::npos)
-      throw UsageError(where + "expected 'key = value' or '[section]', got '" + s + "'");
+      throw UsageError(where + "expected 'key = value' or '[section]', got '" + printable(s) + "'");
     std::string key = trim(s.substr(0, eq));
     if (key.empty()) throw UsageError(where + "missing option name before '='");
     keys.push_back({line, prefix + key, trim(s.substr(eq + 1))});
@@ -152,7 +218,10 @@ std::string read_config(const std::string& path) {
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) throw UsageError("cannot read config file '" + path + "'");
-  return text.str();
+  // A UTF-8 byte-order mark (Windows editors write one) is not part of the first key.
+  std::string s = text.str();
+  if (s.compare(0, 3, "\xEF\xBB\xBF") == 0) s.erase(0, 3);
+  return s;
 }
 
 // Stores the config file's values into vm after the command line's: program_options keeps the
@@ -169,7 +238,8 @@ void store_config(const std::string& path, const po::options_description& file_o
     if (file_options.find_nothrow(k.key, false)) {
       flat << k.key << " = " << k.value << "\n";
     } else if (!other_commands_options.count(k.key)) {
-      throw UsageError(path + ":" + std::to_string(k.line) + ": unknown option '" + k.key + "'");
+      throw UsageError(path + ":" + std::to_string(k.line) + ": unknown option '" +
+                       printable(k.key) + "'");
     }
   }
   std::istringstream in(flat.str());
@@ -227,15 +297,7 @@ int run_command(const Registry& registry, const Subcommand& cmd,
   const std::string see_help = " (see 'vitk " + cmd.name + " --help')";
   po::variables_map vm;
   try {
-    // Guessing is off so that `--thread` does not silently mean `--threads`, and so that adding
-    // an option later cannot make an abbreviation in someone's script ambiguous.
-    int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
-    po::store(po::command_line_parser(args)
-                  .options(cmdline_options)
-                  .positional(positional)
-                  .style(style)
-                  .run(),
-              vm);
+    po::store(parse_command_line(args, cmdline_options, positional), vm);
   } catch (const po::unknown_option& e) {
     throw UsageError("unknown option '" + e.get_option_name() + "'" + see_help);
   } catch (const po::too_many_positional_options_error&) {
@@ -263,6 +325,15 @@ int run_command(const Registry& registry, const Subcommand& cmd,
   if (vm.count("threads")) {
     int n = vm["threads"].as<int>();
     if (n < 1) throw UsageError("--threads must be at least 1, got " + std::to_string(n));
+    // More threads than cores only makes them wait for each other.
+    const int cores = available_cores();
+    if (n > cores) {
+      if (dist::world().root())
+        std::cerr << "vitk: warning: --threads " << n << " is more than the " << cores << " core"
+                  << (cores == 1 ? "" : "s") << " this process can use; using " << cores
+                  << std::endl;
+      n = cores;
+    }
     ops::set_num_threads(n);
   }
   return cmd.run(vm);
@@ -301,7 +372,7 @@ void report_error(const char* what) {
   const dist::World& world = dist::world();
   std::cerr << "vitk: error: "
             << (world.size() > 1 ? "rank " + std::to_string(world.rank()) + ": " : std::string())
-            << what << std::endl;
+            << printable(what) << std::endl;
 }
 
 template <typename T>
@@ -418,6 +489,64 @@ std::string format_value(const po::variable_value& value) {
                 std::vector<double>>(os, value.value()))
     os << "<" << value.value().type().name() << ">";
   return os.str();
+}
+
+po::typed_value<bool>* switch_value(std::optional<bool> by_default) {
+  return new SwitchValue(by_default);
+}
+
+bool is_switch(const po::option_description& option) {
+  return dynamic_cast<const SwitchValue*>(option.semantic().get()) != nullptr;
+}
+
+po::parsed_options parse_command_line(const std::vector<std::string>& args,
+                                      const po::options_description& options,
+                                      const po::positional_options_description& positional) {
+  // Guessing is off so that `--thread` does not silently mean `--threads`, and so that adding
+  // an option later cannot make an abbreviation in someone's script ambiguous.
+  const int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
+  return po::command_line_parser(expand_switches(args, options))
+      .options(options)
+      .positional(positional)
+      .style(style)
+      .run();
+}
+
+namespace detail {
+std::string range_message(long long lo, long long hi, const std::string& value) {
+  return "%canonical_option% must be in " + std::to_string(lo) + ".." + std::to_string(hi) +
+         ", got " + value;
+}
+}  // namespace detail
+
+void check_in_range(const std::string& option, long long value, long long lo, long long hi) {
+  if (value < lo || value > hi)
+    throw UsageError(option + " must be in " + std::to_string(lo) + ".." + std::to_string(hi) +
+                     ", got " + std::to_string(value));
+}
+
+void check_input_file(const std::string& option, const std::string& path) {
+  std::error_code ec;
+  if (path != "-" && std::filesystem::is_directory(path, ec))
+    throw Error(option + " " + path + ": is a directory, expected a file");
+}
+
+std::string printable(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (text.compare(i, 3, "\xEF\xBB\xBF") == 0) {
+      out += "\\uFEFF";
+      i += 2;
+    } else if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02X", c);
+      out += hex;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
 }
 
 void add_precision_option(po::options_description& o, bool training) {

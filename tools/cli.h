@@ -5,8 +5,11 @@
 //
 // Adding a subcommand: write tools/cmd_NAME.cpp defining `void register_NAME_commands(Registry&)`,
 // declare it below next to the others, and add it to the table in tools/main.cpp.
+#include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <boost/program_options.hpp>
@@ -69,6 +72,48 @@ std::string version_line();
 // for subcommands that echo their configuration into a log.
 std::string format_value(const po::variable_value& value);
 
+// ---- Kinds of options every subcommand declares the same way ---------------------------------
+
+// A boolean option (DESIGN.md, "Command line"): `--NAME` alone means true, `--NAME=false` (or
+// =true, =yes, =no, =on, =off, =1, =0) gives the value, and the next word is never taken as the
+// value (`--align-corners img.png` leaves img.png a positional word); a config file says
+// `NAME = true` or `NAME = false`. `by_default`: the value when not given (none: then the option
+// has a value only when given).
+po::typed_value<bool>* switch_value(std::optional<bool> by_default = false);
+// Whether `option` was declared with switch_value.
+bool is_switch(const po::option_description& option);
+
+// Command-line words parsed as the dispatcher parses every subcommand's: switches as above, no
+// prefix guessing (`--thread` is not `--threads`). Values are checked by po::store.
+po::parsed_options parse_command_line(const std::vector<std::string>& args,
+                                      const po::options_description& options,
+                                      const po::positional_options_description& positional = {});
+
+// A number option whose value must lie in [lo, hi]: anything else, on the command line or in a
+// config file, is a usage error naming the option and the range ("--batch-size must be in
+// 1..65536, got 0"). Bounds are generous: they catch typos and absurd values before any work.
+template <typename T>
+po::typed_value<T>* value_in(T lo, T hi);
+// The same check for a value parsed by hand (e.g. one side of --image-size): UsageError naming
+// `option` and the range.
+void check_in_range(const std::string& option, long long value, long long lo, long long hi);
+
+// Generous limits shared by the options that use them.
+constexpr int64_t kMaxBatchSize = 65536;
+constexpr int64_t kMaxImageSide = 4096;  // --image-size, each side
+constexpr int64_t kMaxEpochs = 1'000'000;
+constexpr int64_t kMaxClasses = 1'000'000;     // --num-classes, --top-k of classify
+constexpr int kMaxPrefetch = 64;               // --prefetch, batches
+constexpr int64_t kMaxVocabulary = 1'000'000;  // --vocab-size, --top-k of translate
+
+// A path given to `option` must be a file to read, not a directory: vitk::Error
+// "--train DIR: is a directory, expected a file" otherwise ("-", standard input, passes).
+void check_input_file(const std::string& option, const std::string& path);
+
+// `text` with control characters (but newlines and tabs), DEL and U+FEFF (a byte-order mark)
+// written as \xNN or \uFEFF, so that a message quoting it neither hides nor cuts anything.
+std::string printable(const std::string& text);
+
 // --precision f32|bf16 for the subcommands that run a model: the type of the matrix products.
 // `training`: the help also says that bf16 training keeps f32 master weights and state.
 void add_precision_option(po::options_description& o, bool training = false);
@@ -104,5 +149,37 @@ void register_translate_commands(Registry& registry);
 void register_mt_train_commands(Registry& registry);
 // `vitk plot positions|mask|metrics` (tools/cmd_plot.cpp).
 void register_plot_commands(Registry& registry);
+
+// ---- Implementation of value_in ----------------------------------------------------------------
+
+namespace detail {
+
+// The range message, with Boost's placeholder for the option's name as the user wrote it.
+std::string range_message(long long lo, long long hi, const std::string& value);
+
+template <typename T>
+class RangedValue : public po::typed_value<T> {
+ public:
+  RangedValue(T lo, T hi) : po::typed_value<T>(nullptr), lo_(lo), hi_(hi) {}
+  void xparse(boost::any& store, const std::vector<std::string>& tokens) const override {
+    po::typed_value<T>::xparse(store, tokens);
+    const T v = boost::any_cast<T>(store);
+    if (v < lo_ || v > hi_)
+      throw po::error_with_option_name(
+          range_message(static_cast<long long>(lo_), static_cast<long long>(hi_),
+                        tokens.empty() ? std::string() : tokens.back()));
+  }
+
+ private:
+  T lo_, hi_;
+};
+
+}  // namespace detail
+
+template <typename T>
+po::typed_value<T>* value_in(T lo, T hi) {
+  static_assert(std::is_integral_v<T>, "value_in is for counts");
+  return new detail::RangedValue<T>(lo, hi);
+}
 
 }  // namespace vitk::tools

@@ -225,7 +225,6 @@ int run_bench(const po::variables_map& vm) {
   options.repeats = vm["repeats"].as<int>();
   options.min_seconds = vm["min-time"].as<double>();
   options.bf16 = precision == ops::Precision::bf16;
-  if (options.repeats < 1) throw UsageError("--repeats must be at least 1");
   if (what == "attention" || what == "attention-memory") {
     if (options.bf16) throw UsageError(what + ": the blocked kernel is f32 only; drop --precision");
     if (what == "attention-memory") return run_attention_memory(vm, options.repeats);
@@ -255,7 +254,6 @@ int run_bench(const po::variables_map& vm) {
     timing.steps = vm["steps"].as<int>();
     timing.breakdown = !vm["no-breakdown"].as<bool>();
     const int batch = vm["batch-size"].as<int>();
-    if (timing.steps < 1 || batch < 1) throw UsageError("--steps and --batch-size must be >= 1");
     if (what == "vit-step") {
       vit::StepBenchOptions vo;
       vo.model = vit_step_model(vm);
@@ -336,13 +334,14 @@ void register_bench_commands(Registry& registry) {
         "attention (materialized against blocked attention), "
         "attention-memory (peak memory of an encoder layer at long sequence lengths) or compare "
         "(vitk against PyTorch, side by side: runs "
-        "tests/bench/compare.py)")("repeats", po::value<int>()->default_value(7)->value_name("N"),
+        "tests/bench/compare.py)")("repeats", value_in(1, 10000)->default_value(7)->value_name("N"),
                                    "timed rounds per measurement; the table shows medians")(
         "min-time", po::value<double>()->default_value(0.05, "0.05")->value_name("SECONDS"),
         "each round repeats the call for at least this long")(
-        "steps", po::value<int>()->default_value(10)->value_name("N"),
+        "steps", value_in(1, 1'000'000)->default_value(10)->value_name("N"),
         "vit-step, mt-step: training steps per timed round")(
-        "batch-size", po::value<int>()->default_value(128)->value_name("N"),
+        "batch-size",
+        value_in(1, static_cast<int>(kMaxBatchSize))->default_value(128)->value_name("N"),
         "vit-step, mt-step: batch size (images or sentences)")(
         "drop-path", po::value<float>()->default_value(0.f, "0")->value_name("P"),
         "vit-step: stochastic depth of the last block")(
@@ -359,8 +358,8 @@ void register_bench_commands(Registry& registry) {
                       "vit-step: MLP convolutions in these blocks (vit/vit.h: ffn_conv_blocks)")(
         "length", po::value<int>()->default_value(32)->value_name("N"),
         "mt-step: tokens of every source and target sentence")(
-        "no-breakdown", po::bool_switch(), "vit-step, mt-step: skip the profiled round")(
-        "packed", po::bool_switch(),
+        "no-breakdown", switch_value(), "vit-step, mt-step: skip the profiled round")(
+        "packed", switch_value(),
         "ops: weights packed once into oneDNN's blocked layout, as in inference (f32 at every "
         "shape)")("rows", po::value<int64_t>()->default_value(0)->value_name("M"),
                   "ops: rows (tokens) of every product; 0: 8x197 for ViT-B/16, 4096 for "

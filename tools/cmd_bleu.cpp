@@ -55,7 +55,7 @@ int run_bleu(const po::variables_map& vm) {
     variable |= present != refs.size();
   }
   const auto result = seq2seq::corpus_bleu(hyps, refs);
-  if (vm.count("score-only")) {
+  if (vm["score-only"].as<bool>()) {
     std::printf("%.2f\n", result.score);
     return kExitOk;
   }
@@ -80,7 +80,7 @@ void register_bleu_commands(Registry& registry) {
                     "a reference translation, one segment per line (repeat for several)")(
         "hypothesis", po::value<std::string>()->required()->value_name("HYP"),
         "the translation to score, one segment per line; - reads standard input")(
-        "score-only", "print only the score");
+        "score-only", switch_value(), "print only the score");
   };
   c.add_positional = [](po::positional_options_description& p) { p.add("hypothesis", 1); };
   c.run = run_bleu;

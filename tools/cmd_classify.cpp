@@ -230,8 +230,6 @@ int run_classify(const po::variables_map& vm) {
   options.top_k = vm["top-k"].as<int>();
   options.decode.max_pixels = vm["max-pixels"].as<int64_t>();
   options.decode.quiet = true;  // codec chatter would break the one-line-per-file errors
-  if (options.batch_size < 1) throw UsageError("--batch-size must be at least 1");
-  if (options.top_k < 1) throw UsageError("--top-k must be at least 1");
   if (options.decode.max_pixels < 1) throw UsageError("--max-pixels must be at least 1");
   const double benchmark_seconds = vm["benchmark-seconds"].as<double>();
   if (!(benchmark_seconds > 0)) throw UsageError("--benchmark-seconds must be positive");
@@ -404,11 +402,11 @@ void register_classify_commands(Registry& registry) {
         "classify every image file under DIR, recursively (.png .jpg .jpeg .bmp .tif .tiff "
         ".webp .pgm .ppm ...)")("model", po::value<std::string>()->value_name("FILE"),
                                 "the checkpoint (default: the bundled vit/models/fmnist-vit.h5)")(
-        "top-k", po::value<int>()->default_value(5)->value_name("K"),
+        "top-k", value_in(1, static_cast<int>(kMaxClasses))->default_value(5)->value_name("K"),
         "labels per image, most probable first (at most the number of classes)")(
-        "json", po::bool_switch(),
+        "json", switch_value(),
         "one JSON document keyed by image path: labels, probabilities and classes, or error")(
-        "csv", po::bool_switch(), "CSV: path, label_1, probability_1, ..., error")(
+        "csv", switch_value(), "CSV: path, label_1, probability_1, ..., error")(
         "attention-dir", po::value<std::string>()->value_name("DIR"),
         "also draw, per image, where the classification draws from (attention rollout over "
         "the input and the last block's heads) as DIR/NAME.png, NAME from the image file")(
@@ -416,7 +414,7 @@ void register_classify_commands(Registry& registry) {
         "--attention-dir: fuse each layer's heads by their mean or their maximum")(
         "labels", po::value<std::string>()->value_name("FILE"),
         "class names, one a line, instead of the checkpoint's (as many as the model's classes)")(
-        "batch-size", po::value<int64_t>()->default_value(32)->value_name("N"),
+        "batch-size", value_in<int64_t>(1, kMaxBatchSize)->default_value(32)->value_name("N"),
         "files per batch through the model; the next batch is decoded meanwhile")(
         "resize", po::value<std::string>()->value_name("shorter|squash"),
         "override the checkpoint's resize: shorter side then centre crop, or a plain resize")(
@@ -430,17 +428,17 @@ void register_classify_commands(Registry& registry) {
         "override the normalisation standard deviation, one per channel")(
         "max-pixels", po::value<int64_t>()->default_value(178'956'970)->value_name("N"),
         "refuse images with more pixels than this, from their header, before decoding")(
-        "benchmark", po::bool_switch(),
+        "benchmark", switch_value(),
         "with images: also print images/s to stderr; without: time the model alone on random "
         "batches")("benchmark-seconds", po::value<double>()->default_value(10)->value_name("S"),
                    "how long --benchmark times the model alone")(
-        "random-weights", po::bool_switch(),
+        "random-weights", switch_value(),
         "with --benchmark, instead of --model: a randomly initialised model described by the "
         "--model.* options or the [model] section of --config (default ViT-B/16 at 224)")(
-        "profile", po::bool_switch(),
+        "profile", switch_value(),
         "with --benchmark (no images): also print where a batch spends its time, exclusive "
         "wall time per op and shape")(
-        "plain-weights", po::bool_switch(),
+        "plain-weights", switch_value(),
         "f32: read every weight in its stored layout instead of packing the ones where oneDNN's "
         "blocked layout is faster (for speed comparisons)");
     add_precision_option(o);

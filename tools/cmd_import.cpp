@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "tools/cli.h"
+#include "tools/vit_options.h"
 #include "vit/import.h"
 
 namespace vitk::tools {
@@ -45,12 +46,8 @@ int run_import(const po::variables_map& vm) {
     if (o.heads < 1) throw UsageError("--heads must be at least 1");
   }
   if (vm.count("image-size"))
-    std::tie(o.image_height, o.image_width) =
-        vit::parse_image_size(vm["image-size"].as<std::string>());
-  if (vm.count("num-classes")) {
-    o.num_classes = vm["num-classes"].as<int64_t>();
-    if (o.num_classes < 1) throw UsageError("--num-classes must be at least 1");
-  }
+    std::tie(o.image_height, o.image_width) = image_size_option(vm, "image-size");
+  if (vm.count("num-classes")) o.num_classes = vm["num-classes"].as<int64_t>();
   if (vm.count("norm-eps")) {
     o.norm_eps = vm["norm-eps"].as<float>();
     if (!(o.norm_eps > 0)) throw UsageError("--norm-eps must be positive");
@@ -109,10 +106,11 @@ void register_import_commands(Registry& registry) {
         "attention heads (default: the standard for the width, else d_model / 64)")(
         "image-size", po::value<std::string>()->value_name("SIZE"),
         "input size, N or HxW (default: the source's; another size resamples the position "
-        "embeddings)")("align-corners", po::value<bool>()->value_name("BOOL"),
-                       "resample positions with align_corners (default: true for torchvision, "
+        "embeddings)")("align-corners", switch_value(std::nullopt),
+                       "resample positions with align_corners (--align-corners=false: without; "
+                       "default: true for torchvision, "
                        "false for timm and hf)")(
-        "num-classes", po::value<int64_t>()->value_name("N"),
+        "num-classes", value_in<int64_t>(1, kMaxClasses)->value_name("N"),
         "for a file without a classifier (a backbone): add a zero head of N classes")(
         "norm-eps", po::value<float>()->value_name("X"),
         "layer-norm epsilon (default: 1e-6 timm and torchvision, 1e-12 hf)")(

@@ -104,13 +104,13 @@ void register_info_commands(Registry& registry) {
         "model.layers", po::value<int>()->default_value(6), "encoder layers")(
         "model.decoder_layers", po::value<int>()->default_value(6), "decoder layers")(
         "model.activation", po::value<std::string>()->default_value("relu"), "relu or gelu")(
-        "model.pre_norm", po::value<bool>()->default_value(false), "pre-norm (true) or post-norm")(
+        "model.pre_norm", switch_value(false), "pre-norm (true) or post-norm")(
         "model.score", po::value<std::string>()->default_value("scaled_dot"),
         "attention score: scaled_dot, dot, general, additive")(
         "model.sequence_length", po::value<int64_t>()->default_value(128),
         "tokens per sequence (not vit)")("model.vocab_size", po::value<int64_t>()->default_value(0),
                                          "vocabulary size (0: no embeddings)")(
-        "model.tied_embeddings", po::value<bool>()->default_value(true),
+        "model.tied_embeddings", switch_value(true),
         "one matrix for source, target and output embeddings")(
         "model.image_size", po::value<int64_t>()->default_value(224), "vit: image side")(
         "model.patch_size", po::value<int64_t>()->default_value(16), "vit: patch side")(

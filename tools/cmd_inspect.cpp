@@ -24,7 +24,7 @@ int run_inspect(const po::variables_map& vm) {
     for (const auto& name : meta.class_names) std::cout << " " << name;
     std::cout << "\n";
   }
-  if (vm.count("tensors")) {
+  if (vm["tensors"].as<bool>()) {
     for (const auto& [name, shape] : tensors)
       std::cout << "  " << name << " " << shape_str(shape) << "\n";
   }
@@ -41,7 +41,8 @@ void register_inspect_commands(Registry& registry) {
   c.usage = "CHECKPOINT [options]";
   c.add_options = [](po::options_description& o) {
     o.add_options()("checkpoint", po::value<std::string>()->required()->value_name("FILE"),
-                    "the HDF5 checkpoint")("tensors", "also list every tensor with its shape");
+                    "the HDF5 checkpoint")("tensors", switch_value(),
+                                           "also list every tensor with its shape");
   };
   c.add_positional = [](po::positional_options_description& p) { p.add("checkpoint", 1); };
   c.run = run_inspect;

@@ -56,12 +56,24 @@ class SentencePieceData : public seq2seq::TranslationData {
   }
 };
 
-// The [model] keys of a translation model, as --model.KEY options (strings: from_config_map
-// reads them, so a config file and a checkpoint spell values the same way).
+// A [model] key whose value is true or false: a switch on the command line.
+bool boolean_key(const std::string& key) {
+  const std::string v = seq2seq::to_config_map(seq2seq::TransformerConfig{}).at(key);
+  return v == "true" || v == "false";
+}
+
+// The [model] keys of a translation model, as --model.KEY options (strings, or switches for the
+// booleans: from_config_map reads them, so a config file and a checkpoint spell values the same
+// way).
 void add_transformer_options(po::options_description& o) {
   const auto d = seq2seq::to_config_map(seq2seq::TransformerConfig{});
   auto opt = [&](const std::string& key, const std::string& help) {
-    o.add_options()(("model." + key).c_str(), po::value<std::string>()->value_name("V"),
+    const po::value_semantic* value = nullptr;
+    if (boolean_key(key))
+      value = switch_value(std::nullopt);
+    else
+      value = po::value<std::string>()->value_name("V");
+    o.add_options()(("model." + key).c_str(), value,
                     (help + " (default " + d.at(key) + ")").c_str());
   };
   opt("type", "must be transformer");
@@ -87,7 +99,8 @@ seq2seq::TransformerConfig transformer_config(const po::variables_map& vm,
     (void)value;
     const std::string name = "model." + key;
     if (!vm.count(name)) continue;
-    map[key] = vm[name].as<std::string>();
+    map[key] =
+        boolean_key(key) ? (vm[name].as<bool>() ? "true" : "false") : vm[name].as<std::string>();
     given.push_back(key);
     try {
       seq2seq::from_config_map({{key, map[key]}}, "--" + name);
@@ -121,12 +134,12 @@ void add_options(po::options_description& o) {
       ("spm", po::value<std::string>()->value_name("MODEL"),
        "a SentencePiece .model to use (default: train one on the source and target training "
        "text); stored in every checkpoint")  //
-      ("vocab-size", po::value<int>()->value_name("N"),
+      ("vocab-size", value_in(1, static_cast<int>(kMaxVocabulary))->value_name("N"),
        "vocabulary of the SentencePiece model trained (default: model.vocab_size, 8000)")  //
       ("spm-type", po::value<std::string>()->default_value("bpe"), "bpe or unigram");
   po::options_description opt("Optimization (Adam 0.9, 0.98, eps 1e-9; inverse-sqrt schedule)");
   opt.add_options()  //
-      ("max-tokens", po::value<int64_t>()->default_value(4096),
+      ("max-tokens", value_in<int64_t>(1, 1 << 24)->default_value(4096),
        "tokens per batch (padded source or target)")  //
       ("lr-factor", po::value<float>()->default_value(1.f, "1"),
        "lr = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)")  //
@@ -138,8 +151,9 @@ void add_options(po::options_description& o) {
        "clip the global gradient L2 norm to this (0: off)")  //
       ("scheduled-sampling", po::value<float>()->default_value(0.f, "0"),
        "probability of feeding the model's own greedy prediction (from a first teacher-forced "
-       "pass) instead of the reference token at each decoder position")   //
-      ("epochs", po::value<int>()->default_value(10), "epochs to train")  //
+       "pass) instead of the reference token at each decoder position")  //
+      ("epochs", value_in(1, static_cast<int>(kMaxEpochs))->default_value(10),
+       "epochs to train")  //
       ("max-steps", po::value<int64_t>()->default_value(0),
        "stop after this many steps in all, validate and save (0: no limit)")  //
       ("seed", po::value<uint64_t>()->default_value(42),
@@ -157,11 +171,11 @@ void add_options(po::options_description& o) {
        "beam size of the validation translations (1: greedy, the fastest)")  //
       ("length-penalty", po::value<float>()->default_value(0.6f, "0.6"),
        "GNMT length penalty alpha of the validation beam search")  //
-      ("valid-batch-size", po::value<int64_t>()->default_value(64),
+      ("valid-batch-size", value_in<int64_t>(1, kMaxBatchSize)->default_value(64),
        "sentences per validation search")  //
       ("early-stopping", po::value<int>()->default_value(0),
        "stop after this many validations without a better BLEU (0: off)")  //
-      ("keep-last", po::value<int>()->default_value(0),
+      ("keep-last", value_in(0, 10000)->default_value(0),
        "also keep step-N.h5 of the last K validations, e.g. for vitk average (0: none)");
   po::options_description model("Model (the [model] section of a config file)");
   add_transformer_options(model);
@@ -213,6 +227,9 @@ seq2seq::TrainOptions train_options(const po::variables_map& vm) {
 }
 
 int run_mt_train(const po::variables_map& vm) {
+  for (const char* option : {"train", "train-target", "valid", "valid-target", "spm"})
+    if (vm.count(option))
+      check_input_file(std::string("--") + option, vm[option].as<std::string>());
   const seq2seq::TrainOptions options = train_options(vm);
   options.validate();  // before the signal handlers and the version line
   const std::atomic<int>& stop = install_stop_flag();

@@ -196,8 +196,8 @@ void register_plot_commands(Registry& registry) {
          "positions: sinusoid positions (64); mask: positions (8, at most 64)")  //
         ("model", po::value<std::string>()->value_name("CKPT"),
          "positions: a ViT checkpoint (similarity of its learned position embeddings) or a "
-         "translation checkpoint (its sinusoids)")                       //
-        ("causal", po::bool_switch(), "mask: query i sees keys j <= i")  //
+         "translation checkpoint (its sinusoids)")                    //
+        ("causal", switch_value(), "mask: query i sees keys j <= i")  //
         ("key-length", po::value<int64_t>()->value_name("K"),
          "mask: keys from K on are padding (hidden from every query)");
   };

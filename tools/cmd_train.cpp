@@ -25,10 +25,12 @@ void add_eval_options(po::options_description& o) {
       ("model", po::value<std::string>()->value_name("CKPT"),
        "checkpoint to evaluate (a run's best.h5, ema.h5 or last.h5)")  //
       ("data", po::value<std::string>()->value_name("PATH"),
-       "images: an IDX directory, an image-folder root or a CSV of path,label")              //
-      ("split", po::value<std::string>()->default_value("val"), "val or train")              //
-      ("batch-size,b", po::value<int64_t>()->default_value(128), "images per forward pass")  //
-      ("prefetch", po::value<int>()->default_value(3), "batches the loader prepares ahead")  //
+       "images: an IDX directory, an image-folder root or a CSV of path,label")  //
+      ("split", po::value<std::string>()->default_value("val"), "val or train")  //
+      ("batch-size,b", value_in<int64_t>(1, kMaxBatchSize)->default_value(128),
+       "images per forward pass")  //
+      ("prefetch", value_in(1, kMaxPrefetch)->default_value(3),
+       "batches the loader prepares ahead")  //
       ("compare-precision", po::value<std::string>()->value_name("f32|bf16"),
        "also run every batch at this precision and report how the predictions agree (top-1 "
        "agreement, logit differences)");
@@ -61,7 +63,6 @@ int run_eval(const po::variables_map& vm) {
   e.image_width = res.width;
   e.align_corners = res.align_corners;
   e.prefetch = vm["prefetch"].as<int>();
-  if (e.prefetch < 1) throw UsageError("--prefetch must be at least 1");
   vit::run_eval(e, std::cout, is_terminal(STDOUT_FILENO));
   return kExitOk;
 }

@@ -88,16 +88,13 @@ seq2seq::SearchOptions search_options(const po::variables_map& vm) {
     if (!ok) throw UsageError(what);
   };
   need(o.beam_size >= 1, "--beam-size must be at least 1, got " + std::to_string(o.beam_size));
-  need(o.nbest >= 1, "--nbest must be at least 1, got " + std::to_string(o.nbest));
   need(o.nbest == 1 || o.method == seq2seq::SearchMethod::beam,
        "--nbest needs beam search (not --greedy or --sample)");
   need(o.nbest <= o.beam_size, "--nbest " + std::to_string(o.nbest) + " is more than --beam-size " +
                                    std::to_string(o.beam_size));
   need(o.length_penalty >= 0 && std::isfinite(o.length_penalty),
        "--length-penalty must be finite and >= 0");
-  need(o.max_length_offset >= 0, "--max-length-offset must be >= 0");
   need(o.temperature >= 0 && std::isfinite(o.temperature), "--temperature must be >= 0");
-  need(o.top_k >= 0, "--top-k must be >= 0 (0: all tokens)");
   return o;
 }
 
@@ -172,7 +169,7 @@ int run_translate(const po::variables_map& vm) {
   const std::string model_path = get<std::string>(vm, "model");
   const std::string input = get<std::string>(vm, "input"), output = get<std::string>(vm, "output");
   const int64_t batch_size = get<int64_t>(vm, "batch-size");
-  if (batch_size < 1) throw UsageError("--batch-size must be at least 1");
+  check_input_file("--input", input);
   const seq2seq::SearchOptions search = search_options(vm);
   const bool nbest = !vm["nbest"].defaulted();
   const std::string pictures =
@@ -299,19 +296,19 @@ void register_translate_commands(Registry& registry) {
          "all")                                                                                  //
         ("beam-size", po::value<int>()->default_value(4)->value_name("K"), "beam search width")  //
         ("length-penalty", po::value<float>()->default_value(0.6f, "0.6")->value_name("ALPHA"),
-         "GNMT length penalty ((5 + n) / 6)^alpha; 0: raw log-probability")    //
-        ("greedy", po::bool_switch(), "greedy search instead of beam search")  //
-        ("nbest", po::value<int>()->default_value(1)->value_name("N"),
+         "GNMT length penalty ((5 + n) / 6)^alpha; 0: raw log-probability")  //
+        ("greedy", switch_value(), "greedy search instead of beam search")   //
+        ("nbest", value_in(1, 1024)->default_value(1)->value_name("N"),
          "print the N best hypotheses of beam search as 'i ||| hypothesis ||| score' lines")  //
-        ("sample", po::bool_switch(), "draw each token from the model's distribution")        //
+        ("sample", switch_value(), "draw each token from the model's distribution")           //
         ("temperature", po::value<float>()->default_value(1.f, "1")->value_name("T"),
          "--sample: p ~ exp(logit / T); 0 is greedy")  //
-        ("top-k", po::value<int64_t>()->default_value(0)->value_name("K"),
+        ("top-k", value_in<int64_t>(0, kMaxVocabulary)->default_value(0)->value_name("K"),
          "--sample: draw among the K most likely tokens only (0: all)")                       //
         ("seed", po::value<uint64_t>()->default_value(0)->value_name("S"), "--sample: seed")  //
-        ("max-length-offset", po::value<int64_t>()->default_value(50)->value_name("N"),
+        ("max-length-offset", value_in<int64_t>(0, 65536)->default_value(50)->value_name("N"),
          "at most source length + N target tokens (and never more than the model's limit)")  //
-        ("batch-size", po::value<int64_t>()->default_value(32)->value_name("N"),
+        ("batch-size", value_in<int64_t>(1, kMaxBatchSize)->default_value(32)->value_name("N"),
          "sentences per search (sorted by length inside, output in input order)")  //
         ("attention-dir", po::value<std::string>()->value_name("DIR"),
          "also draw, per translated line, the cross-attention between its subwords and the "
@@ -320,7 +317,7 @@ void register_translate_commands(Registry& registry) {
          "--attention-dir: the decoder layer, 0-based, or 'last'")  //
         ("attention-head", po::value<std::string>()->default_value("mean")->value_name("N"),
          "--attention-dir: one head, 0-based, or 'mean' of all heads")  //
-        ("profile", po::bool_switch(),
+        ("profile", switch_value(),
          "at the end, print to stderr where the translation spent its time: exclusive wall time "
          "per op and shape over the whole run");
     add_precision_option(o);

@@ -69,7 +69,7 @@ void add_finetune_options(po::options_description& o) {
   f.add_options()  //
       ("from", po::value<std::string>()->value_name("CKPT"),
        "the checkpoint to fine-tune: a run's best.h5, or one written by vitk import")  //
-      ("num-classes", po::value<int64_t>()->value_name("N"),
+      ("num-classes", value_in<int64_t>(1, kMaxClasses)->value_name("N"),
        "replace the head by a zero one of N classes, the data's (default: keep the head, whose "
        "classes must then be the data's)")  //
       ("labels", po::value<std::string>()->value_name("FILE"),
@@ -101,6 +101,8 @@ void add_train_options(po::options_description& o, TrainCommand command) {
         ->default_value({a, b}, std::string(a) + " " + b);
   };
   const std::string from_recipe = ft ? " (default: the recipe's)" : "";
+  auto* epochs = value_in(1, static_cast<int>(kMaxEpochs));
+  if (!ft) epochs->default_value(30);
   if (ft) add_finetune_options(o);
   po::options_description data("Data and output");
   data.add_options()  //
@@ -115,9 +117,10 @@ void add_train_options(po::options_description& o, TrainCommand command) {
       ("resume", po::value<std::string>()->value_name("CKPT"),
        "continue a run exactly from its checkpoint (OUTPUT/last.h5)");
   po::options_description opt("Optimization");
-  opt.add_options()                                                                  //
-      ("epochs", recipe_value(30, "30"), ("epochs to train" + from_recipe).c_str())  //
-      ("batch-size,b", po::value<int64_t>()->default_value(128), "images per step")  //
+  opt.add_options()                                                  //
+      ("epochs", epochs, ("epochs to train" + from_recipe).c_str())  //
+      ("batch-size,b", value_in<int64_t>(1, kMaxBatchSize)->default_value(128),
+       "images per step")  //
       ("lr", recipe_value(5e-4f, "0.0005"),
        (ft ? "peak learning rate (default: the recipe's per 512 images x batch-size / 512)"
            : "peak learning rate"))  //
@@ -142,7 +145,7 @@ void add_train_options(po::options_description& o, TrainCommand command) {
       ("clip-grad", recipe_value(0.f, "0"),
        ("clip the global gradient L2 norm to this (0: off)" + from_recipe).c_str())        //
       ("smoothing", recipe_value(0.1f, "0.1"), ("label smoothing" + from_recipe).c_str())  //
-      ("model-ema", po::bool_switch(),
+      ("model-ema", switch_value(),
        "keep an exponential moving average of the weights and "
        "validate it too (timm ModelEmaV2)")  //
       ("model-ema-decay", po::value<double>()->default_value(0.9998, "0.9998"),
@@ -158,7 +161,8 @@ void add_train_options(po::options_description& o, TrainCommand command) {
       ("val-interval", po::value<int64_t>()->default_value(1),
        "validate after every N-th epoch and after the last (0: only after the last); best.h5 "
        "comes from a validated epoch")  //
-      ("prefetch", po::value<int>()->default_value(3), "batches the loader prepares ahead");
+      ("prefetch", value_in(1, kMaxPrefetch)->default_value(3),
+       "batches the loader prepares ahead");
   add_profile_options(opt);
   add_parallel_options(opt);
   add_precision_option(opt, /*training=*/true);
@@ -166,7 +170,7 @@ void add_train_options(po::options_description& o, TrainCommand command) {
   aug.add_options()                                                                            //
       ("scale", words("0.08", "1"), "random resized crop: range of the area fraction")         //
       ("ratio", words("0.75", "1.3333333"), "random resized crop: range of the aspect ratio")  //
-      ("no-aug", po::bool_switch(),
+      ("no-aug", switch_value(),
        "no random crop, flip, shift or erasing: the eval transform (Mixup/CutMix still apply)")  //
       ("hflip", po::value<float>()->default_value(0.5f, "0.5"), "horizontal flip probability")   //
       ("crop-padding", po::value<int64_t>()->default_value(0)->value_name("N"),
@@ -255,11 +259,7 @@ vit::TrainOptions train_options(const po::variables_map& vm, TrainCommand comman
     f.image_height = res.height;
     f.image_width = res.width;
     f.align_corners = res.align_corners;
-    if (vm.count("num-classes")) {
-      f.num_classes = vm["num-classes"].as<int64_t>();
-      if (f.num_classes < 1)
-        throw UsageError("--num-classes must be at least 1, got " + std::to_string(f.num_classes));
-    }
+    if (vm.count("num-classes")) f.num_classes = vm["num-classes"].as<int64_t>();
     f.labels = str("labels");
   }
   return t;
@@ -267,7 +267,7 @@ vit::TrainOptions train_options(const po::variables_map& vm, TrainCommand comman
 
 void add_profile_options(po::options_description& o) {
   o.add_options()  //
-      ("profile", po::bool_switch(),
+      ("profile", switch_value(),
        "print where the training steps spend their time at the end: exclusive wall time per op "
        "and shape, per step (the first step, which creates primitives, is left out)")  //
       ("profile-every", po::value<int64_t>()->default_value(0)->value_name("N"),
@@ -276,7 +276,7 @@ void add_profile_options(po::options_description& o) {
 
 void add_parallel_options(po::options_description& o) {
   o.add_options()  //
-      ("accum-steps", po::value<int>()->default_value(1)->value_name("K"),
+      ("accum-steps", value_in(1, 4096)->default_value(1)->value_name("K"),
        "cut each rank's share of a batch into K micro-batches whose gradients add up before the "
        "step: the same global batch in less memory or on fewer ranks")  //
       ("bucket-mb", po::value<double>()->default_value(25)->value_name("MB"),
@@ -286,8 +286,6 @@ void add_parallel_options(po::options_description& o) {
 
 void read_parallel_options(const po::variables_map& vm, int* accum_steps, double* bucket_mb) {
   *accum_steps = vm["accum-steps"].as<int>();
-  if (*accum_steps < 1 || *accum_steps > 4096)
-    throw UsageError("--accum-steps must be in 1..4096, got " + std::to_string(*accum_steps));
   *bucket_mb = vm["bucket-mb"].as<double>();
   if (!(*bucket_mb >= 0.001 && *bucket_mb <= 4096))
     throw UsageError("--bucket-mb must be in 0.001..4096, got " + format_general(*bucket_mb));

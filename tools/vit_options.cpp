@@ -58,6 +58,9 @@ void add_vit_options(po::options_description& options, const vit::VitConfig& d,
   auto integer = [&](int64_t x) { return value(x, std::to_string(x)); };
   auto real = [&](float x) { return value(x, float_text(x)); };
   auto text = [&](const std::string& x) { return value(x, x); };
+  auto flag = [with_defaults](bool x) {
+    return switch_value(with_defaults ? std::optional<bool>(x) : std::nullopt);
+  };
   options.add_options()                                          //
       ("model.type", text("vit"), "model type: vit")             //
       ("model.image_size", text(size)->value_name("N|HxW"),      //
@@ -101,11 +104,9 @@ void add_vit_options(po::options_description& options, const vit::VitConfig& d,
        "per-channel mean of [0, 1] pixels, comma-separated")     //
       ("model.std", text(floats_text(d.preprocess.std)),         //
        "per-channel standard deviation, comma-separated")        //
-      ("model.diag_mask", value(d.diag_mask, d.diag_mask ? "true" : "false")->value_name("BOOL"),
+      ("model.diag_mask", flag(d.diag_mask),
        "no token attends to itself (LSA's diagonal masking)")  //
-      ("model.pos_embed_align_corners",
-       value(d.pos_embed_align_corners, d.pos_embed_align_corners ? "true" : "false")
-           ->value_name("BOOL"),
+      ("model.pos_embed_align_corners", flag(d.pos_embed_align_corners),
        "how the positions are resampled to another size by default: false as timm, DeiT and "
        "Hugging Face, true as torchvision");
 }
@@ -178,10 +179,22 @@ vit::VitConfig vit_config_from(const po::variables_map& vm, vit::VitConfig c, bo
   return c;
 }
 
+std::pair<int64_t, int64_t> image_size_option(const po::variables_map& vm,
+                                              const std::string& option) {
+  std::pair<int64_t, int64_t> hw;
+  try {
+    hw = vit::parse_image_size(vm[option].as<std::string>());
+  } catch (const UsageError& e) {
+    throw UsageError("--" + option + ": " + e.what());
+  }
+  for (int64_t side : {hw.first, hw.second}) check_in_range("--" + option, side, 1, kMaxImageSide);
+  return hw;
+}
+
 void add_resolution_options(po::options_description& options, const std::string& image_size_help) {
   options.add_options()                                                                       //
       ("image-size", po::value<std::string>()->value_name("N|HxW"), image_size_help.c_str())  //
-      ("align-corners", po::value<bool>()->implicit_value(true)->value_name("BOOL"),
+      ("align-corners", switch_value(std::nullopt),
        "resample the position embeddings with align_corners (torchvision's convention; "
        "--align-corners=false for timm's); default: the checkpoint's convention, recorded at "
        "import (true for torchvision, false for timm and hf)");
@@ -190,11 +203,7 @@ void add_resolution_options(po::options_description& options, const std::string&
 Resolution resolution_from(const po::variables_map& vm) {
   Resolution r;
   if (vm.count("image-size")) {
-    try {
-      std::tie(r.height, r.width) = vit::parse_image_size(vm["image-size"].as<std::string>());
-    } catch (const UsageError& e) {
-      throw UsageError(std::string("--image-size: ") + e.what());
-    }
+    std::tie(r.height, r.width) = image_size_option(vm, "image-size");
   }
   if (vm.count("align-corners")) r.align_corners = vm["align-corners"].as<bool>();
   return r;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tools/cli.h"
@@ -32,6 +33,11 @@ std::vector<std::string> given_vit_options(const po::variables_map& vm);
 // --image-size N|HxW and --align-corners[=BOOL], the two arguments of vit::load_vit beyond the
 // path. `image_size_help` says what the size does for the subcommand.
 void add_resolution_options(po::options_description& options, const std::string& image_size_help);
+
+// The height and width of an N|HxW option (--image-size), each side checked against
+// kMaxImageSide: vitk::UsageError naming the option.
+std::pair<int64_t, int64_t> image_size_option(const po::variables_map& vm,
+                                              const std::string& option);
 
 struct Resolution {
   int64_t height = 0, width = 0;      // 0: the checkpoint's own size
