@@ -280,7 +280,8 @@ TEST_F(CliLimits, ControlCharactersInAConfigLineAreShownNotCutOff) {
 }
 
 TEST_F(CliLimits, ADirectoryGivenAsAFileIsNamed) {
-  Result r = run({"mt-train", "--train", "clean", "--output", "out"});
+  write("valid.tsv", "uno\tone\n");
+  Result r = run({"mt-train", "--train", "clean", "--valid", "valid.tsv", "--output", "out"});
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_TRUE(contains(r.err, "--train clean: is a directory, expected a file")) << r.err;
   r = run({"translate", "--model", "m.h5", "--input", "clean"});
