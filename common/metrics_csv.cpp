@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/io/atomic_file.h"
+#include "common/io/input_file.h"
 
 namespace vitk {
 
@@ -38,6 +39,7 @@ int MetricsTable::column(const std::string& name) const {
 }
 
 MetricsTable read_metrics_csv(const std::string& path) {
+  io::require_regular_file(path, "a metrics file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path + ": cannot open for reading: " + std::strerror(errno));
   auto split = [](std::string line) {

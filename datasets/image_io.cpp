@@ -17,6 +17,8 @@
 
 #include <opencv2/imgcodecs.hpp>
 
+#include "common/io/input_file.h"
+
 namespace vitk::datasets {
 namespace {
 
@@ -178,23 +180,13 @@ bool decode_image(const std::vector<uint8_t>& bytes, cv::Mat& image, std::string
 
 bool decode_image_file(const std::string& path, cv::Mat& image, std::string& error,
                        const DecodeOptions& options) {
-  // O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it.
-  int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    int e = errno;
-    error = e == ENOENT || e == ENOTDIR ? "file not found"
-                                        : std::string("cannot open: ") + std::strerror(e);
-    return false;
-  }
+  int fd = io::open_regular_file(path, error, "an image");
+  if (fd < 0) return false;
   struct stat st {};
   std::vector<uint8_t> bytes;
   bool ok = false;
   if (fstat(fd, &st) != 0) {
     error = std::string("cannot read: ") + std::strerror(errno);
-  } else if (S_ISDIR(st.st_mode)) {
-    error = "is a directory, not an image";
-  } else if (!S_ISREG(st.st_mode)) {
-    error = "not a regular file (a device, FIFO or socket)";
   } else if (st.st_size == 0) {
     error = "empty file";
   } else if (st.st_size / 8 > options.max_pixels + (int64_t(8) << 20)) {

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "common/io/input_file.h"
 
 namespace vitk::datasets {
 namespace {
@@ -53,9 +54,7 @@ bool blank(const std::string& s) {
 
 // All lines of a file without their line ends (\n or \r\n); a final line end adds no line.
 std::vector<std::string> read_lines(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw Error(path + ": is a directory, expected a file");
+  io::require_regular_file(path, "a text file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path + ": cannot open for reading");
   std::vector<std::string> lines;

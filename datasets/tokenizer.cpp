@@ -17,6 +17,7 @@
 
 #include "common/error.h"
 #include "common/io/atomic_file.h"
+#include "common/io/input_file.h"
 
 // Exported by libsentencepiece but declared only in its internal common.h.
 namespace sentencepiece::logging {
@@ -159,6 +160,7 @@ Tokenizer Tokenizer::from_bytes(const std::string& serialized_model) {
 }
 
 Tokenizer Tokenizer::load(const std::string& path) {
+  io::require_regular_file(path, "a SentencePiece model");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path + ": cannot open the SentencePiece model");
   std::ostringstream bytes;

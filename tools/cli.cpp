@@ -213,6 +213,9 @@ std::string read_config(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw UsageError("cannot read config file '" + path + "': it is a directory");
+  // A FIFO would block the read below until a writer came.
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw UsageError("cannot read config file '" + path + "': not a regular file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError("cannot open config file '" + path + "': " + std::strerror(errno));
   std::ostringstream text;

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "common/error.h"
+#include "common/io/input_file.h"
 #include "common/seq2seq/bleu.h"
 #include "tools/cli.h"
 
@@ -16,6 +17,7 @@ std::vector<std::string> read_lines(const std::string& path) {
   std::ifstream file;
   std::istream* in = &std::cin;
   if (path != "-") {
+    io::require_regular_file(path, "a text file");
     file.open(path, std::ios::binary);
     if (!file) throw Error(path + ": cannot open for reading");
     in = &file;

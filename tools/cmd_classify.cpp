@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/io/input_file.h"
 #include "common/ops/ops.h"
 #include "common/ops/profile.h"
 #include "common/plot/plot.h"
@@ -122,9 +123,10 @@ std::vector<std::string> input_paths(const po::variables_map& vm) {
 }
 
 std::vector<std::string> read_labels(const std::string& path, int64_t classes) {
-  std::ifstream in(path, std::ios::binary);
   std::error_code ec;
   if (fs::is_directory(path, ec)) throw Error("--labels " + path + ": is a directory");
+  io::require_regular_file(path, "a labels file");
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("--labels " + path + ": cannot open");
   std::vector<std::string> labels;
   int line_number = 0;
@@ -254,9 +256,15 @@ int run_classify(const po::variables_map& vm) {
   if (random_weights && res.height > 0)
     throw UsageError(
         "--image-size is for a checkpoint; with --random-weights use --model.image_size");
-  vit::LoadedVit loaded = random_weights
-                              ? random_model(vm)
-                              : vit::load_vit(model_path, res.height, res.width, res.align_corners);
+  vit::LoadedVit loaded;
+  try {
+    loaded = random_weights ? random_model(vm)
+                            : vit::load_vit(model_path, res.height, res.width, res.align_corners);
+  } catch (const UsageError& e) {  // load_vit's only one: a size it cannot run at
+    if (res.height <= 0) throw;
+    throw UsageError("--image-size " + std::to_string(res.height) + "x" +
+                     std::to_string(res.width) + ": " + e.what());
+  }
   const vit::VitConfig& config = loaded.config;
   options.preprocess = preprocess_from(vm, config.preprocess, static_cast<int>(config.channels));
   std::vector<std::string> labels = loaded.meta.class_names;

@@ -18,6 +18,8 @@
 
 #include "common/error.h"
 #include "common/io/atomic_file.h"
+#include "common/io/input_file.h"
+#include "common/memory.h"
 #include "common/ops/profile.h"
 #include "common/plot/plot.h"
 #include "common/progress.h"
@@ -36,6 +38,7 @@ std::vector<std::string> read_lines(const std::string& path) {
   std::ifstream file;
   std::istream* in = &std::cin;
   if (path != "-") {
+    io::require_regular_file(path, "a text file");
     file.open(path, std::ios::binary);
     if (!file) throw Error(path + ": cannot open for reading: " + std::strerror(errno));
     in = &file;
@@ -179,6 +182,10 @@ int run_translate(const po::variables_map& vm) {
     throw UsageError("--attention-layer and --attention-head need --attention-dir");
 
   seq2seq::LoadedTranslation loaded = seq2seq::load_translation(model_path);
+  const std::string shortfall = memory_shortfall(seq2seq::search_bytes(loaded.meta.config, search));
+  if (!shortfall.empty())
+    throw UsageError("--beam-size " + std::to_string(search.beam_size) + ": the search of one " +
+                     "sentence " + shortfall);
   const datasets::Tokenizer tokenizer = [&] {
     try {
       return datasets::Tokenizer::from_bytes(loaded.meta.tokenizer);

@@ -5,6 +5,8 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/io/checkpoint_config.h"
+#include "common/memory.h"
 #include "vit/resample.h"
 
 namespace vitk::vit {
@@ -19,7 +21,49 @@ bool is_head(const std::string& name) {
   return name == "head.weight" || name == "head.bias";
 }
 
+// The keys that set the model's size: a checkpoint without one would be built at a default.
+const std::vector<std::string> kSizeKeys = {"image_size", "patch_size", "channels", "num_classes",
+                                            "d_model",    "heads",      "d_ff",     "layers"};
+
 }  // namespace
+
+uint64_t memory_bytes(const VitConfig& c, int64_t images) {
+  const int64_t d = c.d_model, f = c.d_ff;
+  // The parameters (a lower bound: the blocks' products, positions, patch projection, stem and
+  // head), each held three times while a checkpoint loads: values, gradients, the read's copy.
+  uint64_t params = sat_product({c.tokens(), d});
+  params = sat_add(params, sat_product({d, c.proj_channels(), c.proj_kernel(), c.proj_kernel()}));
+  params = sat_add(params, sat_product({c.layers, 4 * d + 2 * f, d}));
+  params = sat_add(params, sat_product({c.num_classes, d}));
+  int64_t in = c.channels;
+  for (int64_t out : c.stem_channels) params = sat_add(params, sat_product({out, in, 9})), in = out;
+  // One inference forward of an image: the image and its patches, and per token q, k, v, the
+  // context, the residual stream and its norm (d each) and the MLP's hidden layer (d_ff, twice).
+  uint64_t per_image = sat_product({2, c.channels, c.image_height, c.image_width});
+  per_image = sat_add(per_image, sat_product({c.tokens(), 6 * d + 2 * f}));
+  return sat_mul(4, sat_add(sat_mul(3, params), sat_mul(sat_product({images}), per_image)));
+}
+
+VitConfig stored_config(const std::string& path, const io::CheckpointMeta& meta) {
+  io::require_config_keys(path, meta.config, kSizeKeys);
+  const VitConfig c = from_config_map(meta.config, path);  // each value within validate()'s limits
+  const io::StoredTensors stored = io::list_checkpoint(path);
+  io::check_layer_count(path, meta.config, stored, "blocks.", "layers", c.layers);
+  const std::string proj_in = c.stem_channels.empty() ? "channels" : "stem_channels";
+  io::check_implied_sizes(path, meta.config, stored,
+                          {{"cls_token", 2, c.d_model, {"d_model"}},
+                           {"patch_embed.proj.bias", 0, c.d_model, {"d_model"}},
+                           {"pos_embed", 1, c.tokens(), {"image_size", "patch_size"}},
+                           {"head.weight", 0, c.num_classes, {"num_classes"}},
+                           {"blocks.0.mlp.fc1.weight", 0, c.d_ff, {"d_ff"}},
+                           {"patch_embed.proj.weight", 1, c.proj_channels(), {proj_in}},
+                           {"patch_embed.proj.weight", 2, c.proj_kernel(), {"patch_size"}}});
+  const std::string shortfall = memory_shortfall(memory_bytes(c, 1));
+  if (!shortfall.empty())
+    throw Error(path + ": the model of " + io::config_values_text(meta.config, kSizeKeys) + " " +
+                shortfall);
+  return c;
+}
 
 VitConfig at_size(const VitConfig& stored, int64_t height, int64_t width, const std::string& path) {
   VitConfig c = stored;
@@ -30,6 +74,10 @@ VitConfig at_size(const VitConfig& stored, int64_t height, int64_t width, const 
   } catch (const UsageError& e) {
     throw UsageError(path + ": cannot run at " + size_text(height, width) + ": " + e.what());
   }
+  const std::string shortfall = memory_shortfall(memory_bytes(c, 1));
+  if (!shortfall.empty())
+    throw UsageError(path + ": cannot run at " + size_text(height, width) + ": one image " +
+                     shortfall);
   return c;
 }
 
@@ -37,7 +85,7 @@ io::CheckpointMeta load_vit_weights(const std::string& path, const VitConfig& co
                                     ParamStore& params, std::optional<bool> align_corners,
                                     bool new_head) {
   const io::CheckpointMeta file_meta = io::read_checkpoint_meta(path);
-  const VitConfig stored = from_config_map(file_meta.config, path);
+  const VitConfig stored = stored_config(path, file_meta);
   const bool resize =
       config.image_height != stored.image_height || config.image_width != stored.image_width;
   const bool same_head = config.num_classes == stored.num_classes;
@@ -82,7 +130,7 @@ LoadedVit load_vit(const std::string& path, int64_t height, int64_t width,
                    std::optional<bool> align_corners) {
   LoadedVit out;
   out.meta = io::read_checkpoint_meta(path);
-  out.config = from_config_map(out.meta.config, path);
+  out.config = stored_config(path, out.meta);
   out.stored_height = out.config.image_height;
   out.stored_width = out.config.image_width;
   out.resampled =

@@ -35,9 +35,21 @@ struct LoadedVit {
 LoadedVit load_vit(const std::string& path, int64_t height = 0, int64_t width = 0,
                    std::optional<bool> align_corners = std::nullopt);
 
+// The configuration of the checkpoint at `path` (its attributes `meta`), checked before any model
+// is built from it: every size key present (a missing one would fall back to a default), each
+// value within VitConfig::validate's limits, the stored tensors' names and shapes (no data read)
+// against what the values imply, and the memory the model needs (memory_bytes, one image) against
+// the machine's. vitk::Error naming the file and the configuration key at fault.
+VitConfig stored_config(const std::string& path, const io::CheckpointMeta& meta);
+
+// The least memory a ViT of this configuration takes: its parameters while a checkpoint loads
+// (values, gradients and the read's copy) and, for `images` images at once (0: none), one
+// inference forward's activations. Saturates at UINT64_MAX instead of overflowing.
+uint64_t memory_bytes(const VitConfig& config, int64_t images);
+
 // The configuration of the checkpoint at `path` run at height × width: `stored` with the new
 // size, validated. vitk::UsageError naming the file, the size and the patch size when the patch
-// size does not divide it.
+// size does not divide it, or the memory one image at that size needs when the machine has less.
 VitConfig at_size(const VitConfig& stored, int64_t height, int64_t width, const std::string& path);
 
 // Loads the weights of the checkpoint at `path` into `params`, the finalized store of a model

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/finite.h"
 #include "common/timer.h"
 
 namespace vitk::vit {
@@ -146,6 +147,13 @@ class Pipeline {
 
 }  // namespace
 
+void require_finite_logits(const Tensor& logits, const std::string& what) {
+  const int64_t bad = first_non_finite(logits.f32(), logits.numel());
+  if (bad >= 0)
+    throw Error(what + ": the model's logits are not finite (" + std::to_string(logits.f32()[bad]) +
+                "): its weights overflow on this input, so there is no score to give");
+}
+
 void top_k(const float* logits, int64_t classes, int k, std::vector<int>& indices,
            std::vector<float>& probabilities) {
   double top = -INFINITY;
@@ -189,6 +197,10 @@ ClassifyStats classify_files(VisionTransformer& model, const std::vector<std::st
     if (s->rows > 0) {
       arena.reset();
       const Tensor logits = model.forward(ctx, s->images.rows(0, s->rows));  // [rows, classes]
+      int64_t checked_row = 0;
+      for (const ImageResult& r : s->items)
+        if (r.ok())
+          require_finite_logits(logits.rows(checked_row, checked_row + 1), r.path), ++checked_row;
       const int64_t image_floats = config.channels * config.image_height * config.image_width;
       int64_t row = 0;
       for (ImageResult& r : s->items) {

@@ -56,6 +56,10 @@ ClassifyStats classify_files(VisionTransformer& model, const std::vector<std::st
                              const ClassifyOptions& options,
                              const std::function<void(const ImageResult&)>& on_result);
 
+// vitk::Error "WHAT: the model's logits are not finite ..." when logits hold a NaN or an
+// infinity (weights that overflow on this input): no class or score is given for it.
+void require_finite_logits(const Tensor& logits, const std::string& what);
+
 // Softmax of one row of logits, then the k most probable classes (ties: the lower index first).
 void top_k(const float* logits, int64_t classes, int k, std::vector<int>& indices,
            std::vector<float>& probabilities);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 
 #include "common/config_text.h"
@@ -14,6 +15,14 @@ namespace vitk::vit {
 namespace {
 
 using Reader = SettingReader;
+
+// An int setting (a layer count): a value beyond int is out of range, not wrapped to another.
+int int_setting(const Reader& r, const std::string& key, const std::string& value) {
+  const int64_t v = r.integer(key, value);
+  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
+    throw Error(r.where(key) + ": " + value + " is out of range");
+  return static_cast<int>(v);
+}
 
 }  // namespace
 
@@ -131,6 +140,19 @@ void VitConfig::validate() const {
     if (!ok) throw UsageError("model." + what);
   };
   need(image_height > 0 && image_width > 0, "image_size must be positive");
+  // Ceilings far above any real ViT (ViT-G: width 1664, 48 blocks, 21843 classes), so that a
+  // damaged or hostile value is named here instead of being built; the memory a size within them
+  // takes is weighed against the machine's (vit/checkpoint.h, memory_bytes).
+  auto at_most = [&](int64_t value, int64_t limit, const std::string& key) {
+    need(value <= limit,
+         key + " must be at most " + std::to_string(limit) + ", got " + std::to_string(value));
+  };
+  at_most(std::max(image_height, image_width), 65536, "image_size");
+  at_most(d_model, 65536, "d_model");
+  at_most(d_ff, 1 << 20, "d_ff");
+  at_most(layers, 1000, "layers");
+  at_most(num_classes, 1 << 24, "num_classes");
+  for (int64_t c : stem_channels) at_most(c, 65536, "stem_channels");
   need(patch_size > 0, "patch_size must be positive");
   need(image_height % patch_size == 0 && image_width % patch_size == 0,
        "patch_size " + std::to_string(patch_size) + " does not divide the image size " +
@@ -248,7 +270,7 @@ VitConfig from_config_map(const std::map<std::string, std::string>& map,
     else if (key == "d_ff")
       c.d_ff = r.integer(key, value);
     else if (key == "layers")
-      c.layers = static_cast<int>(r.integer(key, value));
+      c.layers = int_setting(r, key, value);
     else if (key == "norm_eps")
       c.norm_eps = r.real(key, value);
     else if (key == "pool")

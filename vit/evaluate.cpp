@@ -9,6 +9,7 @@
 #include "common/ops/ops.h"
 #include "datasets/loader.h"
 #include "vit/checkpoint.h"
+#include "vit/classify.h"
 #include "vit/evaluate.h"
 
 namespace vitk::vit {
@@ -60,6 +61,7 @@ EvalResult evaluate(VisionTransformer& model, datasets::Loader& loader, Arena& a
     ctx.precision = settings.precision;
     ctx.packed_weights = settings.packed_weights;
     const Tensor logits = model.forward(ctx, batch.images);  // [B, classes]
+    require_finite_logits(logits, "a batch of the evaluation");
     if (r.comparison) {
       nn::Context other = ctx;
       other.precision = *settings.compare;

@@ -140,7 +140,7 @@ FinetuneStart finetune_start(const TrainOptions& o, const std::vector<std::strin
   const int64_t classes = static_cast<int64_t>(class_names.size());
   const io::CheckpointMeta meta = io::read_checkpoint_meta(f.from);
   FinetuneStart start;
-  start.from = from_config_map(meta.config, f.from);
+  start.from = stored_config(f.from, meta);
   VitConfig& cfg = start.config;
   cfg = start.from;
   const auto file = to_config_map(start.from), given = to_config_map(o.model);

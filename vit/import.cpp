@@ -16,9 +16,14 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/finite.h"
 #include "common/io/checkpoint.h"
+#include "common/io/input_file.h"
 #include "common/io/json.h"
 #include "common/io/safetensors.h"
+#include "common/memory.h"
+#include "common/quoted_name.h"
+#include "vit/checkpoint.h"
 #include "vit/resample.h"
 
 namespace vitk::vit {
@@ -26,7 +31,7 @@ namespace vitk::vit {
 namespace {
 
 std::string in_quotes(const std::string& s) {
-  return "'" + s + "'";
+  return quoted_name(s);
 }
 
 struct Rule {
@@ -454,11 +459,19 @@ ImportedVit import_vit(const std::string& path, const ImportOptions& options) {
   };
   to_one(c.preprocess.mean);
   to_one(c.preprocess.std);
+  // The memory first (saturating arithmetic, safe before validate): an asked size beyond it is
+  // the option's fault, and said with the amount.
+  const std::string shortfall = memory_shortfall(memory_bytes(c, 0));
+  if (!shortfall.empty() && options.image_height > 0)
+    throw UsageError("--image-size " + std::to_string(c.image_height) + "x" +
+                     std::to_string(c.image_width) + ": the model of " + path + " at that size " +
+                     shortfall);
   try {
     c.validate();
   } catch (const UsageError& e) {
     throw Error(path + ": the model read from it is not one vitk can build: " + e.what());
   }
+  if (!shortfall.empty()) throw Error(path + ": the model it holds " + shortfall);
 
   // ---- build the model and fill every parameter ----
   out.config = c;
@@ -483,6 +496,10 @@ ImportedVit import_vit(const std::string& path, const ImportOptions& options) {
     float* dst = p.value.f32();
     for (size_t k = 0; k < parts.size(); ++k) {
       Tensor t = file.read_f32(parts[k]->name);
+      const int64_t bad = first_non_finite(t.f32(), t.numel());
+      if (bad >= 0)
+        throw Error(path + ": tensor " + in_quotes(parts[k]->name) + " holds a non-finite value (" +
+                    std::to_string(t.f32()[bad]) + " at flat index " + std::to_string(bad) + ")");
       if (p.name == "pos_embed" && resample) {
         t = resample_pos_embed(t, src_gh, src_gw, c.grid_height(), c.grid_width(),
                                options.align_corners);
@@ -521,6 +538,7 @@ ImportedVit import_vit(const std::string& path, const ImportOptions& options) {
 }
 
 void apply_hf_config(const std::string& path, ImportOptions& options) {
+  io::require_regular_file(path, "a Hugging Face config");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("cannot open Hugging Face config " + path + ": " + std::strerror(errno));
   std::ostringstream text;
@@ -573,6 +591,7 @@ void save_imported(const ImportedVit& imported, const std::string& path) {
 }
 
 std::vector<std::string> read_labels(const std::string& path) {
+  io::require_regular_file(path, "a labels file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("cannot open labels file " + path + ": " + std::strerror(errno));
   std::vector<std::string> names;

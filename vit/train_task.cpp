@@ -98,7 +98,7 @@ void VitTask::open_data() {
 void VitTask::build_model(const io::CheckpointMeta* resumed, uint64_t seed) {
   const int64_t classes = static_cast<int64_t>(class_names_.size());
   if (resumed) {
-    cfg_ = from_config_map(resumed->config, o_.resume);
+    cfg_ = stored_config(o_.resume, *resumed);
     // Both sides as text of a parsed configuration, so that keys an older checkpoint lacks
     // compare as their defaults. When fine-tuning, the size and the classes of the [model]
     // settings are those of the model fine-tuned from (--image-size and --num-classes are checked

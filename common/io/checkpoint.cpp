@@ -3,9 +3,6 @@
 // built in memory (hdf5_image.cpp) and written by the atomic writer (atomic_file.cpp).
 #include "common/io/checkpoint.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -14,9 +11,11 @@
 #include <variant>
 
 #include "common/error.h"
+#include "common/finite.h"
 #include "common/io/atomic_file.h"
 #include "common/io/hdf5.h"
 #include "common/io/hdf5_image.h"
+#include "common/io/input_file.h"
 #include "common/optim/optim.h"
 
 namespace vitk::io {
@@ -142,12 +141,8 @@ void build(MemoryFile& file, const std::string& path, const ParamStore& params,
 // Reading
 
 ReadFile open_checkpoint(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0)
-    fail(path, std::string("cannot open: ") + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) fail(path, "is a directory, not a checkpoint");
-  if (::access(path.c_str(), R_OK) != 0)
-    fail(path, std::string("cannot open: ") + std::strerror(errno));
+  // Before HDF5 opens it: a FIFO would block the open until a writer came.
+  require_regular_file(path, "a checkpoint");
   // H5Fis_hdf5 only looks for the signature; when it is there but the file is damaged (< 0, or
   // > 0 and the open fails), H5Fopen explains why.
   if (H5Fis_hdf5(path.c_str()) == 0) fail(path, "not an HDF5 file");
@@ -350,7 +345,9 @@ OptimizerFile check_optimizer_state(const ReadFile& f,
   return out;
 }
 
-// Reads each dataset into its parameter's slot of a flat buffer with the arena layout.
+// Reads each dataset into its parameter's slot of a flat buffer with the arena layout. A NaN or
+// an infinity is refused here, while the values are in cache: a model with one would score NaN
+// (and rank it first), and training or averaging would spread it.
 void read_tensors(const std::vector<Hid>& datasets, const ParamStore& params, float* dst,
                   const std::string& prefix, const std::string& path) {
   size_t i = 0;
@@ -358,6 +355,11 @@ void read_tensors(const std::vector<Hid>& datasets, const ParamStore& params, fl
     checked(H5Dread(datasets[i++].get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                     dst + p.offset),
             path, "cannot read tensor " + quoted(prefix + p.name));
+    const int64_t bad = first_non_finite(dst + p.offset, p.numel());
+    if (bad >= 0)
+      fail(path, "tensor " + quoted(prefix + p.name) + " holds a non-finite value (" +
+                     std::to_string(dst[p.offset + static_cast<size_t>(bad)]) + " at flat index " +
+                     std::to_string(bad) + "): the weights are damaged");
   }
 }
 

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <utility>
 
+#include "common/quoted_name.h"
+
 namespace vitk::io {
 
 void fail(const std::string& path, const std::string& what) {
@@ -58,7 +60,7 @@ void checked(herr_t status, const std::string& path, const std::string& what) {
 }
 
 std::string quoted(const std::string& s) {
-  return "'" + s + "'";
+  return quoted_name(s);
 }
 
 Hid file_access(const std::string& path, size_t memory_increment) {

@@ -9,7 +9,9 @@
 #include <limits>
 
 #include "common/error.h"
+#include "common/io/input_file.h"
 #include "common/io/json.h"
+#include "common/quoted_name.h"
 
 namespace vitk::io {
 
@@ -26,7 +28,7 @@ bool host_is_little_endian() {
 }
 
 std::string in_quotes(const std::string& s) {
-  return "'" + s + "'";
+  return quoted_name(s);
 }
 
 }  // namespace
@@ -66,9 +68,7 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
   if (!host_is_little_endian())
     throw Error(p + ": reading safetensors needs a little-endian machine");
   std::error_code ec;
-  if (std::filesystem::is_directory(p, ec)) throw Error(p + ": is a directory, not a file");
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw Error("cannot open " + p + ": " + std::strerror(errno));
+  std::ifstream in = open_input_file(p, "a safetensors file");
   const uint64_t file_size = std::filesystem::file_size(p, ec);
   if (ec) throw Error("cannot read the size of " + p + ": " + ec.message());
   if (file_size < 8)

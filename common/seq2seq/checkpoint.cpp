@@ -4,8 +4,49 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "common/io/checkpoint_config.h"
+#include "common/memory.h"
 
 namespace vitk::seq2seq {
+namespace {
+
+// The keys that set the model's size: a checkpoint without one would be built at a default.
+const std::vector<std::string> kSizeKeys = {"vocab_size", "d_model",        "heads",
+                                            "d_ff",       "layers",         "decoder_layers",
+                                            "max_length", "tied_embeddings"};
+
+}  // namespace
+
+uint64_t memory_bytes(const TransformerConfig& c) {
+  const int64_t d = c.d_model, f = c.d_ff;
+  // The parameters (a lower bound: embeddings and the layers' products), each held three times
+  // while a checkpoint loads (values, gradients, the read's copy), and the position table.
+  uint64_t params = sat_product({c.vocab_size, d, c.tie_embeddings ? 1 : 3});
+  params = sat_add(params, sat_product({c.encoder_layers, 4 * d + 2 * f, d}));
+  params = sat_add(params, sat_product({c.decoder_layers, 8 * d + 2 * f, d}));
+  return sat_mul(4, sat_add(sat_mul(3, params), sat_product({c.max_length, d})));
+}
+
+TransformerConfig stored_config(const std::string& path, const io::CheckpointMeta& meta) {
+  io::require_config_keys(path, meta.config, kSizeKeys);
+  const TransformerConfig c = from_config_map(meta.config, path);  // within validate()'s limits
+  const io::StoredTensors stored = io::list_checkpoint(path);
+  io::check_layer_count(path, meta.config, stored, "encoder.layers.", "layers", c.encoder_layers);
+  io::check_layer_count(path, meta.config, stored, "decoder.layers.", "decoder_layers",
+                        c.decoder_layers);
+  const std::string embed =
+      c.tie_embeddings ? "embed_tokens.weight" : "encoder.embed_tokens.weight";
+  io::check_implied_sizes(path, meta.config, stored,
+                          {{embed, 1, c.d_model, {"d_model"}},
+                           {embed, 0, c.vocab_size, {"vocab_size"}},
+                           {"encoder.layers.0.mlp.fc1.weight", 0, c.d_ff, {"d_ff"}}});
+  const std::string shortfall = memory_shortfall(memory_bytes(c));
+  if (!shortfall.empty())
+    throw Error(path + ": the model of " + io::config_values_text(meta.config, kSizeKeys) + " " +
+                shortfall);
+  return c;
+}
+
 void save_translation(const std::string& path, const ParamStore& params,
                       const TransformerConfig& config, const std::string& tokenizer, int64_t step) {
   if (tokenizer.empty()) throw Error(path + ": cannot save a translation model without tokenizer");
@@ -28,7 +69,7 @@ const std::string& tokenizer_bytes(const io::CheckpointMeta& meta, const std::st
 TranslationMeta read_translation_meta(const std::string& path) {
   TranslationMeta t;
   t.meta = io::read_checkpoint_meta(path);
-  t.config = from_config_map(t.meta.config, path);
+  t.config = stored_config(path, t.meta);
   t.tokenizer = tokenizer_bytes(t.meta, path);
   t.meta.files.clear();  // kept once, in t.tokenizer
   if (train::has_train_state(t.meta)) t.state = train::read_train_state(t.meta, path);

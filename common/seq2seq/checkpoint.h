@@ -40,6 +40,17 @@ const std::string& tokenizer_bytes(const io::CheckpointMeta& meta, const std::st
 // translation checkpoint (another model type, no tokenizer) or is damaged.
 TranslationMeta read_translation_meta(const std::string& path);
 
+// The configuration of the translation checkpoint at `path` (its attributes `meta`), checked
+// before any model is built from it: every size key present, each value within
+// TransformerConfig::validate's limits, the stored tensors' names and shapes (no data read)
+// against what the values imply, and the memory the model needs against the machine's.
+// vitk::Error naming the file and the configuration key at fault.
+TransformerConfig stored_config(const std::string& path, const io::CheckpointMeta& meta);
+
+// The least memory a model of this configuration takes while a checkpoint loads (parameters
+// three times over: values, gradients, the read's copy; the position table). Saturating.
+uint64_t memory_bytes(const TransformerConfig& config);
+
 // A model ready to translate: built from the checkpoint's configuration, weights loaded.
 struct LoadedTranslation {
   TranslationMeta meta;

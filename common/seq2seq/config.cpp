@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 
 #include "common/config_text.h"
 #include "common/error.h"
@@ -13,6 +14,14 @@ namespace vitk::seq2seq {
 namespace {
 
 using Reader = SettingReader;
+
+// An int setting (a layer count): a value beyond int is out of range, not wrapped to another.
+int int_setting(const Reader& r, const std::string& key, const std::string& value) {
+  const int64_t v = r.integer(key, value);
+  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
+    throw Error(r.where(key) + ": " + value + " is out of range");
+  return static_cast<int>(v);
+}
 
 }  // namespace
 
@@ -37,6 +46,19 @@ void TransformerConfig::validate() const {
   need(vocab_size > kEosId + 1,
        "vocab_size must be at least 5 (pad, unk, bos, eos and one token), got " +
            std::to_string(vocab_size));
+  // Ceilings far above any real model, so that a damaged or hostile value is named here instead
+  // of being built; the memory a size within them takes is weighed against the machine's
+  // (common/seq2seq/checkpoint.h).
+  auto at_most = [&](int64_t value, int64_t limit, const std::string& key) {
+    need(value <= limit,
+         key + " must be at most " + std::to_string(limit) + ", got " + std::to_string(value));
+  };
+  at_most(vocab_size, 1 << 24, "vocab_size");
+  at_most(d_model, 65536, "d_model");
+  at_most(d_ff, 1 << 20, "d_ff");
+  at_most(encoder_layers, 1000, "layers (encoder)");
+  at_most(decoder_layers, 1000, "decoder_layers");
+  at_most(max_length, 1 << 20, "max_length");
   need(d_model > 0 && heads > 0 && d_model % heads == 0,
        "d_model " + std::to_string(d_model) + " must be a positive multiple of heads " +
            std::to_string(heads));
@@ -86,9 +108,9 @@ TransformerConfig from_config_map(const std::map<std::string, std::string>& map,
     else if (key == "d_ff")
       c.d_ff = r.integer(key, value);
     else if (key == "layers")
-      c.encoder_layers = static_cast<int>(r.integer(key, value));
+      c.encoder_layers = int_setting(r, key, value);
     else if (key == "decoder_layers")
-      c.decoder_layers = static_cast<int>(r.integer(key, value));
+      c.decoder_layers = int_setting(r, key, value);
     else if (key == "dropout")
       c.dropout = r.real(key, value);
     else if (key == "attention_dropout")

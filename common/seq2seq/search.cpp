@@ -13,6 +13,8 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/finite.h"
+#include "common/memory.h"
 #include "common/ops/vmath.h"
 
 namespace vitk::seq2seq {
@@ -34,6 +36,13 @@ const char* search_method_name(SearchMethod method) {
       return "sample";
   }
   return "?";
+}
+
+uint64_t search_bytes(const TransformerConfig& c, const SearchOptions& o) {
+  const int64_t rows = o.method == SearchMethod::beam ? int64_t{o.beam_size} + 1 : 1;
+  const uint64_t per_row =
+      sat_add(sat_product({2, c.vocab_size}), sat_product({c.decoder_layers, 4, c.d_model}));
+  return sat_mul(4, sat_mul(sat_product({rows}), per_row));
 }
 
 void SearchOptions::validate(int64_t vocab_size) const {
@@ -64,6 +73,16 @@ double length_penalty(int64_t length, float alpha) {
 }
 
 namespace {
+
+// The model's logits, refused when one is NaN or infinite (weights that overflow): a search over
+// them would rank a NaN as it pleases and print a translation with a score of nan.
+const Tensor& finite(const Tensor& logits) {
+  const int64_t bad = first_non_finite(logits.f32(), logits.numel());
+  if (bad >= 0)
+    throw Error("the model's logits are not finite (" + std::to_string(logits.f32()[bad]) +
+                "): its weights overflow on this input, so there is no translation to give");
+  return logits;
+}
 
 // log Σ_v exp(row[v]) and the arg-max (first index on ties, as torch.argmax).
 struct RowStats {
@@ -205,8 +224,8 @@ std::vector<std::vector<Hypothesis>> Searcher::one_row(const Tensor& source,
       const auto& toks = hyp[static_cast<size_t>(alive[static_cast<size_t>(i)])].tokens;
       tokens.i32()[i] = toks.empty() ? o.bos : toks.back();
     }
-    const Tensor logits = model_.step(ctx, tokens, state_);  // [n, V]
-    std::vector<int64_t> keep;                               // rows that go on
+    const Tensor logits = finite(model_.step(ctx, tokens, state_));  // [n, V]
+    std::vector<int64_t> keep;                                       // rows that go on
     for (int64_t i = 0; i < n; ++i) {
       const int64_t b = alive[static_cast<size_t>(i)];
       Hypothesis& h = hyp[static_cast<size_t>(b)];
@@ -328,7 +347,7 @@ std::vector<std::vector<Hypothesis>> Searcher::beam(const Tensor& source,
       }
       if (G) tokens.i32()[i * R + K] = s.greedy.tokens.empty() ? o.bos : s.greedy.tokens.back();
     }
-    const Tensor logits = model_.step(ctx, tokens, state_);  // [n·R, V]
+    const Tensor logits = finite(model_.step(ctx, tokens, state_));  // [n·R, V]
 
     std::vector<int64_t> keep_rows;  // rows of the next step, by origin
     std::vector<int64_t> next_alive;
@@ -443,7 +462,8 @@ std::vector<std::pair<double, double>> score_targets(
   }
   Arena arena;
   nn::Context ctx = inference_context(arena, precision);
-  const Tensor logits = model.forward(ctx, source, source_lengths, target_in, target_lengths);
+  const Tensor logits =
+      finite(model.forward(ctx, source, source_lengths, target_in, target_lengths));
   std::vector<std::pair<double, double>> out;
   for (int64_t b = 0; b < B; ++b) {
     const auto& t = targets[static_cast<size_t>(b)];

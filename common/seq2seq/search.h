@@ -57,6 +57,12 @@ struct Hypothesis {
 // ((5 + length) / 6)^α
 double length_penalty(int64_t length, float alpha);
 
+// The least memory a search with these options takes for one sentence (a lower bound: each row
+// of the search, K + 1 for beam search and 1 otherwise, holds its logits and log-probabilities
+// and the decoder's caches for one position); saturates instead of overflowing. `vitk translate`
+// weighs it against the machine's before it translates.
+uint64_t search_bytes(const TransformerConfig& config, const SearchOptions& options);
+
 // Runs searches batch after batch with one set of buffers (activations, caches) and one random
 // stream. The model must stay alive and unchanged while the searcher is used.
 class Searcher {

@@ -101,7 +101,7 @@ void TranslationTask::setup(const io::CheckpointMeta* resumed, uint64_t seed,
 // trained on the training text.
 void TranslationTask::make_vocabulary(const io::CheckpointMeta* resumed) {
   if (resumed) {
-    cfg_ = from_config_map(resumed->config, o_.resume);
+    cfg_ = stored_config(o_.resume, *resumed);
     const auto now = to_config_map(o_.model), then = to_config_map(cfg_);
     for (const std::string& key : o_.model_keys_given) {
       auto a = now.find(key), b = then.find(key);
