@@ -25,6 +25,7 @@
 #include "common/params.h"
 #include "op_test_util.h"
 #include "test_util.h"
+#include "texture_data.h"
 #include "tools/train_options.h"
 #include "vit/checkpoint.h"
 #include "vit/finetune.h"
@@ -453,27 +454,7 @@ using Result = vitk::testing::ProcessResult;
 using vitk::test::contains;
 using vitk::testing::run_vitk;
 
-const int kSide = 16;
-
-void write_textures(const fs::path& root, const std::string& split,
-                    const std::vector<std::string>& classes, int per_class, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<int> noise(0, 70), bright(170, 255);
-  for (const std::string& name : classes) {
-    fs::path dir = root / split / name;
-    fs::create_directories(dir);
-    for (int i = 0; i < per_class; ++i) {
-      cv::Mat img(kSide, kSide, CV_8UC1);
-      for (int y = 0; y < kSide; ++y)
-        for (int x = 0; x < kSide; ++x) {
-          const bool on = name == "bright" || (name == "vstripes" && x % 4 < 2) ||
-                          (name == "hstripes" && y % 4 < 2);
-          img.at<uint8_t>(y, x) = static_cast<uint8_t>(on ? bright(gen) : noise(gen));
-        }
-      cv::imwrite((dir / (std::to_string(i) + ".png")).string(), img);
-    }
-  }
-}
+using vitk::testing::write_textures;
 
 const char* kTinyConfig =
     "[model]\n"

@@ -29,6 +29,7 @@
 #include "op_test_util.h"
 #include "profile_table.h"
 #include "test_util.h"
+#include "texture_data.h"
 #include "tools/vit_options.h"
 #include "vit/checkpoint.h"
 #include "vitk_process.h"
@@ -313,53 +314,10 @@ std::vector<std::string> split_csv(const std::string& line) {
 }
 
 const int kClasses = 4;
-const int kSide = 16;
+const std::vector<std::string>& kClassNames = vitk::testing::kTextureClasses;
+using vitk::testing::write_textures;
 
-// Class folders in sorted order, as the dataset numbers them.
-const std::vector<std::string> kClassNames{"bright", "dark", "hstripes", "vstripes"};
-
-void write_textures(const fs::path& root, const std::string& split, int per_class, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<int> noise(0, 70), bright(170, 255);
-  for (const std::string& name : kClassNames) {
-    fs::path dir = root / split / name;
-    fs::create_directories(dir);
-    for (int i = 0; i < per_class; ++i) {
-      cv::Mat img(kSide, kSide, CV_8UC1);
-      for (int y = 0; y < kSide; ++y)
-        for (int x = 0; x < kSide; ++x) {
-          const bool on = name == "bright" || (name == "vstripes" && x % 4 < 2) ||
-                          (name == "hstripes" && y % 4 < 2);
-          img.at<uint8_t>(y, x) = static_cast<uint8_t>(on ? bright(gen) : noise(gen));
-        }
-      cv::imwrite((dir / (std::to_string(i) + ".png")).string(), img);
-    }
-  }
-}
-
-// Options of a ViT for the textures, as a config file would hold them.
-const char* kTinyConfig =
-    "[model]\n"
-    "image_size = 16\n"
-    "patch_size = 4\n"
-    "channels = 1\n"
-    "d_model = 32\n"
-    "heads = 2\n"
-    "d_ff = 64\n"
-    "layers = 2\n"
-    "resize = squash\n"
-    "crop_fraction = 1\n"
-    "mean = 0.3\n"
-    "std = 0.35\n"
-    "[train]\n"
-    "batch-size = 32\n"
-    "lr = 0.003\n"
-    "min-lr = 0.0001\n"
-    "warmup-epochs = 1\n"
-    "weight-decay = 0.05\n"
-    "threads = 2\n"
-    "[augment]\n"
-    "scale = 0.6 1\n";
+const char* const kTinyConfig = vitk::testing::kTextureVitConfig;
 
 class TrainCli : public ::testing::Test {
  protected:

@@ -162,6 +162,7 @@ void add_options(po::options_description& o) {
        "steps between progress lines when the output is not a terminal");
   add_profile_options(opt);
   add_parallel_options(opt);
+  add_checkpoint_every_option(opt);
   add_precision_option(opt, /*training=*/true);
   po::options_description val("Validation");
   val.add_options()  //
@@ -216,6 +217,7 @@ seq2seq::TrainOptions train_options(const po::variables_map& vm) {
   t.log_interval = vm["log-interval"].as<int64_t>();
   t.profile_every = profile_every(vm, &t.profile);
   read_parallel_options(vm, &t.accum_steps, &t.bucket_mb);
+  t.checkpoint_every = read_checkpoint_every(vm);
   t.valid_freq = vm["valid-freq"].as<int64_t>();
   t.beam_size = vm["beam-size"].as<int>();
   t.length_penalty = vm["length-penalty"].as<float>();

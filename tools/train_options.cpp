@@ -165,6 +165,7 @@ void add_train_options(po::options_description& o, TrainCommand command) {
        "batches the loader prepares ahead");
   add_profile_options(opt);
   add_parallel_options(opt);
+  add_checkpoint_every_option(opt);
   add_precision_option(opt, /*training=*/true);
   po::options_description aug("Augmentation (training only)");
   aug.add_options()                                                                            //
@@ -236,6 +237,7 @@ vit::TrainOptions train_options(const po::variables_map& vm, TrainCommand comman
   t.prefetch = vm["prefetch"].as<int>();
   t.profile_every = profile_every(vm, &t.profile);
   read_parallel_options(vm, &t.accum_steps, &t.bucket_mb);
+  t.checkpoint_every = read_checkpoint_every(vm);
   t.precision = precision_from(vm);
   auto& a = t.augment;
   a.scale = two_floats(vm, "scale");
@@ -282,6 +284,20 @@ void add_parallel_options(po::options_description& o) {
       ("bucket-mb", po::value<double>()->default_value(25)->value_name("MB"),
        "under mpirun: the gradients are summed over the ranks in buckets of about this size, "
        "started while backward still runs");
+}
+
+void add_checkpoint_every_option(po::options_description& o) {
+  o.add_options()  //
+      ("checkpoint-every", po::value<int64_t>()->default_value(0)->value_name("N"),
+       "also rewrite OUTPUT/last.h5 after every N-th step, so that a killed run loses at most N "
+       "steps (0: only at each metrics row)");
+}
+
+int64_t read_checkpoint_every(const po::variables_map& vm) {
+  const int64_t n = vm["checkpoint-every"].as<int64_t>();
+  if (n < 0)
+    throw UsageError("--checkpoint-every must be 0 (off) or more, got " + std::to_string(n));
+  return n;
 }
 
 void read_parallel_options(const po::variables_map& vm, int* accum_steps, double* bucket_mb) {

@@ -36,6 +36,10 @@ int64_t profile_every(const po::variables_map& vm, bool* profile);
 void add_parallel_options(po::options_description& options);
 void read_parallel_options(const po::variables_map& vm, int* accum_steps, double* bucket_mb);
 
+// --checkpoint-every N of the trainers: last.h5 after every N-th step too (0: off); checked.
+void add_checkpoint_every_option(po::options_description& options);
+int64_t read_checkpoint_every(const po::variables_map& vm);
+
 // Installs the SIGINT/SIGTERM handlers of run_training (the first signal asks the run to save a
 // checkpoint and stop; a second one kills at once) and returns the flag they set to the signal.
 // For other training subcommands (`vitk mt-train`).

@@ -1,6 +1,7 @@
 #include "common/io/atomic_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -47,10 +48,31 @@ std::string write_all(int fd, const char* data, size_t size) {
   throw Error(path + ": " + what);
 }
 
+constexpr std::string_view kTempMark = ".tmp-";
+
 std::string temp_path_for(const std::string& path) {
   // pid and a counter: two processes, or two threads of one, never share a temporary file.
   static std::atomic<unsigned> counter{0};
-  return path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  return path + std::string(kTempMark) + std::to_string(::getpid()) + "-" +
+         std::to_string(counter++);
+}
+
+// The writer's pid of a temporary's name "NAME.tmp-PID-N", or -1 when it is not one.
+long temp_owner(const std::string& name) {
+  const size_t mark = name.rfind(kTempMark);
+  if (mark == std::string::npos || mark == 0) return -1;
+  const std::string rest = name.substr(mark + kTempMark.size());
+  const size_t dash = rest.find('-');
+  auto digits = [](const std::string& s) {
+    return !s.empty() && s.size() <= 9 && s.find_first_not_of("0123456789") == std::string::npos;
+  };
+  if (dash == std::string::npos || !digits(rest.substr(0, dash)) || !digits(rest.substr(dash + 1)))
+    return -1;
+  return std::stol(rest.substr(0, dash));
+}
+
+bool process_alive(long pid) {
+  return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
 }
 
 void write_in_place(const std::string& path, const char* bytes, size_t size) {
@@ -84,6 +106,21 @@ void sync_directory(const std::string& dir, const std::string& path) {
 }
 
 }  // namespace
+
+std::vector<std::string> remove_stale_temporaries(const std::string& dir, bool own_are_stale) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator(dir, ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const long pid = temp_owner(name);
+    if (pid < 0 || !it->is_regular_file(ec)) continue;
+    const bool own = pid == static_cast<long>(::getpid());
+    if (own ? !own_are_stale : process_alive(pid)) continue;
+    if (::unlink(it->path().c_str()) == 0) removed.push_back(name);
+  }
+  return removed;
+}
 
 bool is_special_output(const std::string& path) {
   struct stat st {};

@@ -56,6 +56,7 @@ struct TrainOptions {
   // global batch is the same, cut finer); --bucket-mb, the size of the gradient all-reduces.
   int accum_steps = 1;
   double bucket_mb = 25;
+  int64_t checkpoint_every = 0;  // --checkpoint-every: last.h5 also after every N-th step
   // --precision of the matrix products in training and validation; bf16 keeps f32 master
   // weights, gradients and Adam moments, so checkpoints do not depend on it.
   ops::Precision precision = ops::Precision::f32;

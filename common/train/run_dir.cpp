@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/io/atomic_file.h"
 
 namespace vitk::train {
 
@@ -25,6 +26,8 @@ void RunDir::open(const std::string& header, int64_t keep_upto) {
   if (ec || !fs::is_directory(dir_))
     throw Error(dir_ + ": cannot create the output directory" +
                 (ec ? " (" + ec.message() + ")" : std::string()));
+  // A kill -9 during a save leaves LAST.h5.tmp-PID-N beside the file; nothing else cleans it up.
+  stale_removed_ = io::remove_stale_temporaries(dir_, /*own_are_stale=*/true);
   csv_ = std::make_unique<MetricsCsv>(path("metrics.csv"), header, resumes_here_ ? keep_upto : -1);
 }
 

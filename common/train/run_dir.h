@@ -16,8 +16,10 @@ class RunDir {
   // not.
   RunDir(std::string dir, const std::string& resume);
   // Creates the directory and metrics.csv with `header`. A run resumed from this directory's
-  // last.h5 keeps the rows up to its step (keep_upto); any other starts the file afresh.
+  // last.h5 keeps the rows up to its step (keep_upto); any other starts the file afresh. First
+  // removes the temporary files that a killed run left (stale_removed() names them).
   void open(const std::string& header, int64_t keep_upto);
+  const std::vector<std::string>& stale_removed() const { return stale_removed_; }
   bool resumes_here() const { return resumes_here_; }
   const std::string& dir() const { return dir_; }
   std::string path(const std::string& name) const;  // dir/name
@@ -32,6 +34,7 @@ class RunDir {
   std::string dir_;
   bool resumes_here_ = false;
   std::unique_ptr<MetricsCsv> csv_;
+  std::vector<std::string> stale_removed_;
 };
 
 }  // namespace vitk::train

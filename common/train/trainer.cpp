@@ -263,7 +263,17 @@ void Trainer::Impl::log_setup() {
   const std::string w = world_text();  // a collective: every rank gets here
   log << "; " << w << "; precision " << ops::precision_name(o.precision) << "\n";
   log << "output: " << dir->dir() << " (last.h5, best.h5" << (ema ? ", ema.h5" : "")
-      << (o.keep_last > 0 ? ", step-N.h5" : "") << ", metrics.csv)\n";
+      << (o.keep_last > 0 ? ", step-N.h5" : "") << ", metrics.csv)"
+      << (o.checkpoint_every > 0
+              ? "; last.h5 also every " + std::to_string(o.checkpoint_every) + " steps"
+              : std::string())
+      << "\n";
+  if (root() && !dir->stale_removed().empty()) {
+    log << "removed " << dir->stale_removed().size()
+        << " temporary file(s) that an interrupted save left:";
+    for (const std::string& name : dir->stale_removed()) log << " " << name;
+    log << "\n";
+  }
   if (resumed) {
     log << "resumed from " << o.resume << ": epoch " << state.epoch + 1 << "/" << o.epochs
         << ", batch " << state.batch << "/" << state.batches_in_epoch << ", step " << steps()
@@ -438,6 +448,10 @@ bool Trainer::Impl::train_epoch() {
       end = End::max_steps;
       return false;
     }
+    // --checkpoint-every: a step that no report saved (an epoch's end is reported after this).
+    if (o.checkpoint_every > 0 && steps() % o.checkpoint_every == 0 &&
+        state.last_report != steps() && !(by_epoch() && state.batch == n))
+      save_last();
   }
   progress.finish();
   if (state.batch != n)

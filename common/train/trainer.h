@@ -8,7 +8,8 @@
 // A run directory holds:
 //   last.h5      everything a resume needs: weights, optimizer moments (and the EMA), the step and
 //                the training state (common/train/state.h); rewritten atomically after every
-//                metrics row, when --max-steps stops the run and when it is interrupted
+//                metrics row, every --checkpoint-every steps, when --max-steps stops the run and
+//                when it is interrupted
 //   best.h5      the weights that scored best at validation so far (the raw weights or their EMA,
 //                whichever scored better), without optimizer state
 //   ema.h5       with --model-ema: the averaged weights at the last metrics row
@@ -52,6 +53,7 @@ struct Options {
   int64_t valid_every = 1;  // epochs or steps between validations; 0 (epochs): only the last
   int early_stopping = 0;   // validations without a better figure before stopping; 0: off
   int keep_last = 0;        // step-N.h5 of the last K validations; 0: none
+  int64_t checkpoint_every = 0;  // also rewrite last.h5 after every N-th step; 0: only at reports
   bool model_ema = false;
   double model_ema_decay = 0.9998;
   int64_t log_interval = 50;       // steps between progress lines when not on a terminal
@@ -68,7 +70,7 @@ struct Options {
 
 // The loop's options that every model's training options carry under the same names (--output,
 // --resume, --epochs, --max-steps, --seed, --clip-grad, --precision, --log-interval, --profile,
-// --profile-every, --accum-steps, --bucket-mb); the model sets the rest.
+// --profile-every, --accum-steps, --bucket-mb, --checkpoint-every); the model sets the rest.
 template <typename ModelOptions>
 Options loop_options(const ModelOptions& m) {
   Options o;
@@ -84,6 +86,7 @@ Options loop_options(const ModelOptions& m) {
   o.profile_every = m.profile_every;
   o.accum_steps = m.accum_steps;
   o.bucket_bytes = static_cast<size_t>(m.bucket_mb * 1048576.0);
+  o.checkpoint_every = m.checkpoint_every;
   return o;
 }
 
