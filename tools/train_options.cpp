@@ -288,7 +288,8 @@ void add_parallel_options(po::options_description& o) {
 
 void add_checkpoint_every_option(po::options_description& o) {
   o.add_options()  //
-      ("checkpoint-every", po::value<int64_t>()->default_value(0)->value_name("N"),
+      ("checkpoint-every",
+       value_in<int64_t>(0, int64_t{1} << 40)->default_value(0)->value_name("N"),
        "also rewrite OUTPUT/last.h5 after every N-th step, so that a killed run loses at most N "
        "steps (0: only at each metrics row)");
 }
