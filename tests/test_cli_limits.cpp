@@ -17,6 +17,7 @@
 #include "common/io/checkpoint.h"
 #include "common/params.h"
 #include "test_util.h"
+#include "tiny_models.h"
 #include "tools/cli.h"
 #include "vit/vit.h"
 #include "vitk_process.h"
@@ -31,27 +32,9 @@ using vitk::testing::expect_one_error_line;
 
 // A random 8x8 grey ViT of two classes, "a" and "b" (the class folders' names).
 void write_model(const std::string& path) {
-  vitk::vit::VitConfig c;
-  c.image_height = c.image_width = 8;
-  c.patch_size = 4;
-  c.channels = 1;
-  c.num_classes = 2;
-  c.d_model = 16;
-  c.heads = 2;
-  c.d_ff = 32;
-  c.layers = 1;
+  vitk::vit::VitConfig c = vitk::testing::tiny_grey_vit(8, 2, 1);
   c.preprocess.resize = "squash";
-  c.preprocess.mean = {0.5f};
-  c.preprocess.std = {0.5f};
-  vitk::ParamStore params;
-  vitk::vit::VisionTransformer model(params, c);
-  params.finalize();
-  vitk::ops::Rng rng(3);
-  model.init(rng);
-  vitk::io::CheckpointMeta meta;
-  meta.config = vitk::vit::to_config_map(c);
-  meta.class_names = {"a", "b"};
-  vitk::io::save_checkpoint(path, params, meta);
+  vitk::testing::save_random_vit(path, c, {"a", "b"});
 }
 
 void write_png(const fs::path& path, int shade) {
@@ -203,19 +186,19 @@ TEST_F(CliLimits, AbsurdCountsAreUsageErrorsNamingTheRange) {
   const std::vector<Case> cases = {
       {{"classify", "--model", "m.h5", "--top-k", "1000000000", "x.png"},
        "--top-k must be in 1..1000000, got 1000000000"},
-      {{"classify", "--model", "m.h5", "--image-size", "20000", "x.png"},
-       "--image-size must be in 1..4096, got 20000"},
+      {{"classify", "--model", "m.h5", "--image-size", "200000", "x.png"},
+       "--image-size must be in 1..65536, got 200000"},
       {{"classify", "--model", "m.h5", "--batch-size", "0", "x.png"},
        "--batch-size must be in 1..65536, got 0"},
       {{"eval", "--model", "m.h5", "--data", "clean", "-b", "100000000"},
        "--batch-size must be in 1..65536, got 100000000"},
       {{"eval", "--model", "m.h5", "--data", "clean", "--image-size", "8x99999"},
-       "--image-size must be in 1..4096, got 99999"},
+       "--image-size must be in 1..65536, got 99999"},
       {{"train", "--data", "clean", "--epochs", "0"}, "--epochs must be in 1..1000000, got 0"},
       {{"finetune", "--from", "m.h5", "--data", "clean", "--num-classes", "-3"},
        "--num-classes must be in 1..1000000, got -3"},
       {{"import", "x.safetensors", "--format", "timm", "--out", "y.h5", "--image-size", "80000"},
-       "--image-size must be in 1..4096, got 80000"},
+       "--image-size must be in 1..65536, got 80000"},
       {{"translate", "--model", "m.h5", "--nbest", "0"}, "--nbest must be in 1..1024, got 0"},
       {{"translate", "--model", "m.h5", "--sample", "--top-k", "-1"},
        "--top-k must be in 0..1000000, got -1"},

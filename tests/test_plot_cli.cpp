@@ -16,6 +16,7 @@
 #include "common/io/checkpoint.h"
 #include "common/seq2seq/checkpoint.h"
 #include "datasets/tokenizer.h"
+#include "tiny_models.h"
 #include "vit/vit.h"
 #include "vitk_process.h"
 
@@ -66,27 +67,9 @@ class PlotCli : public ::testing::Test {
   }
   // A grey 16x16 ViT of 4x4 patches (a 4x4 grid), random weights.
   void write_vit(const std::string& name, const std::string& pool) {
-    vitk::vit::VitConfig c;
-    c.image_height = c.image_width = 16;
-    c.patch_size = 4;
-    c.channels = 1;
-    c.num_classes = 3;
-    c.d_model = 16;
-    c.heads = 2;
-    c.d_ff = 32;
-    c.layers = 2;
+    vitk::vit::VitConfig c = vitk::testing::tiny_grey_vit(16, 3, 2);
     c.pool = pool;
-    c.preprocess.mean = {0.5f};
-    c.preprocess.std = {0.5f};
-    vitk::ParamStore params;
-    vitk::vit::VisionTransformer model(params, c);
-    params.finalize();
-    vitk::ops::Rng rng(3);
-    model.init(rng);
-    vitk::io::CheckpointMeta meta;
-    meta.config = vitk::vit::to_config_map(c);
-    meta.class_names = {"uno", "dos", "tr\xC3\xA9s"};
-    vitk::io::save_checkpoint((dir_ / name).string(), params, meta);
+    vitk::testing::save_random_vit((dir_ / name).string(), c, {"uno", "dos", "tr\xC3\xA9s"});
   }
   fs::path dir_;
 };

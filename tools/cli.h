@@ -100,7 +100,6 @@ void check_in_range(const std::string& option, long long value, long long lo, lo
 
 // Generous limits shared by the options that use them.
 constexpr int64_t kMaxBatchSize = 65536;
-constexpr int64_t kMaxImageSide = 4096;  // --image-size, each side
 constexpr int64_t kMaxEpochs = 1'000'000;
 constexpr int64_t kMaxClasses = 1'000'000;     // --num-classes, --top-k of classify
 constexpr int kMaxPrefetch = 64;               // --prefetch, batches

@@ -187,7 +187,8 @@ std::pair<int64_t, int64_t> image_size_option(const po::variables_map& vm,
   } catch (const UsageError& e) {
     throw UsageError("--" + option + ": " + e.what());
   }
-  for (int64_t side : {hw.first, hw.second}) check_in_range("--" + option, side, 1, kMaxImageSide);
+  for (int64_t side : {hw.first, hw.second})
+    check_in_range("--" + option, side, 1, vit::kMaxImageSide);
   return hw;
 }
 

@@ -147,7 +147,7 @@ void VitConfig::validate() const {
     need(value <= limit,
          key + " must be at most " + std::to_string(limit) + ", got " + std::to_string(value));
   };
-  at_most(std::max(image_height, image_width), 65536, "image_size");
+  at_most(std::max(image_height, image_width), kMaxImageSide, "image_size");
   at_most(d_model, 65536, "d_model");
   at_most(d_ff, 1 << 20, "d_ff");
   at_most(layers, 1000, "layers");

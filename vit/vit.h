@@ -49,6 +49,11 @@
 
 namespace vitk::vit {
 
+// The largest image side a ViT accepts (a checkpoint's image_size, --image-size): far above any
+// real one; within it, the memory a size would take is weighed against the machine's
+// (vit/checkpoint.h, memory_bytes).
+constexpr int64_t kMaxImageSide = 65536;
+
 struct VitConfig {
   int64_t image_height = 224, image_width = 224;  // any size the patch size divides
   int64_t patch_size = 16;
