@@ -92,6 +92,9 @@ bool png_header(const uint8_t* d, size_t n, ImageHeader& h, std::string& error) 
       if (name != "IHDR" || length != 13) return fail(error, "corrupt PNG (no IHDR chunk first)");
       h.width = be32(data);
       h.height = be32(data + 4);
+      // The PNG specification's range, which libpng enforces too.
+      if (h.width == 0 || h.height == 0 || h.width > 0x7fffffff || h.height > 0x7fffffff)
+        return fail(error, "corrupt PNG (image size out of range)");
     }
     // libpng rejects a critical chunk with a bad CRC and drops an ancillary one with a warning.
     const bool critical = std::isupper(type[0]);
@@ -146,6 +149,7 @@ bool jpeg_header(const uint8_t* d, size_t n, ImageHeader& h, std::string& error)
       const int components = seg[5];
       if (h.height == 0)
         return fail(error, "unsupported JPEG (height given after the image data, in a DNL marker)");
+      if (h.width == 0) return fail(error, "corrupt JPEG (image width 0)");
       if (components != 1 && components != 3 && components != 4)
         return fail(error, "unsupported JPEG (" + std::to_string(components) + " components)");
       frame = true;
@@ -231,7 +235,11 @@ bool tiff_header(const uint8_t* d, size_t n, ImageHeader& h, std::string& error)
     const uint32_t tag = u16(e), type = u16(e + 2);
     if (tag != 256 && tag != 257) continue;
     const size_t value = e + (big ? 12 : 8);
-    uint64_t v = type == 3 ? u16(value) : type == 4 ? u32(value) : type == 16 ? u64(value) : 0;
+    // LONG8 (16) is BigTIFF's: a classic entry's value field holds 4 bytes, not its 8.
+    uint64_t v = type == 3             ? u16(value)
+                 : type == 4           ? u32(value)
+                 : (type == 16 && big) ? u64(value)
+                                       : 0;
     if (v == 0 || v > (uint64_t(1) << 31)) return fail(error, "corrupt TIFF (image size)");
     (tag == 256 ? h.width : h.height) = static_cast<int64_t>(v);
   }

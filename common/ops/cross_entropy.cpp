@@ -101,7 +101,9 @@ void check_grad(const char* op, const Tensor& logits, const Tensor& dlogits) {
 
 CrossEntropyStats cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                                         float label_smoothing, int ignore_index) {
-  const auto [m, c] = check("cross_entropy_forward", logits, targets, ignore_index);
+  // Not a structured binding: clang before 16 cannot capture one in an OpenMP region.
+  const Dims dims = check("cross_entropy_forward", logits, targets, ignore_index);
+  const int64_t m = dims.rows, c = dims.classes;
   const float* x = logits.f32();
   const int32_t* t = targets.i32();
   double total = 0.0;
@@ -122,7 +124,9 @@ CrossEntropyStats cross_entropy_forward(const Tensor& logits, const Tensor& targ
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, float label_smoothing,
                             int ignore_index, float scale, Tensor& dlogits) {
-  const auto [m, c] = check("cross_entropy_backward", logits, targets, ignore_index);
+  // Not a structured binding: clang before 16 cannot capture one in an OpenMP region.
+  const Dims dims = check("cross_entropy_backward", logits, targets, ignore_index);
+  const int64_t m = dims.rows, c = dims.classes;
   check_grad("cross_entropy_backward", logits, dlogits);
   const float* x = logits.f32();
   const int32_t* t = targets.i32();
@@ -146,7 +150,9 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, float l
 CrossEntropyStats cross_entropy_forward_backward(const Tensor& logits, const Tensor& targets,
                                                  float label_smoothing, int ignore_index,
                                                  float scale, Tensor& dlogits) {
-  const auto [m, c] = check("cross_entropy_forward_backward", logits, targets, ignore_index);
+  // Not a structured binding: clang before 16 cannot capture one in an OpenMP region.
+  const Dims dims = check("cross_entropy_forward_backward", logits, targets, ignore_index);
+  const int64_t m = dims.rows, c = dims.classes;
   check_grad("cross_entropy_forward_backward", logits, dlogits);
   const float* x = logits.f32();
   const int32_t* t = targets.i32();

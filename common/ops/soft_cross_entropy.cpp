@@ -38,7 +38,9 @@ float log_norm(const float* x, int64_t c) {
 }  // namespace
 
 CrossEntropyStats soft_cross_entropy_forward(const Tensor& logits, const Tensor& targets) {
-  const auto [m, c] = check("soft_cross_entropy_forward", logits, targets);
+  // Not a structured binding: clang before 16 cannot capture one in an OpenMP region.
+  const Dims dims = check("soft_cross_entropy_forward", logits, targets);
+  const int64_t m = dims.rows, c = dims.classes;
   const float* x = logits.f32();
   const float* t = targets.f32();
   double total = 0.0;
@@ -63,7 +65,9 @@ CrossEntropyStats soft_cross_entropy_forward(const Tensor& logits, const Tensor&
 
 void soft_cross_entropy_backward(const Tensor& logits, const Tensor& targets, float scale,
                                  Tensor& dlogits) {
-  const auto [m, c] = check("soft_cross_entropy_backward", logits, targets);
+  // Not a structured binding: clang before 16 cannot capture one in an OpenMP region.
+  const Dims dims = check("soft_cross_entropy_backward", logits, targets);
+  const int64_t m = dims.rows, c = dims.classes;
   if (dlogits.shape() != logits.shape() || dlogits.dtype() != DType::f32)
     throw Error("soft_cross_entropy_backward: dlogits " + shape_str(dlogits.shape()) +
                 " must match logits " + shape_str(logits.shape()));
