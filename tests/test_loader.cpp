@@ -422,7 +422,9 @@ TEST(Loader, EvaluationLeavesUnreadableSamplesOutAndTrainingKeepsTheOrder) {
   for (size_t k = 0; k < x.size(); ++k) {
     const std::vector<int64_t> got = indices(x[k]), order = indices(y[k]);
     for (size_t i = 0; i < order.size(); ++i)
-      if (!data.bad.count(order[i])) EXPECT_EQ(got[i], order[i]) << k << " " << i;
+      if (!data.bad.count(order[i])) {
+        EXPECT_EQ(got[i], order[i]) << k << " " << i;
+      }
   }
 }
 
