@@ -82,7 +82,8 @@ if ((build)); then
   if ((asan)); then
     dir="build-asan"
     # Line numbers in sanitizer reports (-g1) at -O1, which halves the build time of -O2 -g.
-    config=(-DVITK_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+    # Only the test files of those tests (tests/CMakeLists.txt, VITK_SANITIZE_SUBSET).
+    config=(-DVITK_SANITIZE=ON -DVITK_SANITIZE_SUBSET=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
             "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1")
   else
     dir=build
