@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -60,28 +61,15 @@ void expect_full_disk_error(const Result& r, const std::string& file) {
 class CrashSafety : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    std::string tmpl = (fs::temp_directory_path() / "vitk_crash_data_XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    data_ = tmpl;
+    suite_ = std::make_unique<vitk::test::TempDir>("vitk_crash_data");
+    data_ = suite_->path();
     vitk::testing::write_textures(data_, "train", 32, 1);
     vitk::testing::write_textures(data_, "val", 8, 2);
     vitk::testing::write_tsv(data_ / "train.tsv", vitk::testing::sentences(300, 1));
     vitk::testing::write_tsv(data_ / "valid.tsv", vitk::testing::sentences(30, 2));
   }
-  static void TearDownTestSuite() {
-    std::error_code ec;
-    fs::remove_all(data_, ec);
-  }
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "vitk_crash_XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-    std::ofstream(dir_ / "tiny.ini") << vitk::testing::kTextureVitConfig;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
+  static void TearDownTestSuite() { suite_.reset(); }
+  void SetUp() override { std::ofstream(dir_ / "tiny.ini") << vitk::testing::kTextureVitConfig; }
 
   // `vitk train` of the textures into dir_/OUTPUT, and `vitk mt-train` of the copy task.
   std::vector<std::string> vit_train(const std::string& output,
@@ -175,10 +163,13 @@ class CrashSafety : public ::testing::Test {
     EXPECT_TRUE(temporaries_in(out).empty()) << "a temporary outlived the resume";
   }
 
+  static std::unique_ptr<vitk::test::TempDir> suite_;  // the data, for the whole suite
   static fs::path data_;
-  fs::path dir_;
+  vitk::test::TempDir scratch_{"vitk_crash"};  // each test's own directory
+  const fs::path dir_ = scratch_.path();
 };
 
+std::unique_ptr<vitk::test::TempDir> CrashSafety::suite_;
 fs::path CrashSafety::data_;
 
 TEST_F(CrashSafety, VitTrainingKilledAtManyMomentsLeavesCheckpointsThatOpenAndResume) {

@@ -50,9 +50,9 @@ struct Options {
   float clip_grad = 0;    // max global L2 norm of the gradients; 0: off
   ops::Precision precision = ops::Precision::f32;
   Every valid_unit = Every::epochs;
-  int64_t valid_every = 1;  // epochs or steps between validations; 0 (epochs): only the last
-  int early_stopping = 0;   // validations without a better figure before stopping; 0: off
-  int keep_last = 0;        // step-N.h5 of the last K validations; 0: none
+  int64_t valid_every = 1;       // epochs or steps between validations; 0 (epochs): only the last
+  int early_stopping = 0;        // validations without a better figure before stopping; 0: off
+  int keep_last = 0;             // step-N.h5 of the last K validations; 0: none
   int64_t checkpoint_every = 0;  // also rewrite last.h5 after every N-th step; 0: only at reports
   bool model_ema = false;
   double model_ema_decay = 0.9998;
