@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """vitk against PyTorch in one command: the speed figures of issue 8 measured side by side, in the
-same run on the same inputs, and printed as one table of medians, ratios and targets.
+same run on the same inputs, and printed as one table of medians, ratios and targets; the ViT-B/16
+inference rows also against ONNX Runtime (issue 30), a second anchor beside PyTorch.
 
     /usr/bin/python3 tests/bench/compare.py [--rounds 3] [--threads 2] [--only ROWS] [--markdown]
     /usr/bin/python3 tests/bench/compare.py --quick      # tiny sizes: a smoke test of the harness
@@ -10,8 +11,10 @@ same run on the same inputs, and printed as one table of medians, ratios and tar
 Rows (`--only` takes row names or their prefixes, comma-separated: `--only vit-b16,mt-train`):
   vit-b16-224-b1, -224-b8, -384-b1   ViT-B/16 inference with random weights, the model alone on a
       random batch: vitk `classify --benchmark --random-weights --config configs/vit-b16.ini`,
-      PyTorch torchvision's vit_b_16(weights=None, image_size=...) in eval and inference mode;
-      each side one untimed batch, then batches for at least --seconds; images/s.
+      PyTorch torchvision's vit_b_16(weights=None, image_size=...) in eval and inference mode,
+      ONNX Runtime (the "ORT" columns) the same model exported by torch.onnx.export and run by
+      onnxruntime-node (onnxruntime/run_vit.js); each side one untimed batch, then batches for
+      at least --seconds; images/s.
   vit-train   a ViT training step (width 192, depth 6, 3 heads, MLP 768, patch 4, 28x28x1,
       batch 128, AdamW, smoothing 0.1): forward, loss, backward, optimizer step on batches already
       in memory, no augmentation; vitk `bench vit-step` (random images), PyTorch
@@ -42,6 +45,16 @@ PyTorch is Debian's python3-torch (and python3-torchvision, python3-h5py,
 python3-sentencepiece) with OpenBLAS as the system BLAS (libopenblas0-openmp): when one is
 missing, this script installs it with apt-get when run as root, and otherwise says what to
 install.
+
+ONNX Runtime is the npm package onnxruntime-node, pinned in tests/bench/onnxruntime/package.json
+and its lockfile; when it is missing this script runs `npm ci --ignore-scripts` there (the
+package's install script would fetch GPU libraries from outside; the CPU library is inside the
+package). The model is PyTorch's of the row with fixed random weights (seed VIT_SEED, a random
+head too), exported with opset 14 into --onnx-dir (a cache: about 330 MB per ViT-B/16 image size,
+exported again when PyTorch's version changes). Before any timing, ONNX Runtime's logits for a
+fixed batch of 2 must match PyTorch's within ONNX_TOLERANCE, or its columns stay empty with the
+reason. Its session: intra-op threads = --threads, 1 inter-op thread, sequential execution,
+graph optimisation level "all", f32. --no-onnxruntime leaves its columns out.
 """
 import argparse
 import collections
@@ -50,6 +63,7 @@ import importlib.util
 import json
 import os
 import random
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -60,6 +74,14 @@ from bench_common import ROOT, VITK, check_blas, run_measured
 import vitk_side
 
 SCRIPT = os.path.abspath(__file__)
+ORT_DIR = os.path.join(os.path.dirname(SCRIPT), "onnxruntime")
+ORT_SCRIPT = os.path.join(ORT_DIR, "run_vit.js")
+NODE = "node"
+ORT_PACKAGE = "onnxruntime-node"
+ORT_INSTALL = ["npm", "ci", "--ignore-scripts"]
+VIT_SEED = 0  # the ViT's random weights, PyTorch's side and the ONNX export alike
+ONNX_OPSET = 14
+ONNX_TOLERANCE = 1e-4  # max |logit difference| of ONNX Runtime against PyTorch, both f32
 APT_PACKAGES = {"torch": "python3-torch", "torchvision": "python3-torchvision",
                 "numpy": "python3-numpy", "h5py": "python3-h5py",
                 "sentencepiece": "python3-sentencepiece"}
@@ -171,16 +193,22 @@ def fmt_mib(v):
 
 
 # One row's results over the rounds: values (units/s) and peak RSS in MiB of each side, and
-# notes (failures, what the PyTorch column is).
-Result = collections.namedtuple("Result", "row vitk torch vitk_rss torch_rss notes")
+# notes (failures, what the PyTorch column is). ort and ort_rss are ONNX Runtime's, None for a
+# row without an ONNX Runtime side (its cells stay blank; an empty list prints "-").
+Result = collections.namedtuple("Result", "row vitk torch vitk_rss torch_rss notes ort ort_rss",
+                                defaults=(None, None))
 
 
 def table_lines(results, markdown=False):
-    """The comparison table as lines of text: plain columns, or a Markdown table."""
+    """The comparison table as lines of text: plain columns, or a Markdown table. ONNX
+    Runtime's three columns ("ORT") are there when a row has an ONNX Runtime side."""
     by_key = {r.row.key: r for r in results}
     times = "×" if markdown else "x"
-    head = ["row", "vitk", "PyTorch", "unit", "vitk/PyTorch", "target", "met?",
-            "vitk peak MiB", "PyTorch peak MiB"]
+    with_ort = any(r.ort is not None for r in results)
+    head = ["row", "vitk", "PyTorch"] + (["ORT"] if with_ort else []) + [
+        "unit", "vitk/PyTorch"] + (["vitk/ORT"] if with_ort else []) + [
+        "target", "met?", "vitk peak MiB", "PyTorch peak MiB"] + (
+        ["ORT peak MiB"] if with_ort else [])
     body, notes = [], []
     for res in results:
         row = res.row
@@ -195,12 +223,18 @@ def table_lines(results, markdown=False):
             if note not in notes:
                 notes.append(note)
             mark += f" [{notes.index(note) + 1}]"
-        body.append([row.title + mark, fmt_value(v), fmt_value(t), row.unit,
-                     fmt_ratio(ratio(v, t), times), text,
-                     {True: "yes", False: "no", None: ""}[met],
-                     fmt_mib(median_or_none(res.vitk_rss)),
-                     fmt_mib(median_or_none(res.torch_rss))])
-    text_columns = (0, 3, 5, 6)  # left-aligned; the numbers right-aligned
+        o = median_or_none(res.ort) if res.ort is not None else None
+        blank = res.ort is None  # no ONNX Runtime side: blank, not "-"
+        cells = {"row": row.title + mark, "vitk": fmt_value(v), "PyTorch": fmt_value(t),
+                 "ORT": "" if blank else fmt_value(o), "unit": row.unit,
+                 "vitk/PyTorch": fmt_ratio(ratio(v, t), times),
+                 "vitk/ORT": "" if blank else fmt_ratio(ratio(v, o), times),
+                 "target": text, "met?": {True: "yes", False: "no", None: ""}[met],
+                 "vitk peak MiB": fmt_mib(median_or_none(res.vitk_rss)),
+                 "PyTorch peak MiB": fmt_mib(median_or_none(res.torch_rss)),
+                 "ORT peak MiB": "" if blank else fmt_mib(median_or_none(res.ort_rss))}
+        body.append([cells[h] for h in head])
+    text_columns = [head.index(h) for h in ("row", "unit", "target", "met?")]  # left-aligned
     lines = []
     if markdown:
         lines.append("| " + " | ".join(head) + " |")
@@ -220,8 +254,13 @@ def table_lines(results, markdown=False):
 
 # ---- What runs: vitk's commands and PyTorch's child specifications ------------------------------
 
+# onnx: {image size: OnnxModel} of the ViT rows' ONNX Runtime side, None to leave it out.
 Settings = collections.namedtuple(
-    "Settings", "vitk threads seconds quick mt_model mt_sentences workdir")
+    "Settings", "vitk threads seconds quick mt_model mt_sentences workdir onnx",
+    defaults=(None,))
+# An exported model of one image size: its path, and why ONNX Runtime does not time it (a failed
+# export or parity check), or None.
+OnnxModel = collections.namedtuple("OnnxModel", "path problem")
 
 
 def vitk_model_args(params):
@@ -298,6 +337,127 @@ def run_torch(spec):
     return answer["value"], m, answer.get("torch", "")
 
 
+def has_ort_side(row, s):
+    """Whether `row` has ONNX Runtime columns: the ViT inference rows, unless left out."""
+    return s.onnx is not None and row.kind == "vit-infer"
+
+
+def ort_spec(row, s):
+    """What run_vit.js measures for the ViT row `row` (a JSON-able dict); None when this row's
+    model is not there to time (no export, or the parity check failed)."""
+    model = s.onnx.get(row.params["image_size"]) if s.onnx else None
+    if model is None or model.problem:
+        return None
+    return dict(mode="time", model=model.path, threads=s.threads, batch=row.params["batch"],
+                image_size=row.params["image_size"], seconds=s.seconds)
+
+
+def node_command(spec):
+    return [NODE, ORT_SCRIPT, json.dumps(spec)]
+
+
+def run_node(spec):
+    """The JSON answer and the Measured of run_vit.js running `spec`."""
+    m = run_measured(node_command(spec))
+    return json.loads(m.stdout.strip().splitlines()[-1]), m
+
+
+def run_ort(spec):
+    """(images/s, Measured, onnxruntime-node's version) of ONNX Runtime timing `spec`."""
+    answer, m = run_node(spec)
+    return answer["value"], m, answer.get("version", "")
+
+
+def onnx_stem(params, full):
+    """The file name, without extension, of the exported model for a ViT row's params: every
+    size, the seed and the opset, so that a cached file is only reused for the same model."""
+    name = "vit_b_16" if full else "vit"
+    return (f"{name}-{params['image_size']}px-p{params['patch_size']}-l{params['layers']}"
+            f"-h{params['heads']}-d{params['d_model']}-f{params['d_ff']}-c{params['classes']}"
+            f"-seed{VIT_SEED}-opset{ONNX_OPSET}")
+
+
+def export_spec(row, s, directory):
+    """What the export child makes for the image size of `row`: the .onnx file, a fixed input
+    batch and PyTorch's logits for it (raw float32), and a JSON of what made them."""
+    p = {k: v for k, v in row.params.items() if k != "batch"}
+    stem = os.path.join(directory, onnx_stem(p, not s.quick))
+    return dict(params=p, vit_b_16=not s.quick, seed=VIT_SEED, opset=ONNX_OPSET,
+                threads=s.threads, check_batch=2, model=stem + ".onnx",
+                input=stem + ".input.f32", reference=stem + ".logits.f32", meta=stem + ".json")
+
+
+def run_export(spec):
+    """(answer, Measured) of the export child: answer has "cached" and "torch"."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(spec["threads"]))
+    m = run_measured([sys.executable, SCRIPT, "--onnx-export-child", json.dumps(spec)], env=env)
+    return json.loads(m.stdout.strip().splitlines()[-1]), m
+
+
+def build_torch_vit(p, full):
+    """PyTorch's ViT of a row, in eval mode, random weights from VIT_SEED: torchvision's
+    vit_b_16(weights=None) at full size, its VisionTransformer at the row's sizes otherwise.
+    torchvision initialises the head to zeros, which would make every logit 0 and a parity
+    check of the logits empty: the head gets random weights too."""
+    import torch
+    from torchvision.models import vit_b_16
+    from torchvision.models.vision_transformer import VisionTransformer
+    torch.manual_seed(VIT_SEED)
+    if full:
+        model = vit_b_16(weights=None, image_size=p["image_size"])
+    else:
+        model = VisionTransformer(image_size=p["image_size"], patch_size=p["patch_size"],
+                                  num_layers=p["layers"], num_heads=p["heads"],
+                                  hidden_dim=p["d_model"], mlp_dim=p["d_ff"],
+                                  num_classes=p["classes"])
+    head = model.heads.head
+    with torch.no_grad():
+        head.weight.normal_(0.0, head.in_features ** -0.5)
+        head.bias.normal_(0.0, 0.1)
+    return model.eval()
+
+
+def onnx_export_child(spec):
+    """Exports the ViT of `spec` (export_spec) unless the files are already there from the same
+    spec and PyTorch version; prints one JSON line."""
+    import time
+    import torch
+    torch.set_num_threads(spec["threads"])
+    key = {k: spec[k] for k in ("params", "vit_b_16", "seed", "opset", "check_batch")}
+    key["torch"] = torch.__version__
+    try:
+        with open(spec["meta"], encoding="utf-8") as f:
+            cached = json.load(f) == key
+    except (OSError, ValueError):
+        cached = False
+    cached = cached and all(os.path.exists(spec[k]) for k in ("model", "input", "reference"))
+    start = time.perf_counter()
+    if not cached:
+        if os.path.exists(spec["meta"]):
+            os.remove(spec["meta"])  # the meta file is written last: it marks a complete set
+        p = spec["params"]
+        model = build_torch_vit(p, spec["vit_b_16"])
+        x = torch.randn(spec["check_batch"], 3, p["image_size"], p["image_size"],
+                        generator=torch.Generator().manual_seed(spec["seed"] + 1))
+        with torch.inference_mode():
+            logits = model(x)
+        partial = spec["model"] + ".partial"
+        # Traced with autograd on: under no_grad nn.MultiheadAttention would take its fused
+        # inference path, an op the ONNX exporter cannot write. The batch axis is left free:
+        # one file serves every batch size of the image size (the check runs a batch of 2).
+        torch.onnx.export(model, x[:1], partial, opset_version=spec["opset"],
+                          input_names=["images"], output_names=["logits"],
+                          dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}})
+        os.replace(partial, spec["model"])
+        for name, t in (("input", x), ("reference", logits)):
+            with open(spec[name], "wb") as f:
+                f.write(t.contiguous().numpy().astype("<f4").tobytes())
+        with open(spec["meta"], "w", encoding="utf-8") as f:
+            json.dump(key, f)
+    print(json.dumps({"cached": cached, "torch": torch.__version__,
+                      "seconds": time.perf_counter() - start}))
+
+
 def torch_child(spec):
     """The PyTorch side of one measurement, in a child process: prints one JSON line."""
     import torch  # here only: the parent process never imports PyTorch
@@ -306,17 +466,8 @@ def torch_child(spec):
     if kind == "idle" and spec.get("torchvision"):
         import torchvision  # noqa: F401  (its size, for the header's baseline)
     elif kind == "vit-infer":
-        from torchvision.models import vit_b_16
-        from torchvision.models.vision_transformer import VisionTransformer
         from core_vs_pytorch import seconds_per_call
-        if spec["vit_b_16"]:
-            model = vit_b_16(weights=None, image_size=p["image_size"])
-        else:
-            model = VisionTransformer(image_size=p["image_size"], patch_size=p["patch_size"],
-                                      num_layers=p["layers"], num_heads=p["heads"],
-                                      hidden_dim=p["d_model"], mlp_dim=p["d_ff"],
-                                      num_classes=p["classes"])
-        model.eval()
+        model = build_torch_vit(p, spec["vit_b_16"])  # the model ONNX Runtime's side exports
         x = torch.randn(p["batch"], 3, p["image_size"], p["image_size"])
         with torch.inference_mode():
             value = p["batch"] / seconds_per_call(lambda: model(x), spec["seconds"], 1)
@@ -358,8 +509,9 @@ def torch_child(spec):
 
 # ---- Prerequisites, the machine, the translation model ------------------------------------------
 
-def missing_packages(rows):
-    """Debian packages PyTorch's side of `rows` needs that are not installed."""
+def missing_packages(rows, onnxruntime=False):
+    """Debian packages PyTorch's side of `rows` needs that are not installed; with onnxruntime,
+    also Node and npm for ONNX Runtime's side of the ViT rows."""
     modules = {"torch"}
     kinds = {r.kind for r in rows}
     if "vit-infer" in kinds:
@@ -373,22 +525,68 @@ def missing_packages(rows):
     missing = [APT_PACKAGES[m] for m in sorted(modules) if importlib.util.find_spec(m) is None]
     if "openblas" not in os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3"):
         missing.append(BLAS_PACKAGE)
+    if onnxruntime and "vit-infer" in kinds:
+        missing += [package for command, package in (("node", "nodejs"), ("npm", "npm"))
+                    if shutil.which(command) is None]
     return missing
 
 
-def ensure_packages(rows):
-    missing = missing_packages(rows)
+def ensure_packages(rows, onnxruntime=False):
+    missing = missing_packages(rows, onnxruntime)
     if not missing:
         return
     cmd = ["apt-get", "install", "-y"] + missing
     if os.geteuid() != 0:
-        sys.exit("compare.py: PyTorch's side needs Debian packages that are missing: "
+        sys.exit("compare.py: PyTorch's (or ONNX Runtime's) side needs Debian packages that "
+                 "are missing: "
                  f"{' '.join(missing)}; run this script as root to have them installed, or "
                  f"install them: sudo {' '.join(cmd)}")
-    print(f"compare.py: installing what PyTorch's side needs: {' '.join(cmd)}", flush=True)
+    print(f"compare.py: installing what PyTorch's (or ONNX Runtime's) side needs: "
+          f"{' '.join(cmd)}", flush=True)
     if subprocess.run(cmd).returncode != 0:  # stale package lists: update once and retry
         subprocess.run(["apt-get", "update"], check=True)
         subprocess.run(cmd, check=True)
+
+
+def pinned_ort_version(directory=ORT_DIR):
+    """onnxruntime-node's version in package.json (pinned) and the one installed in
+    node_modules (None when it is not installed)."""
+    def version(path, dependency=False):
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            return None
+        return data.get("dependencies", {}).get(ORT_PACKAGE) if dependency else data.get("version")
+    return (version(os.path.join(directory, "package.json"), True),
+            version(os.path.join(directory, "node_modules", ORT_PACKAGE, "package.json")))
+
+
+def ensure_onnxruntime(directory=ORT_DIR, log=print):
+    """Installs onnxruntime-node from the lockfile (`npm ci --ignore-scripts` in `directory`)
+    when it is missing or not the pinned version. --ignore-scripts: the package's install script
+    downloads GPU libraries from outside the npm registry, which this machine cannot reach and
+    the CPU rows do not need (the CPU library is inside the package). Exits with the command to
+    run when npm fails."""
+    pinned, installed = pinned_ort_version(directory)
+    if installed is not None and installed == pinned:
+        return
+    where = os.path.relpath(directory)
+    where = directory if where.startswith("..") else where
+    how = (f"(cd {where} && {' '.join(ORT_INSTALL)}), or leave ONNX Runtime out with "
+           "--no-onnxruntime")
+    what = "is not installed" if installed is None else f"is {installed}, not the pinned {pinned}"
+    log(f"compare.py: {ORT_PACKAGE} {what}: installing it for ONNX Runtime's side: "
+        f"{' '.join(ORT_INSTALL)} in {directory}")
+    try:
+        done = subprocess.run(ORT_INSTALL, cwd=directory, capture_output=True, text=True)
+    except OSError as e:
+        sys.exit(f"compare.py: cannot run npm ({e}); install {ORT_PACKAGE}: {how}")
+    pinned, installed = pinned_ort_version(directory)
+    if done.returncode != 0 or installed != pinned:
+        head = "\n".join((done.stderr or done.stdout).strip().splitlines()[:8])  # npm: cause first
+        sys.exit(f"compare.py: {' '.join(ORT_INSTALL)} failed in {directory}:\n{head}\n"
+                 f"install {ORT_PACKAGE} {pinned}: {how}")
 
 
 def training_jobs():
@@ -493,9 +691,17 @@ def parse_args(argv=None):
     ap.add_argument("--dry-run", action="store_true",
                     help="print what would run and an empty table; runs nothing but "
                          "`vitk ... --help` (no PyTorch needed)")
+    ap.add_argument("--no-onnxruntime", action="store_true",
+                    help="leave out ONNX Runtime's columns of the ViT inference rows (no Node, "
+                         "no npm, no export)")
+    ap.add_argument("--onnx-dir", metavar="DIR",
+                    help="where the ViT models exported for ONNX Runtime are kept and reused "
+                         "(about 330 MB per ViT-B/16 image size; default "
+                         "$XDG_CACHE_HOME/vitk/onnx or ~/.cache/vitk/onnx)")
     ap.add_argument("--keep", metavar="DIR",
                     help="work in DIR and keep it (placeholder model, sentences, translations)")
     ap.add_argument("--torch-child", metavar="SPEC", help=argparse.SUPPRESS)
+    ap.add_argument("--onnx-export-child", metavar="SPEC", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.rounds is None:
         args.rounds = 1 if args.quick else 3
@@ -574,28 +780,117 @@ def prepare_translation(args, s, rows, log):
     return s._replace(mt_model=model, mt_sentences=sentences), note
 
 
+def default_onnx_dir():
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "vitk", "onnx")
+
+
+def check_spec(export, s):
+    """run_vit.js's parity check of an exported model (export: its export_spec)."""
+    p = export["params"]
+    return dict(mode="check", model=export["model"], threads=s.threads,
+                batch=export["check_batch"], image_size=p["image_size"], input=export["input"],
+                reference=export["reference"])
+
+
+def parity_problem(diff, tolerance=ONNX_TOLERANCE):
+    """Why ONNX Runtime's logits do not count as PyTorch's model (None when they do)."""
+    if diff is None:
+        return "its logits are not numbers (NaN) where PyTorch's are"
+    if diff > tolerance:
+        return f"its logits differ from PyTorch's by up to {diff:.2g} (more than {tolerance:g})"
+    return None
+
+
+def prepare_onnx(args, s, rows, log, exporter=None, checker=None):
+    """Settings with ONNX Runtime's models, and lines for the header. For each image size of the
+    ViT inference rows: export PyTorch's model (or find it in --onnx-dir) and check, before any
+    timing, that ONNX Runtime's logits for a fixed batch match PyTorch's (max |difference| at
+    most ONNX_TOLERANCE). A size whose export or check fails keeps an OnnxModel with the problem:
+    its rows' ONNX Runtime cells stay "-", with the reason as a note. exporter(spec) and
+    checker(spec) default to run_export and run_node; --dry-run prints what would run."""
+    vit_rows = [r for r in rows if r.kind == "vit-infer"]
+    if args.no_onnxruntime or not vit_rows:
+        return s, []
+    exporter, checker = exporter or run_export, checker or run_node
+    directory = args.onnx_dir or default_onnx_dir()
+    models, lines, version = {}, [], None
+    by_size = {}
+    for r in vit_rows:
+        by_size.setdefault(r.params["image_size"], r)
+    for size, row in sorted(by_size.items()):
+        spec = export_spec(row, s, directory)
+        if args.dry_run:
+            print(f"ONNX export {size}: " + shlex.join(
+                [sys.executable, SCRIPT, "--onnx-export-child", json.dumps(spec)]))
+            print(f"ONNX parity {size}: {shlex.join(node_command(check_spec(spec, s)))}")
+            models[size] = OnnxModel(spec["model"], None)
+            continue
+        os.makedirs(directory, exist_ok=True)
+        what = f"{size}x{size}"
+        try:
+            log(f"ONNX Runtime: the {what} model: exporting it or finding it in {directory}...")
+            answer, m = exporter(spec)
+            how = ("cached" if answer["cached"] else
+                   f"exported in {answer['seconds']:.0f} s, peak {m.peak_rss_mib:.0f} MiB")
+            check, _ = checker(check_spec(spec, s))
+        except Exception as e:  # noqa: BLE001  (a failed export or check is a note, not the end)
+            problem = failure_note("the ONNX export or parity check", e)
+            models[size] = OnnxModel(spec["model"], problem)
+            lines.append(f"ONNX Runtime, {what}: {problem}")
+            continue
+        version = check.get("version", version)
+        diff = check.get("max_abs_diff")
+        models[size] = OnnxModel(spec["model"], parity_problem(diff))
+        shown = "NaN" if diff is None else f"{diff:.1e}"
+        lines.append(f"ONNX Runtime parity, {what}: max |logit difference| against PyTorch "
+                     f"{shown} on a fixed batch of {spec['check_batch']} (limit "
+                     f"{ONNX_TOLERANCE:g}: {'ok' if models[size].problem is None else 'FAILED'}); "
+                     f"{os.path.basename(spec['model'])} {how}")
+    head = (f"ORT: ONNX Runtime{' ' + version if version else ''} (onnxruntime-node), f32, "
+            f"{s.threads} intra-op threads, 1 inter-op, sequential, graph optimisation \"all\"; "
+            f"the PyTorch model exported with opset {ONNX_OPSET}, seed {VIT_SEED}, in {directory}")
+    return s._replace(onnx=models), [head] + lines
+
+
 def failure_note(side, err):
     if isinstance(err, subprocess.CalledProcessError):
         tail = (err.stderr or "").strip().splitlines()
-        return f"{side} failed: {' '.join(map(str, err.cmd[:4]))}...: " + (
+        # A child's JSON spec (the PyTorch, export and ONNX Runtime children) shows as SPEC.
+        cmd = ["SPEC" if str(a).startswith("{") else str(a) for a in err.cmd[:4]]
+        return f"{side} failed: {' '.join(cmd)}...: " + (
             tail[-1] if tail else f"exit {err.returncode}")
     return f"{side} failed: {err}"
 
 
-def measure(rows, s, rounds, log, vitk_runner=None, torch_runner=None):
+def measure(rows, s, rounds, log, vitk_runner=None, torch_runner=None, ort_runner=None):
     """Runs every round and returns one Result per row (in row order). Rows that share a PyTorch
-    baseline (torch_key) share one PyTorch measurement per round; in each round, PyTorch runs
-    before its vitk rows in odd rounds and after them in even ones. A failure is a note on the
-    row(s), not the end; a vitk row that failed once is not run again. The runners default to
-    run_vitk(row, s) and run_torch(spec); each returns (units/s, Measured, extra)."""
+    baseline (torch_key) share one PyTorch measurement per round, and one ONNX Runtime
+    measurement where they have that side (has_ort_side); in each round, PyTorch runs before
+    ONNX Runtime and ONNX Runtime before the vitk rows in odd rounds, the other way round in even
+    ones. A failure is a note on the row(s), not the end; a vitk row that failed once is not run
+    again. The runners default to run_vitk(row, s), run_torch(spec) and run_ort(spec); each
+    returns (units/s, Measured, extra)."""
     vitk_runner = vitk_runner or run_vitk
     torch_runner = torch_runner or run_torch
+    ort_runner = ort_runner or run_ort
     results = {r.key: Result(r, [], [], [], [], []) for r in rows}
     groups = collections.defaultdict(list)  # torch_key: its rows, in table order
     for r in rows:
         groups[r.torch_key].append(r)
     torch_values = {key: ([], []) for key in groups}  # units/s and peak MiB of each round
     all_rows = {r.key: r for r in make_rows(s.quick)}
+    ort_values, ort_specs = {}, {}  # the same, of ONNX Runtime; its spec, None if left out
+    for key, group in groups.items():
+        if has_ort_side(all_rows[key], s):
+            ort_values[key] = ([], [])
+            ort_specs[key] = ort_spec(all_rows[key], s)
+            model = s.onnx.get(all_rows[key].params["image_size"])
+            if ort_specs[key] is None:
+                note = ("ONNX Runtime left out: "
+                        + (model.problem if model else "no exported model of this size"))
+                for r in group:
+                    results[r.key].notes.append(note)
     torch_hyp = os.path.join(s.workdir, "torch.hyp")
     hyps = {}
 
@@ -624,6 +919,11 @@ def measure(rows, s, rounds, log, vitk_runner=None, torch_runner=None):
             def torch_side():
                 attempt(tag, "PyTorch", group, lambda: torch_runner(spec), *torch_values[key])
 
+            def ort_side():
+                if ort_specs.get(key) is not None:
+                    attempt(tag, "ONNX Runtime", group, lambda: ort_runner(ort_specs[key]),
+                            *ort_values[key])
+
             def vitk_side_():
                 for r in group:
                     res = results[r.key]
@@ -634,7 +934,8 @@ def measure(rows, s, rounds, log, vitk_runner=None, torch_runner=None):
                     if h is not None:
                         hyps[r.key] = h
 
-            for side in ((torch_side, vitk_side_) if rnd % 2 == 0 else (vitk_side_, torch_side)):
+            sides = (torch_side, ort_side, vitk_side_)
+            for side in (sides if rnd % 2 == 0 else reversed(sides)):
                 side()
     # Do both sides translate alike? (greedy: the same model and the same search)
     if "mt-greedy" in hyps and os.path.exists(torch_hyp):
@@ -647,8 +948,11 @@ def measure(rows, s, rounds, log, vitk_runner=None, torch_runner=None):
     for r in rows:
         values, rss = torch_values[r.torch_key]
         res = results[r.key]._replace(torch=values, torch_rss=rss)
+        if r.torch_key in ort_values:
+            res = res._replace(ort=ort_values[r.torch_key][0], ort_rss=ort_values[r.torch_key][1])
         if r.precision != "f32":
-            res.notes.append("PyTorch column: the f32 row's PyTorch")
+            res.notes.append("PyTorch and ORT columns: the f32 row's" if res.ort is not None
+                             else "PyTorch column: the f32 row's PyTorch")
         out.append(res)
     return out
 
@@ -657,6 +961,9 @@ def main(argv=None):
     args, ap = parse_args(argv)
     if args.torch_child:
         torch_child(json.loads(args.torch_child))
+        return 0
+    if args.onnx_export_child:
+        onnx_export_child(json.loads(args.onnx_export_child))
         return 0
     try:
         rows = select_rows(make_rows(args.quick), args.only)
@@ -670,19 +977,26 @@ def main(argv=None):
         if not os.access(args.vitk, os.X_OK):
             sys.exit(f"compare.py: {args.vitk} is not an executable: build vitk first "
                      "(cmake --build build) or give --vitk")
-        ensure_packages(rows)
+        wants_ort = not args.no_onnxruntime and any(r.kind == "vit-infer" for r in rows)
+        ensure_packages(rows, wants_ort)
         check_blas(__file__)
+        if wants_ort:
+            ensure_onnxruntime(log=log)
     skipped = bf16_support(args.vitk, rows)
+    active = [r for r in rows if r.key not in skipped]
+    with_ort = not args.no_onnxruntime and any(r.kind == "vit-infer" for r in active)
     workdir = args.keep or tempfile.mkdtemp(prefix="vitk-compare-")
     os.makedirs(workdir, exist_ok=True)
     try:
         s = Settings(args.vitk, args.threads, args.seconds, args.quick, None, None, workdir)
         when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-        print(f"vitk against PyTorch, {when}: {args.threads} threads, medians of {args.rounds} "
+        print(f"vitk against PyTorch{' and ONNX Runtime' if with_ort else ''}, {when}: "
+              f"{args.threads} threads, medians of {args.rounds} "
               f"round(s){', --quick sizes (not a figure)' if args.quick else ''}")
         print(f"machine at the start: {machine_line()}", flush=True)
         s, mt_note = prepare_translation(args, s, rows, log)
         if args.dry_run:
+            s, _ = prepare_onnx(args, s, active, log)
             for r in rows:
                 if r.key in skipped:
                     print(f"{r.key}: left out: {skipped[r.key]}")
@@ -690,7 +1004,10 @@ def main(argv=None):
                 print(f"{r.key}: vitk: {' '.join(map(str, vitk_command(r, s)))}")
                 if r.torch_key == r.key:
                     print(f"{r.key}: PyTorch child: {json.dumps(torch_spec(r, s))}")
-            results = [Result(r, [], [], [], [], []) for r in rows if r.key not in skipped]
+                    if has_ort_side(r, s):
+                        print(f"{r.key}: ONNX Runtime: {shlex.join(node_command(ort_spec(r, s)))}")
+            results = [Result(r, [], [], [], [], [], *(([], []) if has_ort_side(r, s) else ()))
+                       for r in active]
         else:
             version = subprocess.run([args.vitk, "--version"], capture_output=True,
                                      text=True).stdout.strip()
@@ -700,10 +1017,18 @@ def main(argv=None):
                 dict(kind="idle", threads=args.threads, torchvision=with_torchvision))
             print(f"{version}; PyTorch {torch_version} with "
                   f"{os.path.basename(os.path.dirname(check_blas(__file__)))}")
+            ort_idle = ""
+            if with_ort:
+                answer, m = run_node(dict(mode="idle"))
+                ort_idle = (f", node + require('{ORT_PACKAGE}') {answer['version']} "
+                            f"{m.peak_rss_mib:.0f} MiB")
             print(f"peak RSS of doing nothing: vitk --version {idle.peak_rss_mib:.0f} MiB, "
                   f"python3 + import torch{', torchvision' if with_torchvision else ''} "
-                  f"{torch_idle.peak_rss_mib:.0f} MiB", flush=True)
-            results = measure([r for r in rows if r.key not in skipped], s, args.rounds, log)
+                  f"{torch_idle.peak_rss_mib:.0f} MiB{ort_idle}", flush=True)
+            s, onnx_lines = prepare_onnx(args, s, active, log)
+            if onnx_lines:
+                print("\n".join(onnx_lines), flush=True)
+            results = measure(active, s, args.rounds, log)
         if mt_note:
             results = [res._replace(notes=[mt_note] + res.notes) if res.row.kind == "mt-decode"
                        else res for res in results]

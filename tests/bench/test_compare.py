@@ -1,18 +1,23 @@
 #!/usr/bin/python3
 """ctest: the logic of tests/bench/compare.py without PyTorch and without timing anything: row
 selection, targets and ratios, the table in both forms, the parsers of vitk's output, the
-per-child peak memory, the bf16 rows' detection and a --dry-run end to end.
+per-child peak memory, the bf16 rows' detection, ONNX Runtime's side (its columns, rounds,
+export and parity bookkeeping and installation, with stand-ins for PyTorch, Node and npm) and a
+--dry-run end to end.
 
     /usr/bin/python3 tests/bench/test_compare.py [-v]
 
 With VITK_BINARY set (ctest sets it to the built vitk) the dry run also asks that binary.
 """
+import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
 import tempfile
 import unittest
+from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -23,11 +28,12 @@ from bench_common import run_measured  # noqa: E402
 COMPARE = os.path.join(HERE, "compare.py")
 
 
-def result(key, vitk=(), torch=(), rows=None, notes=()):
+def result(key, vitk=(), torch=(), rows=None, notes=(), ort=None):
     rows = rows or compare.make_rows(False)
     row = next(r for r in rows if r.key == key)
     return compare.Result(row, list(vitk), list(torch), [100.0] * len(vitk), [900.0] * len(torch),
-                          list(notes))
+                          list(notes), None if ort is None else list(ort),
+                          None if ort is None else [300.0] * len(ort))
 
 
 def fake_vitk(directory, precision_in):
@@ -273,6 +279,348 @@ class Measure(unittest.TestCase):
                          len({n for r in results for n in r.notes}))
 
 
+class OrtTable(unittest.TestCase):
+    """ONNX Runtime's columns: there when a row has that side, blank on rows without one."""
+
+    def results(self):
+        return [result("vit-b16-224-b1", [40.0, 36.0, 38.0], [10.0], ort=[20.0, 19.0, 21.0]),
+                result("vit-b16-224-b1-bf16", [76.0], [10.0], ort=[20.0],
+                       notes=["PyTorch and ORT columns: the f32 row's"]),
+                result("vit-b16-384-b1", [5.0], [4.0], ort=[],
+                       notes=["ONNX Runtime left out: its logits differ"]),
+                result("mt-train", [3000.0], [1500.0])]
+
+    def test_plain(self):
+        lines = compare.table_lines(self.results())
+        head = lines[0]
+        for column in ("ORT", "vitk/ORT", "ORT peak MiB"):
+            self.assertIn(column, head)
+        # The value beside PyTorch's, the ratio beside vitk/PyTorch, the memory last.
+        self.assertLess(head.index("PyTorch"), head.index(" ORT "))
+        self.assertLess(head.index(" ORT "), head.index("unit"))
+        self.assertLess(head.index("vitk/PyTorch"), head.index("vitk/ORT"))
+        self.assertTrue(head.endswith("ORT peak MiB"))
+        b1 = lines[1].split()
+        self.assertIn("20.0", b1)  # ORT's median
+        self.assertIn("1.90x", b1)  # 38 / 20
+        self.assertEqual(b1[-3:], ["100", "900", "300"])
+        self.assertIn("3.80x", lines[2].split())  # bf16: 76 / ORT's f32 20
+        b384 = lines[3].split()
+        self.assertEqual(b384[-1], "-")  # an ONNX Runtime side without a figure
+        self.assertIn("[2]", lines[3])
+        mt = lines[4]
+        self.assertEqual(mt.split()[-2:], ["100", "900"])  # no ORT side: blank, not "-"
+        at = head.index("vitk/ORT")
+        self.assertEqual(mt[at:at + len("vitk/ORT")].strip(), "")
+        self.assertEqual(lines[-2:], ["[1] PyTorch and ORT columns: the f32 row's",
+                                      "[2] ONNX Runtime left out: its logits differ"])
+        # Columns line up with the new ones too.
+        at = head.index("unit")
+        for line in lines[1:5]:
+            self.assertIn(line[at:].split()[0], ("images/s", "target"), line)
+
+    def test_markdown(self):
+        lines = compare.table_lines(self.results(), markdown=True)
+        self.assertTrue(lines[0].startswith("| row | vitk | PyTorch | ORT | unit | vitk/PyTorch "
+                                            "| vitk/ORT |"))
+        self.assertTrue(lines[0].endswith("| ORT peak MiB |"))
+        self.assertTrue(lines[1].startswith("| --- | ---: | ---: | ---: | --- | ---: | ---: |"))
+        for line in lines[2:6]:
+            self.assertEqual(line.count("|"), lines[0].count("|"), line)
+        self.assertIn("| 1.90× |", lines[2])
+
+    def test_no_ort_side_no_columns(self):
+        lines = compare.table_lines([result("vit-b16-224-b1", [40.0], [10.0]),
+                                     result("mt-train", [3000.0], [1500.0])])
+        self.assertNotIn("ORT", lines[0])
+        self.assertEqual(len(lines[0].split("  ")), len(compare.table_lines(
+            [result("mt-train", [1.0], [1.0])])[0].split("  ")))
+
+
+class OrtRounds(unittest.TestCase):
+    """measure() with an ONNX Runtime stand-in: once per round per PyTorch baseline, between
+    PyTorch and vitk, the order reversed every other round, left out where the model failed."""
+
+    def test_rounds(self):
+        rows = compare.select_rows(compare.make_rows(True), "vit-b16,mt-train")
+        calls = []
+
+        def measured():
+            return run_measured([sys.executable, "-c", "pass"])
+
+        def vitk(row, s):
+            calls.append(("vitk", row.key))
+            return 30.0, measured(), None
+
+        def torch(spec):
+            calls.append(("torch", spec["kind"]))
+            return 10.0, measured(), "1.13"
+
+        def ort(spec):
+            calls.append(("ort", spec["batch"], spec["image_size"]))
+            self.assertEqual((spec["mode"], spec["threads"], spec["seconds"]), ("time", 2, 0.1))
+            if spec["batch"] == 8 and len([c for c in calls if c[0] == "ort"]) == 2:
+                raise subprocess.CalledProcessError(1, ["node", "run_vit.js", '{"mode": "time"}'],
+                                                    "", "Error: out of memory")
+            return 20.0, measured(), "1.30.0"
+
+        onnx = {32: compare.OnnxModel("/cache/vit-32.onnx", None),
+                48: compare.OnnxModel("/cache/vit-48.onnx", "its logits differ by 0.5")}
+        with tempfile.TemporaryDirectory() as tmp:
+            s = compare.Settings("vitk", 2, 0.1, True, None, None, tmp, onnx)
+            log = []
+            results = compare.measure(rows, s, 2, log.append, vitk, torch, ort)
+        by_key = {r.row.key: r for r in results}
+        # Round 1: PyTorch, ONNX Runtime, vitk; round 2 the other way round.
+        self.assertEqual(calls[:4], [("torch", "vit-infer"), ("ort", 1, 32),
+                                     ("vitk", "vit-b16-224-b1"), ("vitk", "vit-b16-224-b1-bf16")])
+        second = calls[len(calls) // 2:]
+        self.assertEqual(second[:4], [("vitk", "vit-b16-224-b1"), ("vitk", "vit-b16-224-b1-bf16"),
+                                      ("ort", 1, 32), ("torch", "vit-infer")])
+        # Shared like PyTorch's, and never for the 384 row's size that failed its check.
+        self.assertEqual([c for c in calls if c[0] == "ort"],
+                         [("ort", 1, 32), ("ort", 8, 32)] * 2)
+        self.assertEqual(by_key["vit-b16-224-b1"].ort, [20.0, 20.0])
+        self.assertEqual(by_key["vit-b16-224-b1-bf16"].ort, [20.0, 20.0])
+        self.assertEqual(len(by_key["vit-b16-224-b1"].ort_rss), 2)
+        self.assertEqual(by_key["vit-b16-224-b8"].ort, [20.0])  # round 1 failed: a note
+        self.assertIn("ONNX Runtime failed: node run_vit.js SPEC...: Error: out of memory",
+                      by_key["vit-b16-224-b8"].notes)
+        self.assertEqual(by_key["vit-b16-384-b1"].ort, [])
+        self.assertIn("ONNX Runtime left out: its logits differ by 0.5",
+                      by_key["vit-b16-384-b1"].notes)
+        self.assertIn("ONNX Runtime left out: its logits differ by 0.5",
+                      by_key["vit-b16-384-b1-bf16"].notes)
+        self.assertIsNone(by_key["mt-train"].ort)
+        self.assertIn("PyTorch and ORT columns: the f32 row's",
+                      by_key["vit-b16-224-b1-bf16"].notes)
+        self.assertIn("PyTorch column: the f32 row's PyTorch", by_key["mt-train-bf16"].notes)
+        self.assertTrue(any("round 1/2 vit-b16-224-b1: ONNX Runtime 20.0 images/s" in line
+                            for line in log))
+        lines = compare.table_lines(results)
+        self.assertIn("vitk/ORT", lines[0])
+        self.assertIn("1.50x", lines[1].split())  # 30 / 20
+
+    def test_left_out(self):
+        rows = compare.select_rows(compare.make_rows(True), "vit-b16-224-b1")
+        s = compare.Settings("vitk", 2, 0.1, True, None, None, "/tmp")  # onnx None
+        self.assertFalse(compare.has_ort_side(rows[0], s))
+        results = compare.measure(rows, s, 1, lambda m: None,
+                                  lambda r, s: (1.0, run_measured(["true"]), None),
+                                  lambda spec: (1.0, run_measured(["true"]), ""),
+                                  lambda spec: self.fail("ONNX Runtime ran"))
+        self.assertTrue(all(r.ort is None for r in results))
+
+
+def fake_node_script(directory, body):
+    """A Python script standing in for run_vit.js (compare.NODE is set to python3)."""
+    path = os.path.join(directory, "run_vit.py")
+    with open(path, "w") as f:
+        f.write("import json, sys\nspec = json.loads(sys.argv[1])\n" + body)
+    return path
+
+
+class OrtModels(unittest.TestCase):
+    """Export and parity bookkeeping (prepare_onnx) with stand-ins for PyTorch and Node."""
+
+    def args(self, *extra):
+        return compare.parse_args(["--quick", *extra])[0]
+
+    def test_specs_name_every_size_and_agree(self):
+        rows = {r.key: r for r in compare.make_rows(False)}
+        s = compare.Settings("vitk", 2, 10.0, False, None, None, "/tmp")
+        a = compare.export_spec(rows["vit-b16-224-b1"], s, "/c")
+        b = compare.export_spec(rows["vit-b16-224-b8"], s, "/c")
+        c = compare.export_spec(rows["vit-b16-384-b1"], s, "/c")
+        self.assertEqual(a, b)  # one model per image size: the batch axis is free
+        self.assertNotEqual(a["model"], c["model"])
+        self.assertTrue(a["model"].startswith("/c/vit_b_16-224px-"))
+        self.assertIn(f"seed{compare.VIT_SEED}-opset14", a["model"])
+        self.assertEqual(a["opset"], 14)
+        tiny = compare.export_spec(
+            next(r for r in compare.make_rows(True) if r.key == "vit-b16-224-b1"), s, "/c")
+        self.assertNotEqual(os.path.basename(tiny["model"]), os.path.basename(a["model"]))
+        check = compare.check_spec(a, s)
+        self.assertEqual((check["mode"], check["model"], check["input"], check["reference"]),
+                         ("check", a["model"], a["input"], a["reference"]))
+        self.assertEqual((check["batch"], check["image_size"]), (2, 224))
+        s = s._replace(onnx={224: compare.OnnxModel(a["model"], None)})
+        spec = compare.ort_spec(rows["vit-b16-224-b8"], s)
+        self.assertEqual((spec["model"], spec["batch"], spec["seconds"]), (a["model"], 8, 10.0))
+        self.assertIsNone(compare.ort_spec(rows["vit-b16-384-b1"], s))
+
+    def test_parity_limit(self):
+        self.assertIsNone(compare.parity_problem(5e-6))
+        self.assertIsNone(compare.parity_problem(1e-4))
+        self.assertIn("differ from PyTorch's by up to 0.002", compare.parity_problem(2e-3))
+        self.assertIn("NaN", compare.parity_problem(None))
+
+    def test_prepare(self):
+        rows = compare.select_rows(compare.make_rows(True), "vit-b16")
+        exported, checked = [], []
+
+        def exporter(spec):
+            exported.append(spec["params"]["image_size"])
+            if spec["params"]["image_size"] == 48:
+                raise subprocess.CalledProcessError(
+                    1, [sys.executable, "compare.py", "--onnx-export-child", "{...}"], "",
+                    "torch.onnx.errors.UnsupportedOperatorError: no")
+            return {"cached": False, "seconds": 3.0, "torch": "1.13"}, run_measured(["true"])
+
+        diffs = {32: 3e-6}
+
+        def checker(spec):
+            checked.append(spec)
+            return ({"max_abs_diff": diffs[spec["image_size"]], "version": "1.30.0"},
+                    run_measured(["true"]))
+
+        with tempfile.TemporaryDirectory() as tmp:
+            s = compare.Settings("vitk", 2, 0.1, True, None, None, tmp)
+            args = self.args("--onnx-dir", os.path.join(tmp, "onnx"))
+            s2, lines = compare.prepare_onnx(args, s, rows, lambda m: None, exporter, checker)
+            self.assertTrue(os.path.isdir(os.path.join(tmp, "onnx")))
+        self.assertEqual(exported, [32, 48])  # once per image size, before any timing
+        self.assertEqual([c["image_size"] for c in checked], [32])
+        self.assertIsNone(s2.onnx[32].problem)
+        self.assertIn("UnsupportedOperatorError", s2.onnx[48].problem)
+        self.assertIn("SPEC", s2.onnx[48].problem)
+        self.assertTrue(lines[0].startswith("ORT: ONNX Runtime 1.30.0 (onnxruntime-node), f32, "
+                                            "2 intra-op threads, 1 inter-op, sequential"))
+        self.assertIn("ONNX Runtime parity, 32x32: max |logit difference| against PyTorch "
+                      "3.0e-06", lines[1])
+        self.assertIn("ok", lines[1])
+        self.assertIn("exported in 3 s", lines[1])
+        self.assertIn("ONNX Runtime, 48x48: the ONNX export or parity check failed", lines[2])
+
+        diffs[32] = 0.25  # a model that does not match is not timed
+        with tempfile.TemporaryDirectory() as tmp:
+            s = compare.Settings("vitk", 2, 0.1, True, None, None, tmp)
+            s2, lines = compare.prepare_onnx(self.args("--onnx-dir", tmp), s,
+                                             compare.select_rows(compare.make_rows(True),
+                                                                 "vit-b16-224"),
+                                             lambda m: None, exporter, checker)
+        self.assertIn("FAILED", lines[1])
+        self.assertIn("differ from PyTorch's by up to 0.25", s2.onnx[32].problem)
+        self.assertIsNone(compare.ort_spec(rows[0], s2))
+
+    def test_left_out(self):
+        s = compare.Settings("vitk", 2, 0.1, True, None, None, "/tmp")
+        never = lambda spec: self.fail("ran")  # noqa: E731
+        rows = compare.make_rows(True)
+        for args, rows in ((self.args("--no-onnxruntime"), rows),
+                           (self.args(), compare.select_rows(rows, "mt"))):
+            s2, lines = compare.prepare_onnx(args, s, rows, lambda m: None, never, never)
+            self.assertIsNone(s2.onnx)
+            self.assertEqual(lines, [])
+
+    def test_node_answer(self):
+        # run_ort reads the last line of the child's output, and its peak memory is its own.
+        with tempfile.TemporaryDirectory() as tmp:
+            script = fake_node_script(
+                tmp, "b = bytearray(64 << 20)\nprint('warming up')\n"
+                     "print(json.dumps({'value': 2.5 * spec['batch'], 'version': '9.9'}))\n")
+            with mock.patch.object(compare, "NODE", sys.executable), \
+                    mock.patch.object(compare, "ORT_SCRIPT", script):
+                value, m, version = compare.run_ort({"mode": "time", "batch": 8})
+                self.assertEqual((value, version), (20.0, "9.9"))
+                self.assertGreater(m.peak_rss_mib, 64)
+            script = fake_node_script(tmp, "sys.exit('run_vit.js: Error: no such file')\n")
+            with mock.patch.object(compare, "NODE", sys.executable), \
+                    mock.patch.object(compare, "ORT_SCRIPT", script):
+                with self.assertRaises(subprocess.CalledProcessError) as e:
+                    compare.run_ort({"mode": "time", "batch": 1})
+            self.assertEqual(compare.failure_note("ONNX Runtime", e.exception),
+                             f"ONNX Runtime failed: {sys.executable} {script} SPEC...: "
+                             "run_vit.js: Error: no such file")
+
+
+class OrtInstall(unittest.TestCase):
+    """onnxruntime-node from the lockfile: pinned, installed by `npm ci --ignore-scripts` when
+    missing (npm stands in here), a clear message when that fails; Node and npm as Debian
+    packages when missing."""
+
+    def package_dir(self, tmp, installed=None):
+        with open(os.path.join(tmp, "package.json"), "w") as f:
+            json.dump({"dependencies": {"onnxruntime-node": "1.30.0"}}, f)
+        if installed:
+            self.install(tmp, installed)
+        return tmp
+
+    @staticmethod
+    def install(directory, version):
+        target = os.path.join(directory, "node_modules", "onnxruntime-node")
+        os.makedirs(target, exist_ok=True)
+        with open(os.path.join(target, "package.json"), "w") as f:
+            json.dump({"version": version}, f)
+
+    def test_the_real_pin(self):
+        with open(os.path.join(compare.ORT_DIR, "package.json")) as f:
+            pinned = json.load(f)["dependencies"]["onnxruntime-node"]
+        self.assertRegex(pinned, r"^\d+\.\d+\.\d+$")  # exact: no range
+        with open(os.path.join(compare.ORT_DIR, "package-lock.json")) as f:
+            lock = json.load(f)
+        self.assertEqual(lock["packages"]["node_modules/onnxruntime-node"]["version"], pinned)
+        self.assertEqual(compare.pinned_ort_version()[0], pinned)
+        self.assertEqual(compare.ORT_INSTALL, ["npm", "ci", "--ignore-scripts"])
+        self.assertTrue(os.path.exists(compare.ORT_SCRIPT))
+
+    @unittest.skipUnless(shutil.which("git"), "no git")
+    def test_node_modules_is_ignored(self):
+        done = subprocess.run(["git", "-C", compare.ORT_DIR, "check-ignore", "-q",
+                               os.path.join(compare.ORT_DIR, "node_modules", "x")])
+        if done.returncode == 128:
+            self.skipTest("not a git checkout")
+        self.assertEqual(done.returncode, 0, "tests/bench/onnxruntime/node_modules not ignored")
+
+    def test_installed_and_pinned_runs_nothing(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            self.package_dir(tmp, installed="1.30.0")
+            self.assertEqual(compare.pinned_ort_version(tmp), ("1.30.0", "1.30.0"))
+            with mock.patch.object(compare, "ORT_INSTALL", ["false"]):
+                compare.ensure_onnxruntime(tmp, log=self.fail)
+
+    def test_missing_or_other_version_is_installed(self):
+        for before in (None, "1.29.0"):
+            with tempfile.TemporaryDirectory() as tmp:
+                self.package_dir(tmp, installed=before)
+                npm = [sys.executable, "-c",
+                       "import json, os; os.makedirs('node_modules/onnxruntime-node', "
+                       "exist_ok=True); json.dump({'version': '1.30.0'}, "
+                       "open('node_modules/onnxruntime-node/package.json', 'w'))"]
+                log = []
+                with mock.patch.object(compare, "ORT_INSTALL", npm):
+                    compare.ensure_onnxruntime(tmp, log=log.append)
+                self.assertEqual(compare.pinned_ort_version(tmp), ("1.30.0", "1.30.0"))
+                self.assertIn("installing it for ONNX Runtime's side", log[0])
+                self.assertIn("not installed" if before is None else "is 1.29.0", log[0])
+
+    def test_failure_says_what_to_run(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            self.package_dir(tmp)
+            npm = [sys.executable, "-c", "import sys; sys.exit('npm error code ENOTFOUND')"]
+            with mock.patch.object(compare, "ORT_INSTALL", npm):
+                with self.assertRaises(SystemExit) as e:
+                    compare.ensure_onnxruntime(tmp, log=lambda m: None)
+            message = str(e.exception.code)
+            self.assertIn("npm error code ENOTFOUND", message)
+            self.assertIn(f"(cd {tmp} && {' '.join(npm)})", message)
+            self.assertIn("--no-onnxruntime", message)
+            with mock.patch.object(compare, "ORT_INSTALL", ["/nonexistent/npm", "ci"]):
+                with self.assertRaises(SystemExit) as e:
+                    compare.ensure_onnxruntime(tmp, log=lambda m: None)
+            self.assertIn("cannot run npm", str(e.exception.code))
+
+    def test_node_and_npm_are_debian_packages(self):
+        rows = compare.make_rows(True)
+        with mock.patch.object(compare.shutil, "which", return_value=None):
+            self.assertTrue({"nodejs", "npm"} <= set(compare.missing_packages(rows, True)))
+            self.assertNotIn("nodejs", compare.missing_packages(rows, False))
+            self.assertNotIn("nodejs",
+                             compare.missing_packages(compare.select_rows(rows, "mt"), True))
+        with mock.patch.object(compare.shutil, "which", return_value="/usr/bin/x"):
+            self.assertNotIn("nodejs", compare.missing_packages(rows, True))
+
+
 class DryRun(unittest.TestCase):
     def dry_run(self, *args):
         return subprocess.run([sys.executable, COMPARE, "--dry-run", *args],
@@ -308,6 +656,33 @@ class DryRun(unittest.TestCase):
             self.assertEqual(bad.returncode, 2)
             self.assertIn("mt-greedy", bad.stderr)
             self.assertEqual(self.dry_run("--rounds", "0").returncode, 2)
+
+    def test_onnxruntime_side(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            vitk, cache = fake_vitk(tmp, []), os.path.join(tmp, "onnx")
+            done = self.dry_run("--quick", "--vitk", vitk, "--only", "vit-b16,mt-train",
+                                "--onnx-dir", cache)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            out = done.stdout
+            self.assertFalse(os.path.exists(cache))  # a dry run exports nothing
+        self.assertTrue(out.startswith("vitk against PyTorch and ONNX Runtime, "))
+        for size in (32, 48):
+            self.assertIn(f"ONNX export {size}: ", out)
+            self.assertIn(f"ONNX parity {size}: node ", out)
+        self.assertIn("--onnx-export-child", out)
+        self.assertIn(os.path.join(cache, "vit-32px-"), out)
+        for key in ("vit-b16-224-b1", "vit-b16-224-b8", "vit-b16-384-b1"):
+            self.assertIn(f"{key}: ONNX Runtime: node ", out)
+        self.assertIn('"mode": "time"', out)
+        self.assertNotIn("mt-train: ONNX Runtime", out)
+        table = out[out.index("\nrow "):]
+        self.assertIn("vitk/ORT", table)
+        with tempfile.TemporaryDirectory() as tmp:
+            out = self.dry_run("--quick", "--vitk", fake_vitk(tmp, []), "--only",
+                               "vit-b16,mt-train", "--no-onnxruntime").stdout
+        self.assertTrue(out.startswith("vitk against PyTorch, "))
+        self.assertNotIn("ONNX", out)
+        self.assertNotIn("ORT", out)
 
     @unittest.skipUnless(os.environ.get("VITK_BINARY"), "VITK_BINARY not set")
     def test_with_the_built_vitk(self):
