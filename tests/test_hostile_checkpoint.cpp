@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <string>
 #include <vector>
@@ -203,6 +204,53 @@ TEST_F(Hostile, ClassifyImageSizeBeyondMemoryIsAUsageError) {
   EXPECT_EQ(r.status, 2) << r.err;
   EXPECT_TRUE(contains(r.err, "--image-size 60000x60000")) << r.err;
   EXPECT_TRUE(contains(r.err, "needs at least")) << r.err;
+}
+
+// A size at which one image fits the machine but a batch does not: eval and classify weigh the
+// images they would run at once (the batch, or fewer when there are fewer images), not one.
+TEST_F(Hostile, ABatchBeyondMemoryIsAUsageErrorNamingABatchThatFits) {
+  const std::string model = vit_copy("m.h5");
+  const vitk::io::CheckpointMeta meta = vitk::io::read_checkpoint_meta(model);
+  vitk::vit::VitConfig c = vitk::vit::stored_config(model, meta);
+  const int images = static_cast<int>(meta.class_names.size());  // one image per class, below
+  int64_t side = 28;
+  for (; side <= 65536; side += 28) {
+    c.image_height = c.image_width = side;
+    if (!vitk::memory_shortfall(vitk::vit::memory_bytes(c, images)).empty()) break;
+  }
+  ASSERT_LE(side, 65536) << "no size at which " << images << " images exceed the memory";
+  ASSERT_EQ(vitk::memory_shortfall(vitk::vit::memory_bytes(c, 1)), "") << side;
+  const std::string size = std::to_string(side);
+
+  ProcessResult r = run(
+      {"classify", "--model", model, "--image-size", size, "--benchmark", "--batch-size", "64"});
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, "--batch-size 64 at " + size + "x" + size +
+                                  ": a batch of 64 images "
+                                  "needs at least"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, " would fit.")) << r.err;
+
+  // eval of `images` Fashion-MNIST-like IDX images: the batch of 64 holds them all.
+  const fs::path data = dir_ / "fashion";
+  fs::create_directories(data);
+  auto big_endian = [](uint32_t v) {
+    return std::string{static_cast<char>(v >> 24), static_cast<char>(v >> 16),
+                       static_cast<char>(v >> 8), static_cast<char>(v)};
+  };
+  std::ofstream(data / "t10k-images-idx3-ubyte", std::ios::binary)
+      << big_endian(0x803) << big_endian(images) << big_endian(28) << big_endian(28)
+      << std::string(static_cast<size_t>(images) * 28 * 28, '\x40');
+  std::string labels;
+  for (int i = 0; i < images; ++i) labels += static_cast<char>(i);
+  std::ofstream(data / "t10k-labels-idx1-ubyte", std::ios::binary)
+      << big_endian(0x801) << big_endian(images) << labels;
+  r = run({"eval", "--model", model, "--data", data.string(), "--image-size", size, "--batch-size",
+           "64"});
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, "--batch-size 64 at " + size + "x" + size + ": a batch of " +
+                                  std::to_string(images) + " images needs at least"))
+      << r.err;
 }
 
 TEST_F(Hostile, BeamSizeBeyondMemoryIsAUsageError) {

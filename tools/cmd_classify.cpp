@@ -266,6 +266,11 @@ int run_classify(const po::variables_map& vm) {
                      std::to_string(res.width) + ": " + e.what());
   }
   const vit::VitConfig& config = loaded.config;
+  const int64_t at_once =
+      benchmark && paths.empty()
+          ? options.batch_size
+          : std::min<int64_t>(options.batch_size, std::max<size_t>(1, paths.size()));
+  vit::check_batch_memory(config, at_once, "--batch-size " + std::to_string(options.batch_size));
   options.preprocess = preprocess_from(vm, config.preprocess, static_cast<int>(config.channels));
   std::vector<std::string> labels = loaded.meta.class_names;
   if (vm.count("labels")) labels = read_labels(vm["labels"].as<std::string>(), config.num_classes);

@@ -52,6 +52,10 @@ uint64_t memory_bytes(const VitConfig& config, int64_t images);
 // size does not divide it, or the memory one image at that size needs when the machine has less.
 VitConfig at_size(const VitConfig& stored, int64_t height, int64_t width, const std::string& path);
 
+// vitk::UsageError naming `option` (say "--batch-size 256") when `images` images of `config` at
+// once need more memory (memory_bytes) than the machine has; the batch that would fit is named.
+void check_batch_memory(const VitConfig& config, int64_t images, const std::string& option);
+
 // Loads the weights of the checkpoint at `path` into `params`, the finalized store of a model
 // built with `config`, which may differ from the checkpoint's model in its input size (pos_embed
 // resampled as load_vit does, with align_corners or else the checkpoint's convention) and, with

@@ -247,6 +247,9 @@ EvalResult run_eval(const EvalOptions& o, std::ostream& out, bool tty) {
                 ")");
   }
 
+  // The memory of one image was checked at load; a batch is the images evaluated at once.
+  const int64_t at_once = std::min<int64_t>(o.batch_size, std::max<int64_t>(1, data->size()));
+  check_batch_memory(cfg, at_once, "--batch-size " + std::to_string(o.batch_size));
   datasets::Loader loader(*data, eval_loader_options(cfg, o.batch_size, o.prefetch));
 
   out << "model: " << o.model << " (vit " << cfg.image_height << "x" << cfg.image_width << "x"
