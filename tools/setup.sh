@@ -94,9 +94,6 @@ if ((build)); then
   if ((test && asan)); then
     run ctest --test-dir "$dir" --output-on-failure -j"$(nproc)" -R "$sanitized_tests"
   elif ((test)); then
-    # One test per core: most tests are one process on one thread, and those that use two
-    # (mpirun -np 2, --threads 2) only share the cores for a while; the suite's results do not
-    # depend on it, and CI (both builds) must stay within 30 minutes on two cores.
-    run ctest --test-dir "$dir" --output-on-failure -j"$(nproc)"
+    run ctest --test-dir "$dir" --output-on-failure
   fi
 fi
