@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "datasets/dataset.h"
+#include "idx_data.h"
 #include "test_util.h"
 
 using namespace vitk;
@@ -26,30 +27,9 @@ namespace fs = std::filesystem;
 
 using vitk::test::error_of;
 
-void put_u32(std::string& s, uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) s += static_cast<char>((v >> shift) & 0xff);
-}
-
-// An IDX images file of n images of rows x cols whose pixel (i, y, x) is (i + y + x) % 256.
-std::string idx_images(uint32_t n, uint32_t rows, uint32_t cols, uint32_t magic = 0x803) {
-  std::string s;
-  put_u32(s, magic);
-  put_u32(s, n);
-  put_u32(s, rows);
-  put_u32(s, cols);
-  for (uint32_t i = 0; i < n; ++i)
-    for (uint32_t y = 0; y < rows; ++y)
-      for (uint32_t x = 0; x < cols; ++x) s += static_cast<char>((i + y + x) % 256);
-  return s;
-}
-
-std::string idx_labels(const std::vector<uint8_t>& labels, uint32_t magic = 0x801) {
-  std::string s;
-  put_u32(s, magic);
-  put_u32(s, static_cast<uint32_t>(labels.size()));
-  for (uint8_t l : labels) s += static_cast<char>(l);
-  return s;
-}
+using vitk::testing::idx_images;
+using vitk::testing::idx_labels;
+using vitk::testing::put_u32;
 
 class TempDir : public ::testing::Test {
  protected:

@@ -21,6 +21,7 @@
 #include "common/params.h"
 #include "common/seq2seq/checkpoint.h"
 #include "common/seq2seq/search.h"
+#include "idx_data.h"
 #include "safetensors_writer.h"
 #include "test_util.h"
 #include "tiny_models.h"
@@ -234,17 +235,12 @@ TEST_F(Hostile, ABatchBeyondMemoryIsAUsageErrorNamingABatchThatFits) {
   // eval of `images` Fashion-MNIST-like IDX images: the batch of 64 holds them all.
   const fs::path data = dir_ / "fashion";
   fs::create_directories(data);
-  auto big_endian = [](uint32_t v) {
-    return std::string{static_cast<char>(v >> 24), static_cast<char>(v >> 16),
-                       static_cast<char>(v >> 8), static_cast<char>(v)};
-  };
   std::ofstream(data / "t10k-images-idx3-ubyte", std::ios::binary)
-      << big_endian(0x803) << big_endian(images) << big_endian(28) << big_endian(28)
-      << std::string(static_cast<size_t>(images) * 28 * 28, '\x40');
-  std::string labels;
-  for (int i = 0; i < images; ++i) labels += static_cast<char>(i);
+      << vitk::testing::idx_images(images, 28, 28);
+  std::vector<uint8_t> labels;
+  for (int i = 0; i < images; ++i) labels.push_back(static_cast<uint8_t>(i));
   std::ofstream(data / "t10k-labels-idx1-ubyte", std::ios::binary)
-      << big_endian(0x801) << big_endian(images) << labels;
+      << vitk::testing::idx_labels(labels);
   r = run({"eval", "--model", model, "--data", data.string(), "--image-size", size, "--batch-size",
            "64"});
   EXPECT_EQ(r.status, 2) << r.err;
