@@ -82,16 +82,17 @@ VitConfig at_size(const VitConfig& stored, int64_t height, int64_t width, const 
 }
 
 void check_batch_memory(const VitConfig& config, int64_t images, const std::string& option) {
-  const std::string shortfall = memory_shortfall(memory_bytes(config, images));
-  if (shortfall.empty()) return;
-  // The largest batch that fits, by halving: memory_bytes grows with the images.
-  int64_t fits = images;
-  while (fits > 1 && !memory_shortfall(memory_bytes(config, fits)).empty()) fits /= 2;
-  std::string hint = ".";
-  if (fits >= 1 && memory_shortfall(memory_bytes(config, fits)).empty())
-    hint = "; a batch of " + std::to_string(fits) + " would fit.";
-  throw UsageError(option + " at " + size_text(config.image_height, config.image_width) + ": " +
-                   "a batch of " + std::to_string(images) + " images " + shortfall + hint);
+  auto fits = [&](int64_t n) { return memory_shortfall(memory_bytes(config, n)).empty(); };
+  if (fits(images)) return;
+  // The first of images/2, images/4, ... down to one image that fits, if any does.
+  int64_t smaller = images / 2;
+  while (smaller > 1 && !fits(smaller)) smaller /= 2;
+  const std::string hint = smaller >= 1 && fits(smaller)
+                               ? "; a batch of " + std::to_string(smaller) + " would fit."
+                               : ".";
+  throw UsageError(option + " at " + size_text(config.image_height, config.image_width) +
+                   ": a batch of " + std::to_string(images) + " images " +
+                   memory_shortfall(memory_bytes(config, images)) + hint);
 }
 
 io::CheckpointMeta load_vit_weights(const std::string& path, const VitConfig& config,
