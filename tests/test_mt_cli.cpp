@@ -21,6 +21,7 @@
 #include "common/seq2seq/checkpoint.h"
 #include "mt_corpus.h"
 #include "profile_table.h"
+#include "suite_cache.h"
 #include "test_util.h"
 #include "vitk_process.h"
 
@@ -71,23 +72,28 @@ std::vector<std::pair<std::string, std::string>> all_tensors(const std::string& 
 
 class MtCli : public ::testing::Test {
  protected:
-  // One trained model for the whole suite: 600 steps, validation every 200, the last 3 kept.
+  // One trained model for the whole suite: 600 steps, validation every 200, the last 3 kept;
+  // made once per build of vitk (suite_cache.h) and read-only to the tests.
   static void SetUpTestSuite() {
-    std::string tmpl = (fs::temp_directory_path() / "vitk_mt_XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    suite_ = tmpl;
-    write_tsv(suite_ / "train.tsv", sentences(600, 1));
-    write_tsv(suite_ / "valid.tsv", sentences(60, 2));
-    trained_ = run_vitk(
-        suite_,
+    const auto train = sentences(600, 1), valid = sentences(60, 2);
+    const std::vector<std::string> args =
         with({"mt-train", "--train", "train.tsv", "--valid", "valid.tsv", "--output", "base",
               "--max-steps", "600", "--valid-freq", "200", "--keep-last", "3", "--epochs", "1000"},
-             kTiny),
-        "base");
-  }
-  static void TearDownTestSuite() {
-    std::error_code ec;
-    fs::remove_all(suite_, ec);
+             kTiny);
+    std::string key;
+    for (const auto& part : {args, train, valid})
+      for (const auto& word : part) key += word + '\n';
+    suite_ = vitk::testing::suite_cache("MtCli", key, [&](const fs::path& dir) {
+      write_tsv(dir / "train.tsv", train);
+      write_tsv(dir / "valid.tsv", valid);
+      trained_ = run_vitk(dir, args, "base");
+      return trained_.status == 0;
+    });
+    if (suite_.empty()) return;  // trained_ says why (SetUp fails every test with it)
+    // Made by this process or an earlier one: its output, as the tests read it.
+    trained_.status = 0;
+    trained_.out = slurp_file(suite_ / "base.out");
+    trained_.err = slurp_file(suite_ / "base.err");
   }
   void SetUp() override {
     ASSERT_EQ(trained_.status, 0) << trained_.out << trained_.err;
