@@ -14,33 +14,13 @@
 #include "common/dist/grad_reducer.h"
 #include "common/dist/world.h"
 #include "common/error.h"
+#include "test_util.h"
 
 using vitk::dist::GradReducer;
 using vitk::dist::World;
+using vitk::test::EnvVar;
 
 namespace {
-
-// Sets (or, with nullopt, removes) one environment variable while it lives.
-class EnvVar {
- public:
-  EnvVar(const char* name, std::optional<std::string> value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value)
-      setenv(name, value->c_str(), 1);
-    else
-      unsetenv(name);
-  }
-  ~EnvVar() {
-    if (old_)
-      setenv(name_, old_->c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 // Values that make a changed element show.
 std::vector<float> arena(size_t n) {

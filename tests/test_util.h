@@ -1,7 +1,7 @@
 #pragma once
 // Helpers for tests that work with files and messages: a temporary directory that removes itself,
-// what an error says, a full disk, the precisions tests run in. (Running the executable:
-// vitk_process.h.)
+// what an error says, a full disk, the precisions tests run in, an environment variable set for a
+// while. (Running the executable: vitk_process.h.)
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -34,6 +35,28 @@ inline const std::vector<ops::Precision> kPrecisions = {ops::Precision::f32, ops
 inline std::string precision_case_name(const ::testing::TestParamInfo<ops::Precision>& p) {
   return ops::precision_name(p.param);
 }
+
+// Sets (or, with nullopt, removes) one environment variable while it lives.
+class EnvVar {
+ public:
+  EnvVar(const char* name, std::optional<std::string> value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value)
+      setenv(name, value->c_str(), 1);
+    else
+      unsetenv(name);
+  }
+  ~EnvVar() {
+    if (old_)
+      setenv(name_, old_->c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 
 // One thread while it lives. Tiny shapes gain nothing from threads, and on a shared machine a
 // parallel region can wait a long time for a busy core: the longer model tests run on one thread.
