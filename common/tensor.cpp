@@ -20,6 +20,7 @@ size_t dtype_size(DType dt) {
     case DType::i32:
       return 4;
     case DType::u8:
+    case DType::s8:
       return 1;
   }
   return 0;
@@ -35,6 +36,8 @@ const char* dtype_name(DType dt) {
       return "i32";
     case DType::u8:
       return "u8";
+    case DType::s8:
+      return "s8";
   }
   return "?";
 }
@@ -149,6 +152,12 @@ uint8_t* Tensor::u8() {
 }
 const uint8_t* Tensor::u8() const {
   return typed<uint8_t>(data_, dtype_, DType::u8);
+}
+int8_t* Tensor::s8() {
+  return typed<int8_t>(data_, dtype_, DType::s8);
+}
+const int8_t* Tensor::s8() const {
+  return typed<int8_t>(data_, dtype_, DType::s8);
 }
 
 Tensor Tensor::reshaped(Shape shape) const {

@@ -10,7 +10,8 @@
 
 namespace vitk {
 
-enum class DType : uint8_t { f32, bf16, i32, u8 };
+// s8 holds the quantised weights of int8 products (ops::QuantizedWeight).
+enum class DType : uint8_t { f32, bf16, i32, u8, s8 };
 
 size_t dtype_size(DType dt);
 const char* dtype_name(DType dt);
@@ -62,6 +63,8 @@ class Tensor {
   const int32_t* i32() const;
   uint8_t* u8();
   const uint8_t* u8() const;
+  int8_t* s8();
+  const int8_t* s8() const;
 
   // The same memory under another shape with the same number of elements (shares ownership).
   Tensor reshaped(Shape shape) const;

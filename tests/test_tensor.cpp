@@ -53,6 +53,18 @@ TEST(Tensor, Bf16RoundsToNearestEven) {
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(back[i], values[i], std::fabs(values[i]) / 128);
 }
 
+TEST(Tensor, S8HoldsSignedBytes) {
+  Tensor t({2, 3}, DType::s8);
+  EXPECT_EQ(t.nbytes(), 6u);
+  EXPECT_STREQ(dtype_name(t.dtype()), "s8");
+  t.s8()[0] = -127;
+  t.s8()[5] = 127;
+  EXPECT_EQ(t.clone().s8()[0], -127);
+  EXPECT_EQ(t.clone().s8()[5], 127);
+  EXPECT_THROW(t.u8(), Error);
+  EXPECT_THROW(Tensor({1}).s8(), Error);
+}
+
 TEST(Arena, ReusesMemoryAfterReset) {
   Arena arena;
   Tensor a = arena.alloc({1000});

@@ -54,6 +54,8 @@ dnnl::memory::data_type dnnl_type(DType dt) {
       return dnnl::memory::data_type::s32;
     case DType::u8:
       return dnnl::memory::data_type::u8;
+    case DType::s8:
+      return dnnl::memory::data_type::s8;
   }
   return dnnl::memory::data_type::undef;
 }
