@@ -429,10 +429,11 @@ std::vector<std::string> with(std::vector<std::string> a, const std::vector<std:
   return a;
 }
 
-// `vitk ARGS` in dir as on a CPU without AVX512_BF16 (VITK_ISA_NO_BF16=1 makes vitk believe so).
+// `vitk ARGS` in dir as on a CPU without AVX512_BF16 and without VNNI (VITK_ISA_NO_BF16=1 and
+// VITK_ISA_NO_VNNI=1 make vitk believe so).
 Result run_without_bf16(const fs::path& dir, const std::vector<std::string>& args) {
   vitk::testing::Command c = vitk::testing::vitk_command(dir, args);
-  c.env = {{"VITK_ISA_NO_BF16", "1"}};
+  c.env = {{"VITK_ISA_NO_BF16", "1"}, {"VITK_ISA_NO_VNNI", "1"}};
   return vitk::testing::run_process(c);
 }
 
@@ -452,11 +453,22 @@ TEST_P(PrecisionOption, Bf16IsRefusedWithExitCode2OnACpuWithoutIt) {
   EXPECT_FALSE(fs::exists(dir.path() / "run")) << "wrote its output first";
 }
 
+TEST_P(PrecisionOption, Int8IsRefusedWithExitCode2OnACpuWithoutVnni) {
+  const vitk::test::TempDir dir;
+  const Result r = run_without_bf16(dir.path(), with(GetParam(), {"--precision", "int8"}));
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, "--precision int8 needs a CPU with AVX512_VNNI or AVX_VNNI"))
+      << r.err;
+  EXPECT_TRUE(contains(r.err, "VITK_ISA_NO_VNNI")) << r.err;
+  expect_one_error_line(r);
+  EXPECT_FALSE(fs::exists(dir.path() / "run")) << "wrote its output first";
+}
+
 TEST_P(PrecisionOption, ABadValueIsAUsageErrorNamingTheOption) {
   const vitk::test::TempDir dir;
   const Result r = vitk::testing::run_vitk(dir.path(), with(GetParam(), {"--precision", "fp16"}));
   EXPECT_EQ(r.status, 2) << r.err;
-  EXPECT_TRUE(contains(r.err, "--precision must be f32 or bf16, not 'fp16'")) << r.err;
+  EXPECT_TRUE(contains(r.err, "--precision must be f32, bf16 or int8, not 'fp16'")) << r.err;
 }
 
 INSTANTIATE_TEST_SUITE_P(Commands, PrecisionOption, ::testing::ValuesIn(kPrecisionCommands),
@@ -484,5 +496,5 @@ TEST(PrecisionOption, EvalComparePrecisionIsCheckedAndF32IsNotRefused) {
   const Result bad = vitk::testing::run_vitk(
       dir.path(), {"eval", "--model", "m.h5", "--data", "d", "--compare-precision", "half"});
   EXPECT_EQ(bad.status, 2) << bad.err;
-  EXPECT_TRUE(contains(bad.err, "must be f32 or bf16, not 'half'")) << bad.err;
+  EXPECT_TRUE(contains(bad.err, "must be f32, bf16 or int8, not 'half'")) << bad.err;
 }

@@ -340,6 +340,18 @@ TEST(Trainer, RefusesAnotherRunsDirectoryAndAStepStateOfAnotherBatching) {
   EXPECT_EQ(vitk::io::read_checkpoint_meta((tmp / "run/last.h5").string()).step, 2);
 }
 
+TEST(Trainer, RefusesInt8BeforeWritingAnything) {
+  TempDir tmp;
+  FakeTask a, b;
+  vitk::train::Options o = options(tmp / "run", vitk::train::Every::epochs, 1);
+  o.precision = vitk::ops::Precision::int8;
+  EXPECT_THROW(run(a, o), vitk::UsageError);
+  const std::string e = vitk::test::error_of([&] { run(b, o); });
+  EXPECT_TRUE(contains(e, "--precision int8 is for inference")) << e;
+  EXPECT_TRUE(a.seen.empty() && b.seen.empty()) << "took a step";
+  EXPECT_FALSE(fs::exists(tmp / "run"));
+}
+
 TEST(Trainer, ANonFiniteLossStopsBeforeTheUpdateAndSaysWhatToDo) {
   struct Diverging : FakeTask {
     vitk::train::StepStats forward_loss(vitk::nn::Context& ctx, int64_t step, int m) override {

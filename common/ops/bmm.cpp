@@ -27,6 +27,8 @@ void check_float(const char* op, const Tensor& t, const char* name) {
 // c = alpha · a · b + beta · c at a precision: with bf16, f32 operands are rounded first.
 void product(const Operand& a, const Operand& b, const Operand& c, float alpha, float beta,
              Precision precision) {
+  if (precision == Precision::int8)
+    throw Error("bmm: no int8 batched products; they take f32 or bf16 operands");
   if (precision == Precision::bf16) {
     detail::run_matmul(detail::rounded(a, detail::kScratchA), detail::rounded(b, detail::kScratchB),
                        nullptr, c, alpha, beta);

@@ -100,36 +100,60 @@ std::string cpu_isa() {
 
 namespace {
 
-// VITK_ISA_NO_BF16 set to anything but "" or "0": tests of the refusal on a CPU that has bf16.
-bool bf16_hidden() {
-  const char* v = std::getenv("VITK_ISA_NO_BF16");
+// The environment variable set to anything but "" or "0": tests of the refusals on a CPU that has
+// the instructions (VITK_ISA_NO_BF16, VITK_ISA_NO_VNNI).
+bool hidden(const char* variable) {
+  const char* v = std::getenv(variable);
   return v && *v && std::string(v) != "0";
 }
 
 }  // namespace
 
 bool bf16_supported() {
-  if (bf16_hidden()) return false;
+  if (hidden("VITK_ISA_NO_BF16")) return false;
   auto isa = dnnl::get_effective_cpu_isa();
   return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+}
+
+bool int8_supported() {
+  if (hidden("VITK_ISA_NO_VNNI")) return false;
+  // Every ISA oneDNN 2.6 ranks above avx512_core_vnni includes VNNI.
+  auto isa = dnnl::get_effective_cpu_isa();
+  return isa == dnnl::cpu_isa::avx2_vnni || isa == dnnl::cpu_isa::avx512_core_vnni ||
+         isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
 }
 
 Precision parse_precision(const std::string& name) {
   if (name == "f32") return Precision::f32;
   if (name == "bf16") return Precision::bf16;
-  throw UsageError("--precision must be f32 or bf16, not '" + name + "'");
+  if (name == "int8") return Precision::int8;
+  throw UsageError("--precision must be f32, bf16 or int8, not '" + name + "'");
 }
 
 const char* precision_name(Precision p) {
-  return p == Precision::bf16 ? "bf16" : "f32";
+  switch (p) {
+    case Precision::f32:
+      return "f32";
+    case Precision::bf16:
+      return "bf16";
+    case Precision::int8:
+      return "int8";
+  }
+  return "?";
 }
 
 void require_precision(Precision p, const std::string& option) {
-  if (p != Precision::bf16 || bf16_supported()) return;
   std::string why = "oneDNN sees " + cpu_isa();
-  if (bf16_hidden()) why += ", and VITK_ISA_NO_BF16 hides its bf16 instructions";
-  throw UsageError(option + " bf16 needs a CPU with AVX512_BF16 (" + why + "); use " + option +
-                   " f32");
+  if (p == Precision::bf16 && !bf16_supported()) {
+    if (hidden("VITK_ISA_NO_BF16")) why += ", and VITK_ISA_NO_BF16 hides its bf16 instructions";
+    throw UsageError(option + " bf16 needs a CPU with AVX512_BF16 (" + why + "); use " + option +
+                     " f32");
+  }
+  if (p == Precision::int8 && !int8_supported()) {
+    if (hidden("VITK_ISA_NO_VNNI")) why += ", and VITK_ISA_NO_VNNI hides its VNNI instructions";
+    throw UsageError(option + " int8 needs a CPU with AVX512_VNNI or AVX_VNNI (" + why + "); use " +
+                     option + " f32");
+  }
 }
 
 int64_t primitive_count() {

@@ -217,7 +217,15 @@ const Packing* weight_packing(const Weight& w, Precision precision, int64_t m, i
   return nullptr;
 }
 
+// int8 runs on quantised weights, at inference only: linear_forward_int8 (int8.cpp).
+void refuse_int8(const char* op, Precision precision) {
+  if (precision == Precision::int8)
+    shape_error(op,
+                "int8 products take a QuantizedWeight (ops::linear_forward_int8), at inference");
+}
+
 void check_precision(const char* op, const Tensor& w, const Tensor& x, Precision precision) {
+  refuse_int8(op, precision);
   if (precision == Precision::f32 && (x.dtype() != DType::f32 || w.dtype() != DType::f32))
     shape_error(op, "f32 products take f32 operands (x " + std::string(dtype_name(x.dtype())) +
                         ", w " + dtype_name(w.dtype()) + ")");
@@ -361,6 +369,7 @@ void linear_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tens
 
 void linear_backward(const Tensor& x, const Weight& w, const Tensor& dy, Tensor& dx, Tensor& dw,
                      Tensor& db, Precision precision, const Tensor& dy_t) {
+  refuse_int8("linear_backward", precision);
   if (!dy_t.empty()) {
     const char* op = "linear_backward";
     const Mkn s = check_backward_weights(op, x, dy, dw, db);

@@ -29,17 +29,27 @@ int num_threads();
 // DNNL_MAX_CPU_ISA=AVX512_CORE does too, by lowering what oneDNN sees.
 std::string cpu_isa();
 bool bf16_supported();
+// int8_supported() is true when oneDNN multiplies u8 by s8 with VNNI (AVX512_VNNI or AVX_VNNI), the
+// instructions that make int8 products fast and exact at full 8-bit range (see
+// linear_forward_int8). VITK_ISA_NO_VNNI=1 makes it false on any CPU, as VITK_ISA_NO_BF16 does
+// for bf16.
+bool int8_supported();
 // Number of oneDNN primitives created so far (a primitive is created once per shape and reused).
 int64_t primitive_count();
 
 // ---- Precision of the matrix products ----
 // f32: everything in f32. bf16: mixed precision as PyTorch's CPU autocast: f32 inputs are rounded
 // to bf16 for the product, accumulation and outputs stay f32 (master weights are never touched).
-enum class Precision { f32, bf16 };
-Precision parse_precision(const std::string& name);  // "f32" | "bf16"; vitk::UsageError otherwise
+// int8: inference only, the linear layers' products on quantised operands (linear_forward_int8);
+// the products below that take a Precision refuse it (vitk::Error), and so does training
+// (vitk::UsageError).
+enum class Precision { f32, bf16, int8 };
+// "f32" | "bf16" | "int8"; vitk::UsageError otherwise
+Precision parse_precision(const std::string& name);
 const char* precision_name(Precision p);
-// vitk::UsageError (exit 2) when p is bf16 and bf16_supported() is false, naming `option` and the
-// ISA oneDNN sees; every command calls it before it loads or builds anything.
+// vitk::UsageError (exit 2) when p is bf16 and bf16_supported() is false, or int8 and
+// int8_supported() is false, naming `option` and the ISA oneDNN sees; every command calls it
+// before it loads or builds anything.
 void require_precision(Precision p, const std::string& option = "--precision");
 
 // ---- Weights packed for the products ----

@@ -59,6 +59,8 @@ Step::Step(Task& task, optim::Optimizer& optimizer, const optim::Schedule& sched
       o_(options),
       world_(options.world ? *options.world : dist::world()) {
   if (o_.accum < 1) throw UsageError("--accum-steps must be at least 1");
+  if (o_.precision == ops::Precision::int8)
+    throw UsageError("--precision int8 is for inference; train in f32 or bf16");
   ParamStore& params = task_.params();
   if (world_.size() > 1)
     reducer_ = std::make_unique<dist::GradReducer>(world_, params.grads().f32(),
