@@ -1,7 +1,7 @@
 #pragma once
 // Internal to common/ops: the matmul primitive runner shared by the linear products (matmul.cpp)
 // and the batched ones (bmm.cpp), operands rounded to bf16 into scratch buffers, and the weight
-// forms of ops::WeightCache (weight_cache.cpp).
+// forms of ops::WeightCache (weight_cache.cpp) and ops::QuantizedWeight (int8.cpp).
 #include <cstdint>
 #include <string>
 
@@ -56,6 +56,10 @@ Operand rounded(const Operand& op, ScratchSlot slot);
 // when its version is not packing.version) or, without a cache, reordered into scratch.
 const void* weight_form(const Packing& packing, const Operand& source,
                         const dnnl::memory::desc& want);
+
+// dst (laid out as `want`) = source, converting the type: one reorder primitive per pair of
+// layouts.
+void reorder_into(const Operand& source, const dnnl::memory::desc& want, void* dst);
 
 // A string that identifies a memory descriptor (dims, type, strides, blocks): for cache keys.
 std::string desc_key(const dnnl::memory::desc& md);

@@ -122,6 +122,53 @@ void linear_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dw, Tens
 void linear_backward(const Tensor& x, const Weight& w, const Tensor& dy, Tensor& dx, Tensor& dw,
                      Tensor& db, Precision precision, const Tensor& dy_t = Tensor());
 
+// ---- int8 linear products (inference) ----
+// The scheme CTranslate2 runs on CPUs: weights quantised once, symmetrically per output channel;
+// activations quantised on the fly, symmetrically per row (token); exact integer products with
+// s32 accumulation; the result dequantised and the bias added in f32. Everything else (norms,
+// softmax, GELU, residuals, attention's batched products) stays f32.
+//
+// Both quantisations round to nearest with ties to even (std::nearbyint): the CPU's rounding
+// instructions do that by default, so the quantising loops vectorise, and it is unbiased on exact
+// ties (std::round pushes every tie outwards). Each value is then off by at most half its scale.
+
+// A weight w [N, K] ({out, in}) quantised: w[n, k] ≈ scales[n] · q[n, k], scales[n] =
+// max_k |w[n, k]| / 127, q = w / scales[n] rounded, in [-127, 127]. A row of zeros has scale 0
+// and q = 0 (never a division by zero). At inference it is the only copy of the weight: the first
+// product replaces the plain q by the layout oneDNN's kernel reads (reordered once, kept) and
+// every later product reads that. Move-only, so that no second copy keeps the plain form alive.
+// Not thread-safe: one weight, used by one thread at a time (as WeightCache).
+struct QuantizedWeight {
+  int64_t n = 0, k = 0;  // w's shape [N, K]
+  Tensor values;         // s8: q [N, K] until the first product; then the packed bytes
+  Tensor scales;         // f32 [N]
+  Tensor sums;           // i32 [N]: Σ_k q[n, k] (takes the activations' offset out of products)
+  struct Layout;         // internal to common/ops: oneDNN's layout of the packed values
+  std::shared_ptr<const Layout> layout;  // null while values holds the plain q [N, K]
+  bool packed() const { return layout != nullptr; }
+  size_t bytes() const { return values.nbytes() + scales.nbytes() + sums.nbytes(); }
+
+  QuantizedWeight() = default;
+  QuantizedWeight(QuantizedWeight&&) = default;
+  QuantizedWeight& operator=(QuantizedWeight&&) = default;
+  QuantizedWeight(const QuantizedWeight&) = delete;
+  QuantizedWeight& operator=(const QuantizedWeight&) = delete;
+};
+// w f32 [N, K] (rank 2, non-empty); vitk::Error naming the op and the shape otherwise.
+QuantizedWeight quantize_weight(const Tensor& w);
+
+// Activations are quantised per row m: x[m, k] ≈ s[m] · q[m, k], s[m] = max_k |x[m, k]| / L,
+// q = x / s[m] rounded, |q| ≤ L, with L = int8_activation_levels(): 127 when int8_supported()
+// (VNNI), 63 otherwise. Why 63: without VNNI, oneDNN 2.6 multiplies u8 by s8 with vpmaddubsw,
+// which saturates the sum of each pair of products to 16 bits; q is handed to it as u8 (q + 128,
+// or q + 64 with L = 63), and only 7-bit codes keep every pair (2 · 127 · 127 < 2^15) exact.
+// A zero row has s = 0 and gives y = b; a row holding a NaN or an infinity gives NaN outputs.
+int int8_activation_levels();
+// y [M, N] (f32) = x [M, K] (f32) · wᵀ + b (f32 [N] or empty): y[m, n] = s[m] · scales[n] ·
+// Σ_k q[m, k] · q_w[n, k] + b[n], the sum exact in s32, the rest in f32. Packs w on its first
+// call (see QuantizedWeight); oneDNN's primitives are created once per shape and reused.
+void linear_forward_int8(const Tensor& x, QuantizedWeight& w, const Tensor& b, Tensor& y);
+
 // dst (bf16, same numel) = src (f32) rounded to nearest even, in parallel for large tensors.
 void round_to_bf16(const Tensor& src, Tensor& dst);
 

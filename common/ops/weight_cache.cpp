@@ -119,10 +119,6 @@ std::string desc_key(const dnnl::memory::desc& md) {
   return key.str();
 }
 
-namespace {
-
-// dst (laid out as `want`) = source, converting the type: one reorder primitive per pair of
-// layouts.
 void reorder_into(const Operand& source, const dnnl::memory::desc& want, void* dst) {
   const dnnl::memory::desc from = source.desc();
   const dnnl::primitive& prim =
@@ -133,8 +129,6 @@ void reorder_into(const Operand& source, const dnnl::memory::desc& want, void* d
   prim.execute(stream(), {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, out}});
   stream().wait();
 }
-
-}  // namespace
 
 const void* weight_form(const Packing& packing, const Operand& source,
                         const dnnl::memory::desc& want) {
