@@ -1,5 +1,9 @@
 #include "common/params.h"
 
+#include <sys/mman.h>
+
+#include <cstdint>
+
 #include "common/error.h"
 
 namespace vitk {
@@ -18,7 +22,16 @@ Parameter& ParamStore::add(const std::string& name, Shape shape, bool decay) {
   return params_.back();
 }
 
-void ParamStore::finalize() {
+void release_value(Parameter& p) {
+  constexpr uintptr_t kPage = 4096;
+  const auto begin = reinterpret_cast<uintptr_t>(p.value.data());
+  const uintptr_t first = (begin + kPage - 1) / kPage * kPage;
+  const uintptr_t last = (begin + p.value.nbytes()) / kPage * kPage;
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  p.value_released = true;
+}
+
+void ParamStore::finalize(bool gradients) {
   if (finalized_) return;
   constexpr size_t kFloatsPerLine = kAlignment / sizeof(float);
   size_t offset = 0;
@@ -29,10 +42,17 @@ void ParamStore::finalize() {
   }
   arena_floats_ = offset;
   values_ = Tensor({static_cast<int64_t>(offset)});
-  grads_ = Tensor({static_cast<int64_t>(offset)});
+  if (gradients) grads_ = Tensor({static_cast<int64_t>(offset)});
+#ifdef MADV_NOHUGEPAGE
+  // A model that only runs: 4 KiB pages, so that the pages of weights never written (loaded as
+  // int8) or given back (release_value) are not kept in by a 2 MiB page around a small neighbour.
+  // The mapping starts on a page boundary when it is large (aligned_alloc_shared).
+  if (!gradients && values_.nbytes() >= (size_t{4} << 20))
+    madvise(values_.data(), values_.nbytes(), MADV_NOHUGEPAGE);
+#endif
   for (auto& p : params_) {
     p.value = Tensor::view(values_.f32() + p.offset, p.shape);
-    p.grad = Tensor::view(grads_.f32() + p.offset, p.shape);
+    if (gradients) p.grad = Tensor::view(grads_.f32() + p.offset, p.shape);
   }
   finalized_ = true;
   mark_changed();

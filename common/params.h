@@ -28,8 +28,20 @@ struct Parameter {
   // The packed forms of value (bf16 and blocked layouts) that the linear products read, made on
   // first use (nn::weight_of).
   std::shared_ptr<ops::WeightCache> packed;
+  // A Linear weight's int8 form at int8 inference (nn::Linear, Context::int8_weights): quantised
+  // from value on first use, and again when version has moved past quantized_version.
+  std::shared_ptr<ops::QuantizedWeight> quantized;
+  uint64_t quantized_version = 0;
+  // value's memory was given back to the system once the weight was quantised (release_value):
+  // nothing may read value any more, and the products refuse it.
+  bool value_released = false;
   int64_t numel() const { return shape_numel(shape); }
 };
+
+// Gives the pages wholly inside p.value back to the system (madvise MADV_DONTNEED) and sets
+// p.value_released: a model at int8 inference keeps only the quantised form of its Linear
+// weights (nn::Context::one_copy_of_weights).
+void release_value(Parameter& p);
 
 class ParamStore {
  public:
@@ -37,8 +49,11 @@ class ParamStore {
   // Throws vitk::Error on a duplicate name or after finalize().
   Parameter& add(const std::string& name, Shape shape, bool decay = true);
   // Allocates the value and gradient arenas (zero-filled) and points every parameter at its slot.
-  void finalize();
+  // Without `gradients` (a model loaded to run, never to train) only the value arena: grads() and
+  // every Parameter::grad stay empty, and the optimizers refuse the store.
+  void finalize(bool gradients = true);
   bool finalized() const { return finalized_; }
+  bool has_gradients() const { return !grads_.empty(); }
 
   std::deque<Parameter>& params() { return params_; }
   const std::deque<Parameter>& params() const { return params_; }

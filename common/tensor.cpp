@@ -74,20 +74,31 @@ void bf16_to_f32(const uint16_t* src, float* dst, size_t n) {
 }
 
 std::shared_ptr<void> aligned_alloc_shared(size_t bytes) {
-  // Large blocks (the arena's, the optimizer's, the weights') are asked for in 2 MiB pages where
-  // the kernel grants them on request (transparent huge pages in "madvise" mode, Debian's
-  // default): passes that stride across a big activation, such as the transposes of the bf16
-  // weight gradients, otherwise miss the TLB on almost every row.
+  // Large blocks (the arena's, the optimizer's, the weights') are mapped from the kernel: its pages
+  // are zero and take no memory until first written, so a weight that is never written (one
+  // loaded as int8, or the part of an arena a short run never reaches) costs nothing. They are
+  // asked for in 2 MiB pages where the kernel grants them on request (transparent huge pages in
+  // "madvise" mode, Debian's default): passes that stride across a big activation, such as the
+  // transposes of the bf16 weight gradients, otherwise miss the TLB on almost every row.
   constexpr size_t kHugePage = size_t{2} << 20;
-  const bool huge = bytes >= 2 * kHugePage;
-  const size_t align = huge ? kHugePage : kAlignment;
-  size_t rounded = (bytes + align - 1) / align * align;
-  if (rounded == 0) rounded = kAlignment;
-  void* p = std::aligned_alloc(align, rounded);
-  if (!p) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
+  if (bytes >= 2 * kHugePage) {
+    const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+    // One huge page more, to start on a huge-page boundary.
+    const size_t mapped = rounded + kHugePage;
+    void* base = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED)
+      throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
+    const auto start = (reinterpret_cast<uintptr_t>(base) + kHugePage - 1) / kHugePage * kHugePage;
+    void* p = reinterpret_cast<void*>(start);
 #ifdef MADV_HUGEPAGE
-  if (huge) madvise(p, rounded, MADV_HUGEPAGE);  // a hint: without huge pages, 4 KiB ones
+    madvise(p, rounded, MADV_HUGEPAGE);  // a hint: without huge pages, 4 KiB ones
 #endif
+    return std::shared_ptr<void>(p, [base, mapped](void*) { munmap(base, mapped); });
+  }
+  size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  if (rounded == 0) rounded = kAlignment;
+  void* p = std::aligned_alloc(kAlignment, rounded);
+  if (!p) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
   std::memset(p, 0, rounded);
   return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
 }

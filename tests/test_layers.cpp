@@ -412,6 +412,48 @@ TEST(LinearTest, Bf16OutputIsTheRoundedF32Output) {
   EXPECT_TRUE(contains(e, "attn.qkv.weight") && contains(e, "needs bf16 products")) << e;
 }
 
+// At int8 inference a Linear is ops::linear_forward_int8 on its weight quantised per output
+// channel (the op's own tests hold it to the naive integer loop and the f32 bound), quantised again
+// when the weight changes; training refuses int8 weights.
+TEST(LinearTest, Int8InferenceIsTheInt8OpOnTheQuantisedWeight) {
+  ParamStore store;
+  Linear fc(store, "attn.qkv", 64, 96);
+  store.finalize();
+  std::mt19937 gen(10);
+  randomize(store, gen);
+  const Tensor x = random_tensor({4, 50, 64}, gen);
+  Arena arena;
+  Context ctx{false, &arena, nullptr};
+  set_inference_precision(ctx, ops::Precision::int8);
+  EXPECT_TRUE(ctx.int8_weights);
+  EXPECT_EQ(ctx.precision, ops::bf16_supported() ? ops::Precision::bf16 : ops::Precision::f32);
+  auto expected = [&]() {
+    ops::QuantizedWeight q = ops::quantize_weight(fc.weight.value);
+    Tensor want({4, 50, 96});
+    ops::linear_forward_int8(x, q, fc.bias->value, want);
+    return want;
+  };
+  Tensor want = expected();
+  EXPECT_TRUE(bitwise_equal(fc.forward(ctx, x), want));
+  Context f32{false, &arena, nullptr};
+  EXPECT_FALSE(bitwise_equal(fc.forward(f32, x), want)) << "int8 gave f32's bits";
+
+  // A changed weight (mark_changed, as loading and the optimizers call it) is quantised again.
+  for (int64_t i = 0; i < fc.weight.numel(); ++i) fc.weight.value.f32()[i] *= -0.5f;
+  store.mark_changed();
+  want = expected();
+  EXPECT_TRUE(bitwise_equal(fc.forward(ctx, x), want));
+
+  fc.weight.value.f32()[7] = std::nanf("");
+  store.mark_changed();
+  const std::string nan = error_of([&] { fc.forward(ctx, x); });
+  EXPECT_TRUE(contains(nan, "attn.qkv.weight") && contains(nan, "NaN")) << nan;
+  Context training{true, &arena, nullptr};
+  training.int8_weights = true;
+  const std::string e = error_of([&] { fc.forward(training, x); });
+  EXPECT_TRUE(contains(e, "attn.qkv.weight") && contains(e, "inference")) << e;
+}
+
 // ---- Parameter names (checkpoint compatibility) ----
 
 TEST(LayerNamesTest, EncoderLayerRegistersTimmNames) {

@@ -330,6 +330,33 @@ TEST_F(MtCli, ACheckpointAloneTranslates) {
   EXPECT_FALSE(lines[0].empty() || lines[1].empty()) << a.out;
 }
 
+// int8 translation: the f32 checkpoint at --precision int8 and its `vitk quantize` copy (int8 by
+// default) translate alike; training refuses the copy.
+TEST_F(MtCli, AQuantisedCheckpointTranslatesAsTheF32OneAtInt8) {
+  VitkResult q = run({"quantize", model(), "--out", "q.h5"}, "q");
+  ASSERT_EQ(q.status, 0) << q.err;
+  EXPECT_TRUE(contains(q.out, "matrices of the translation model")) << q.out;
+  std::ofstream(dir_ / "in.txt") << "kalo mine suta\nripo dena\n\nneka tari pode sumi\n";
+  for (const std::vector<std::string>& search : {std::vector<std::string>{"--greedy"}, {}}) {
+    VitkResult f32 = run(with({"translate", "--model", model(), "--input", "in.txt"}, search), "f");
+    VitkResult at_int8 = run(
+        with({"translate", "--model", model(), "--input", "in.txt", "--precision", "int8"}, search),
+        "i");
+    VitkResult quantised =
+        run(with({"translate", "--model", "q.h5", "--input", "in.txt"}, search), "qt");
+    ASSERT_EQ(at_int8.status, 0) << at_int8.err;
+    ASSERT_EQ(quantised.status, 0) << quantised.err;
+    EXPECT_EQ(quantised.out, at_int8.out);
+    // The copy task is learnt: int8 changes no word of it.
+    EXPECT_EQ(at_int8.out, f32.out);
+    EXPECT_EQ(lines_of(at_int8.out).size(), 4u) << at_int8.out;
+  }
+  VitkResult averaged = run({"average", "q.h5", model(), "--out", "avg.h5"}, "avg");
+  EXPECT_EQ(averaged.status, 1) << averaged.err;
+  EXPECT_TRUE(contains(averaged.err, "q.h5: is quantised to int8")) << averaged.err;
+  EXPECT_FALSE(fs::exists(dir_ / "avg.h5"));
+}
+
 TEST_F(MtCli, AverageIsTheMeanOfTheTensors) {
   VitkResult r = run({"average", model("step-400.h5"), model("step-600.h5"), "--out", "avg.h5"});
   ASSERT_EQ(r.status, 0) << r.err;

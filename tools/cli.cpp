@@ -22,6 +22,7 @@
 
 #include "common/dist/world.h"
 #include "common/error.h"
+#include "common/io/checkpoint.h"
 #include "common/ops/ops.h"
 
 namespace vitk::tools {
@@ -429,6 +430,9 @@ int run_env(const po::variables_map& vm) {
             << "threads: " << ops::num_threads() << "\n"
             << "cpu isa: " << ops::cpu_isa() << "\n"
             << "bf16: " << (ops::bf16_supported() ? "yes" : "no") << "\n"
+            << "int8: "
+            << (ops::vnni_supported() ? "VNNI (8-bit activations)" : "no VNNI (7-bit activations)")
+            << "\n"
             << "world: " << world << "\n"
             << "options:\n";
   for (const auto& [key, value] : vm)
@@ -553,23 +557,40 @@ std::string printable(const std::string& text) {
 }
 
 void add_precision_option(po::options_description& o, bool training) {
-  const std::string help =
-      std::string(
-          "type of the matrix products: f32, or bf16 (weights and activations rounded to bf16 "
-          "for the products, f32 accumulation; layer norms, softmax, GELU and losses in f32; "
-          "needs a CPU with AVX512_BF16)") +
-      (training ? "; bf16 training keeps f32 master weights, gradients and optimizer state, so "
-                  "checkpoints are the same"
-                : "");
+  std::string help =
+      "type of the matrix products: f32, or bf16 (weights and activations rounded to bf16 for the "
+      "products, f32 accumulation; layer norms, softmax, GELU and losses in f32; needs a CPU with "
+      "AVX512_BF16)";
+  help += training ? "; bf16 training keeps f32 master weights, gradients and optimizer state, so "
+                     "checkpoints are the same"
+                   : ", or int8 (the linear layers on int8 weights, one scale per output "
+                     "channel, and activations quantised per row; the rest as bf16 where the CPU "
+                     "has it, else f32)";
   o.add_options()("precision",
-                  po::value<std::string>()->default_value("f32")->value_name("f32|bf16"),
+                  po::value<std::string>()->default_value("f32")->value_name(
+                      training ? "f32|bf16" : "f32|bf16|int8"),
                   help.c_str());
 }
 
-ops::Precision precision_from(const po::variables_map& vm) {
+ops::Precision precision_from(const po::variables_map& vm, bool training) {
   const ops::Precision p = ops::parse_precision(vm["precision"].as<std::string>());
+  if (training && p == ops::Precision::int8)
+    throw UsageError(
+        "--precision int8 is for inference (classify, eval, translate); train in f32 or bf16");
   ops::require_precision(p, "--precision");
   return p;
+}
+
+ops::Precision precision_from(const po::variables_map& vm, const std::string& checkpoint) {
+  const ops::Precision given = precision_from(vm);
+  const std::string quantization = io::read_checkpoint_meta(checkpoint).quantization;
+  if (quantization.empty()) return given;
+  if (vm["precision"].defaulted()) return ops::Precision::int8;
+  if (given != ops::Precision::int8)
+    throw UsageError("--precision " + std::string(ops::precision_name(given)) + ": " + checkpoint +
+                     " is quantised to " + quantization + " (vitk quantize) and runs at " +
+                     "--precision int8 only; run the f32 checkpoint it was made from instead");
+  return given;
 }
 
 int run_cli(const Registry& registry, int argc, const char* const* argv) {

@@ -113,12 +113,18 @@ void check_input_file(const std::string& option, const std::string& path);
 // written as \xNN or \uFEFF, so that a message quoting it neither hides nor cuts anything.
 std::string printable(const std::string& text);
 
-// --precision f32|bf16 for the subcommands that run a model: the type of the matrix products.
-// `training`: the help also says that bf16 training keeps f32 master weights and state.
+// --precision for the subcommands that run a model: the type of the matrix products, f32|bf16 for
+// training, f32|bf16|int8 for inference. `training`: the help also says that bf16 training keeps
+// f32 master weights and state.
 void add_precision_option(po::options_description& o, bool training = false);
 // The --precision given, checked before anything is loaded: vitk::UsageError (exit 2) for a bad
-// value, or for bf16 on a CPU without AVX512_BF16 (naming the option and the ISA oneDNN sees).
-ops::Precision precision_from(const po::variables_map& vm);
+// value, for bf16 on a CPU without AVX512_BF16 (naming the option and the ISA oneDNN sees), or for
+// int8 when `training`.
+ops::Precision precision_from(const po::variables_map& vm, bool training = false);
+// The same for an inference command that runs the checkpoint at `checkpoint`: one of `vitk
+// quantize` runs at int8, the default then, and any other --precision is a vitk::UsageError
+// naming the file.
+ops::Precision precision_from(const po::variables_map& vm, const std::string& checkpoint);
 
 // ---- Registration hooks, one per tools/cmd_*.cpp (called from main.cpp) ----------------------
 // `vitk env`: version, threads, CPU ISA, bf16 support, the world (MPI) and the options it was given
@@ -128,6 +134,8 @@ void register_env_commands(Registry& registry);
 void register_bench_commands(Registry& registry);
 // `vitk inspect CKPT` (tools/cmd_inspect.cpp).
 void register_inspect_commands(Registry& registry);
+// `vitk quantize` (tools/cmd_quantize.cpp).
+void register_quantize_commands(Registry& registry);
 // `vitk info` (tools/cmd_info.cpp).
 void register_info_commands(Registry& registry);
 // `vitk train`, `vitk eval` (tools/cmd_train.cpp).

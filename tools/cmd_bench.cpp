@@ -225,6 +225,12 @@ int run_bench(const po::variables_map& vm) {
   options.repeats = vm["repeats"].as<int>();
   options.min_seconds = vm["min-time"].as<double>();
   options.bf16 = precision == ops::Precision::bf16;
+  options.int8 = precision == ops::Precision::int8;
+  if (options.int8 && what != "ops")
+    throw UsageError("vitk bench " + what +
+                     " times training passes; --precision int8 is for inference: time it with "
+                     "'vitk bench ops --precision int8' (the linear layers) or 'vitk classify "
+                     "--benchmark --precision int8' (a whole model)");
   if (what == "attention" || what == "attention-memory") {
     if (options.bf16) throw UsageError(what + ": the blocked kernel is f32 only; drop --precision");
     if (what == "attention-memory") return run_attention_memory(vm, options.repeats);
@@ -281,6 +287,18 @@ int run_bench(const po::variables_map& vm) {
   options.packed = vm["packed"].as<bool>();
   options.rows = vm["rows"].as<int64_t>();
   if (options.rows < 0) throw UsageError("--rows must be >= 0");
+  if (options.int8) {
+    std::cout << "vitk bench ops: " << ops::describe_precision(precision) << " against f32, "
+              << ops::num_threads() << " threads, " << ops::cpu_isa() << ", median of "
+              << options.repeats << " rounds\n"
+              << "f32 = vitk's f32 inference product (weights packed where that is faster); "
+                 "int8 = ops::linear_forward_int8 on the same f32 activations (their "
+                 "quantisation, the products and the dequantisation with the bias)\n"
+              << std::flush;
+    const auto rows = bench::run_ops_bench(bench::default_linear_shapes(), options);
+    bench::print_ops_table(std::cout, rows, /*int8=*/true);
+    return kExitOk;
+  }
   std::cout << "vitk bench ops: " << ops::precision_name(precision) << ", " << ops::num_threads()
             << " threads, " << ops::cpu_isa() << ", median of " << options.repeats << " rounds\n"
             << "bare = one oneDNN matmul of the same M·N·K with plain layouts and "

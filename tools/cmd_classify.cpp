@@ -184,7 +184,7 @@ vit::LoadedVit random_model(const po::variables_map& vm) {
   m.config = vit_config_from(vm, vit::VitConfig{});
   m.params = std::make_unique<ParamStore>();
   m.model = std::make_unique<vit::VisionTransformer>(*m.params, m.config);
-  m.params->finalize();
+  m.params->finalize(/*gradients=*/false);
   ops::Rng rng(0);
   m.model->init(rng);
   return m;
@@ -252,6 +252,7 @@ int run_classify(const po::variables_map& vm) {
   const std::string model_path = random_weights      ? "random weights"
                                  : vm.count("model") ? vm["model"].as<std::string>()
                                                      : bundled_model();
+  if (!random_weights) options.precision = precision_from(vm, model_path);
   const Resolution res = resolution_from(vm);
   if (random_weights && res.height > 0)
     throw UsageError(
@@ -288,9 +289,11 @@ int run_classify(const po::variables_map& vm) {
         options.packed_weights, batches ? &*batches : nullptr);
     std::printf("%s: %s, %lld parameters\n", model_path.c_str(), describe(config).c_str(),
                 static_cast<long long>(loaded.params->numel()));
-    const std::string weights = options.precision == ops::Precision::bf16 ? "packed bf16 weights"
-                                : options.packed_weights                  ? "packed f32 weights"
-                                                                          : "plain f32 weights";
+    const std::string weights = options.precision == ops::Precision::int8
+                                    ? ops::describe_precision(options.precision)
+                                : options.precision == ops::Precision::bf16 ? "packed bf16 weights"
+                                : options.packed_weights                    ? "packed f32 weights"
+                                                                            : "plain f32 weights";
     std::printf(
         "model alone, batch %lld, %d threads, %s, %s: %.1f images/s (%lld batches in %.2f s, "
         "%.2f s of CPU: %.1f images per CPU-second)\n",

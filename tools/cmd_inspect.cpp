@@ -1,5 +1,9 @@
 // `vitk inspect CKPT`: what a checkpoint holds, without building a model.
 #include <iostream>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "common/io/checkpoint.h"
 #include "tools/cli.h"
@@ -10,11 +14,29 @@ namespace {
 int run_inspect(const po::variables_map& vm) {
   const std::string path = vm["checkpoint"].as<std::string>();
   const io::CheckpointMeta meta = io::read_checkpoint_meta(path);
-  const auto tensors = io::list_checkpoint(path);
-  int64_t total = 0;
-  for (const auto& [name, shape] : tensors) total += shape_numel(shape);
+  const auto all = io::list_checkpoint(path);
+  // In a quantised checkpoint, NAME_scale holds the per-row scales of the int8 matrix NAME.
+  std::set<std::string> names, int8;
+  for (const auto& entry : all) names.insert(entry.first);
+  if (!meta.quantization.empty())
+    for (const auto& name : names)
+      if (names.count(name + "_scale")) int8.insert(name);
+  std::vector<std::pair<std::string, Shape>> tensors;
+  int64_t total = 0, quantized = 0;
+  for (const auto& [name, shape] : all) {
+    const size_t n = name.size();
+    if (n > 6 && name.compare(n - 6, 6, "_scale") == 0 && int8.count(name.substr(0, n - 6)))
+      continue;
+    tensors.emplace_back(name, shape);
+    total += shape_numel(shape);
+    if (int8.count(name)) quantized += shape_numel(shape);
+  }
   std::cout << path << ": " << tensors.size() << " tensors, " << total << " parameters, step "
             << meta.step << ", epoch " << meta.epoch << "\n";
+  if (!meta.quantization.empty())
+    std::cout << "quantization: " << meta.quantization << " (vitk quantize): " << int8.size()
+              << " matrices, " << quantized << " parameters, one f32 scale per output row; the "
+              << "rest f32; runs at --precision int8, not trainable\n";
   if (!meta.config.empty()) {
     std::cout << "config:\n";
     for (const auto& [key, value] : meta.config) std::cout << "  " << key << " = " << value << "\n";
@@ -26,7 +48,8 @@ int run_inspect(const po::variables_map& vm) {
   }
   if (vm["tensors"].as<bool>()) {
     for (const auto& [name, shape] : tensors)
-      std::cout << "  " << name << " " << shape_str(shape) << "\n";
+      std::cout << "  " << name << " " << shape_str(shape) << (int8.count(name) ? " int8" : "")
+                << "\n";
   }
   return kExitOk;
 }

@@ -224,7 +224,7 @@ seq2seq::TrainOptions train_options(const po::variables_map& vm) {
   t.valid_batch_size = vm["valid-batch-size"].as<int64_t>();
   t.early_stopping = vm["early-stopping"].as<int>();
   t.keep_last = vm["keep-last"].as<int>();
-  t.precision = precision_from(vm);
+  t.precision = precision_from(vm, /*training=*/true);
   return t;
 }
 

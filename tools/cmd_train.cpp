@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/io/checkpoint.h"
 #include "common/progress.h"
 #include "tools/cli.h"
 #include "tools/train_options.h"
@@ -31,7 +32,7 @@ void add_eval_options(po::options_description& o) {
        "images per forward pass")  //
       ("prefetch", value_in(1, kMaxPrefetch)->default_value(3),
        "batches the loader prepares ahead")  //
-      ("compare-precision", po::value<std::string>()->value_name("f32|bf16"),
+      ("compare-precision", po::value<std::string>()->value_name("f32|bf16|int8"),
        "also run every batch at this precision and report how the predictions agree (top-1 "
        "agreement, logit differences)");
   add_precision_option(o);
@@ -49,6 +50,16 @@ int run_eval(const po::variables_map& vm) {
     ops::require_precision(*e.compare_precision, "--compare-precision");
   }
   if (vm.count("model")) e.model = vm["model"].as<std::string>();
+  if (!e.model.empty()) {
+    e.precision = precision_from(vm, e.model);
+    if (e.precision == ops::Precision::int8 && e.compare_precision &&
+        *e.compare_precision != ops::Precision::int8 &&
+        !io::read_checkpoint_meta(e.model).quantization.empty())
+      throw UsageError("--compare-precision " +
+                       std::string(ops::precision_name(*e.compare_precision)) + ": " + e.model +
+                       " is quantised to int8 and has no f32 weights to compare with; compare "
+                       "the f32 checkpoint it was made from at --precision int8");
+  }
   if (vm.count("data")) e.data = vm["data"].as<std::string>();
   const std::string split = vm["split"].as<std::string>();
   if (split == "val")

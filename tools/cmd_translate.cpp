@@ -173,11 +173,12 @@ int run_translate(const po::variables_map& vm) {
   const std::string input = get<std::string>(vm, "input"), output = get<std::string>(vm, "output");
   const int64_t batch_size = get<int64_t>(vm, "batch-size");
   check_input_file("--input", input);
-  const seq2seq::SearchOptions search = search_options(vm);
+  seq2seq::SearchOptions search = search_options(vm);
   const bool nbest = !vm["nbest"].defaulted();
   const std::string pictures =
       vm.count("attention-dir") ? get<std::string>(vm, "attention-dir") : "";
-  const seq2seq::AlignmentOptions alignment = alignment_options(vm);
+  seq2seq::AlignmentOptions alignment = alignment_options(vm);
+  search.precision = alignment.precision = precision_from(vm, model_path);
   if (pictures.empty() && (!vm["attention-layer"].defaulted() || !vm["attention-head"].defaulted()))
     throw UsageError("--attention-layer and --attention-head need --attention-dir");
 

@@ -18,6 +18,7 @@ constexpr void (*kRegistrations[])(vitk::tools::Registry&) = {
     vitk::tools::register_classify_commands,
     vitk::tools::register_bench_commands,
     vitk::tools::register_inspect_commands,
+    vitk::tools::register_quantize_commands,
     vitk::tools::register_import_commands,
     vitk::tools::register_export_commands,
     vitk::tools::register_bleu_commands,

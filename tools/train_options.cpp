@@ -238,7 +238,7 @@ vit::TrainOptions train_options(const po::variables_map& vm, TrainCommand comman
   t.profile_every = profile_every(vm, &t.profile);
   read_parallel_options(vm, &t.accum_steps, &t.bucket_mb);
   t.checkpoint_every = read_checkpoint_every(vm);
-  t.precision = precision_from(vm);
+  t.precision = precision_from(vm, /*training=*/true);
   auto& a = t.augment;
   a.scale = two_floats(vm, "scale");
   a.ratio = two_floats(vm, "ratio");

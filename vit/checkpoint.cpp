@@ -97,14 +97,14 @@ void check_batch_memory(const VitConfig& config, int64_t images, const std::stri
 
 io::CheckpointMeta load_vit_weights(const std::string& path, const VitConfig& config,
                                     ParamStore& params, std::optional<bool> align_corners,
-                                    bool new_head) {
+                                    bool new_head, bool int8) {
   const io::CheckpointMeta file_meta = io::read_checkpoint_meta(path);
   const VitConfig stored = stored_config(path, file_meta);
   const bool resize =
       config.image_height != stored.image_height || config.image_width != stored.image_width;
   const bool same_head = config.num_classes == stored.num_classes;
   if (!resize && same_head) {
-    io::CheckpointMeta meta = io::load_checkpoint(path, params);
+    io::CheckpointMeta meta = io::load_checkpoint(path, params, nullptr, int8);
     if (new_head)
       for (Parameter& p : params.params())
         if (is_head(p.name)) p.value.zero();
@@ -115,8 +115,8 @@ io::CheckpointMeta load_vit_weights(const std::string& path, const VitConfig& co
   // over: all as they are except pos_embed, whose patch rows go to the new grid, and the head.
   ParamStore stored_params;
   VisionTransformer stored_model(stored_params, stored);
-  stored_params.finalize();
-  io::CheckpointMeta meta = io::load_checkpoint(path, stored_params);
+  stored_params.finalize(/*gradients=*/false);
+  io::CheckpointMeta meta = io::load_checkpoint(path, stored_params, nullptr, int8);
   const bool align = align_corners.value_or(stored.pos_embed_align_corners);
   for (Parameter& p : params.params()) {
     if (new_head && is_head(p.name)) {
@@ -125,6 +125,14 @@ io::CheckpointMeta load_vit_weights(const std::string& path, const VitConfig& co
     }
     const Parameter* s = stored_params.find(p.name);
     if (!s) throw Error(path + ": has no tensor '" + p.name + "' for the model");
+    if (s->value_released) {  // int8: a matrix of the blocks or the head, the same at any size
+      if (s->shape != p.shape)
+        throw Error(path + ": int8 tensor " + p.name + " " + shape_str(s->shape) +
+                    " does not fit the model (" + shape_str(p.shape) + ")");
+      p.quantized = s->quantized;
+      p.value_released = true;
+      continue;
+    }
     Tensor value = s->value;
     if (p.name == "pos_embed" && resize)
       value = resample_pos_embed(s->value, stored.grid_height(), stored.grid_width(),
@@ -153,8 +161,8 @@ LoadedVit load_vit(const std::string& path, int64_t height, int64_t width,
   if (out.resampled) out.config = at_size(out.config, height, width, path);
   out.params = std::make_unique<ParamStore>();
   out.model = std::make_unique<VisionTransformer>(*out.params, out.config);
-  out.params->finalize();
-  out.meta = load_vit_weights(path, out.config, *out.params, out.align_corners);
+  out.params->finalize(/*gradients=*/false);
+  out.meta = load_vit_weights(path, out.config, *out.params, out.align_corners, false, true);
   if (!out.meta.class_names.empty() &&
       static_cast<int64_t>(out.meta.class_names.size()) != out.config.num_classes)
     throw Error(path + ": " + std::to_string(out.meta.class_names.size()) +

@@ -16,7 +16,7 @@ namespace vitk::vit {
 struct LoadedVit {
   VitConfig config;  // as run (image size possibly changed by the caller)
   io::CheckpointMeta meta;
-  std::unique_ptr<ParamStore> params;  // finalized, weights loaded
+  std::unique_ptr<ParamStore> params;  // finalized without gradients (to run), weights loaded
   std::unique_ptr<VisionTransformer> model;
   // The size the checkpoint was made for, and whether (and how) its positions were resampled.
   int64_t stored_height = 0, stored_width = 0;
@@ -62,9 +62,10 @@ void check_batch_memory(const VitConfig& config, int64_t images, const std::stri
 // new_head, in its number of classes: head.weight and head.bias are then set to zero, as the ViT
 // paper does for fine-tuning (every class starts at the same logit; the gradient is what
 // distinguishes them). Any other difference is a vitk::Error naming the file and the tensor.
-// Returns the checkpoint's metadata.
+// Returns the checkpoint's metadata. `int8`: a checkpoint of `vitk quantize` is taken (a model
+// loaded to run, io::load_checkpoint); otherwise it is refused.
 io::CheckpointMeta load_vit_weights(const std::string& path, const VitConfig& config,
                                     ParamStore& params, std::optional<bool> align_corners,
-                                    bool new_head = false);
+                                    bool new_head = false, bool int8 = false);
 
 }  // namespace vitk::vit

@@ -189,7 +189,8 @@ ClassifyStats classify_files(VisionTransformer& model, const std::vector<std::st
   nn::Context ctx;
   ctx.training = false;
   ctx.arena = &arena;
-  ctx.precision = options.precision;
+  nn::set_inference_precision(ctx, options.precision);
+  ctx.one_copy_of_weights = true;
   ctx.packed_weights = options.packed_weights;
   Pipeline pipeline(paths, options, config.channels, config.image_height, config.image_width);
   while (Slot* s = pipeline.next()) {
@@ -237,7 +238,8 @@ Throughput measure_throughput(VisionTransformer& model, int64_t batch_size, doub
   nn::Context ctx;
   ctx.training = false;
   ctx.arena = &arena;
-  ctx.precision = precision;
+  nn::set_inference_precision(ctx, precision);
+  ctx.one_copy_of_weights = true;
   ctx.packed_weights = packed_weights;
   auto batch = [&] {
     if (profile) profile->begin();

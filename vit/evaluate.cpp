@@ -58,13 +58,14 @@ EvalResult evaluate(VisionTransformer& model, datasets::Loader& loader, Arena& a
     nn::Context ctx;
     ctx.training = false;
     ctx.arena = &arena;
-    ctx.precision = settings.precision;
+    nn::set_inference_precision(ctx, settings.precision);
+    ctx.one_copy_of_weights = !settings.compare;  // else the model runs at two precisions
     ctx.packed_weights = settings.packed_weights;
     const Tensor logits = model.forward(ctx, batch.images);  // [B, classes]
     require_finite_logits(logits, "a batch of the evaluation");
     if (r.comparison) {
       nn::Context other = ctx;
-      other.precision = *settings.compare;
+      nn::set_inference_precision(other, *settings.compare);
       const Tensor second = model.forward(other, batch.images);  // [B, classes]
       PrecisionComparison& c = *r.comparison;
       const int32_t* labels = batch.labels.i32();
@@ -261,7 +262,7 @@ EvalResult run_eval(const EvalOptions& o, std::ostream& out, bool tty) {
         << loaded.stored_width / cfg.patch_size << ") to " << cfg.image_height << "x"
         << cfg.image_width << " (grid " << cfg.grid_height() << "x" << cfg.grid_width()
         << "), bicubic, align_corners " << (loaded.align_corners ? "true" : "false") << "\n";
-  out << "precision: " << ops::precision_name(o.precision);
+  out << "precision: " << ops::describe_precision(o.precision);
   if (o.compare_precision)
     out << ", every batch also at " << ops::precision_name(*o.compare_precision);
   out << "\n";

@@ -74,6 +74,8 @@ std::vector<OpsBenchRow> run_ops_bench(const std::vector<LinearShape>& shapes,
       const char* name;
       std::function<void()> vitk_call, bare_call;
     };
+    ops::QuantizedWeight quantized;
+    if (options.int8) quantized = ops::quantize_weight(w);
     std::vector<Pass> passes = {
         {"forward", [&] { ops::linear_forward(x, weight(), b, y, precision); },
          [&] { ops::bmm(bare_x, false, bare_b_fwd, false, y); }},
@@ -82,6 +84,14 @@ std::vector<OpsBenchRow> run_ops_bench(const std::vector<LinearShape>& shapes,
         {"backward-weights", [&] { ops::linear_backward_weights(x, dy, dw, db, precision); },
          [&] { ops::bmm(bare_a_bww, false, bare_x, false, bare_out_bww); }},
     };
+    if (options.int8) {
+      passes = {{"forward", [&] { ops::linear_forward_int8(x, quantized, b, y); },
+                 [&] {
+                   ops::Weight wt{w, &cache, 1};
+                   wt.pack_f32 = true;
+                   ops::linear_forward(x, wt, b, y, ops::Precision::f32);
+                 }}};
+    }
     const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * k;
     for (auto& pass : passes) {
       std::vector<double> vt, bt;
@@ -97,10 +107,11 @@ std::vector<OpsBenchRow> run_ops_bench(const std::vector<LinearShape>& shapes,
   return rows;
 }
 
-void print_ops_table(std::ostream& out, const std::vector<OpsBenchRow>& rows) {
+void print_ops_table(std::ostream& out, const std::vector<OpsBenchRow>& rows, bool int8) {
   char line[256];
   std::snprintf(line, sizeof line, "%-17s %-21s %-17s %5s %5s %5s %10s %10s %6s\n", "model",
-                "layer", "pass", "M", "K", "N", "bare GF/s", "vitk GF/s", "ratio");
+                "layer", "pass", "M", "K", "N", int8 ? "f32 GF/s" : "bare GF/s",
+                int8 ? "int8 GOP/s" : "vitk GF/s", "ratio");
   out << line;
   for (const auto& r : rows) {
     std::snprintf(line, sizeof line, "%-17s %-21s %-17s %5lld %5lld %5lld %10.1f %10.1f %6.2f\n",

@@ -30,6 +30,10 @@ struct OpsBenchOptions {
   // (f32 too, at every shape, to see where packing pays: ops::prefer_packed_f32).
   bool packed = false;
   int64_t rows = 0;  // M of every shape; 0: the shapes' own
+  // The forward only, int8 (ops::linear_forward_int8, the activations' quantisation included)
+  // against vitk's f32 inference product (weights packed where ops::prefer_packed_f32 says so) in
+  // place of the bare matmul: the ratio is int8's speed-up.
+  bool int8 = false;
 };
 
 struct OpsBenchRow {
@@ -45,6 +49,7 @@ std::vector<OpsBenchRow> run_ops_bench(const std::vector<LinearShape>& shapes,
                                        const OpsBenchOptions& options,
                                        void (*progress)(const OpsBenchRow&) = nullptr);
 
-void print_ops_table(std::ostream& out, const std::vector<OpsBenchRow>& rows);
+// `int8`: the rows of an int8 run (OpsBenchOptions::int8), whose columns are f32 and int8.
+void print_ops_table(std::ostream& out, const std::vector<OpsBenchRow>& rows, bool int8 = false);
 
 }  // namespace vitk::bench

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <set>
 #include <utility>
 #include <variant>
@@ -29,6 +30,18 @@ constexpr const char* kConfigPrefix = "config.";
 constexpr const char* kOptimizerGroup = "optimizer";
 constexpr const char* kFilesGroup = "files";
 constexpr const char* kStateGroup = "train_state";
+constexpr const char* kQuantizationAttr = "quantization";
+constexpr const char* kScaleSuffix = "_scale";  // NAME_scale: the per-row scales of int8 NAME
+
+// Written as int8 (save_checkpoint's contract): only the plain form can be; a packed one is
+// oneDNN's layout for this CPU.
+bool stored_as_int8(const Parameter& p, const std::string& path) {
+  if (!p.value_released) return false;
+  if (!p.quantized || p.quantized->packed())
+    fail(path, "cannot save " + quoted(p.name) +
+                   ": its f32 value was released and its int8 form is packed for this CPU");
+  return true;
+}
 
 // ----------------------------------------------------------------------------------------------
 // Writing
@@ -107,13 +120,31 @@ void build(MemoryFile& file, const std::string& path, const ParamStore& params,
   write_int64(r, "epoch", meta.epoch, path);
   if (!meta.train_state.empty()) write_state(r, meta.train_state, path);
 
+  bool int8 = false;
+  for (const auto& p : params.params()) int8 = int8 || stored_as_int8(p, path);
+  if (int8 && optimizer) fail(path, "cannot save an optimizer's state with int8 weights");
+  if (int8) write_strings(r, kQuantizationAttr, {"int8"}, false, path);
+
   Hid dcpl = untimed(H5P_DATASET_CREATE, path);
   auto write_tensors = [&](hid_t group, const float* arena) {
     for (const auto& p : params.params())
       write_dataset(group, p.name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, arena + p.offset, p.shape,
                     dcpl.get(), "tensor " + quoted(p.name), path);
   };
-  write_tensors(r, params.values().f32());
+  const float* values = params.values().f32();
+  for (const auto& p : params.params()) {
+    check_link_name(p.name + kScaleSuffix, "parameter", path);
+    if (!stored_as_int8(p, path)) {
+      write_dataset(r, p.name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, values + p.offset, p.shape,
+                    dcpl.get(), "tensor " + quoted(p.name), path);
+      continue;
+    }
+    const ops::QuantizedWeight& q = *p.quantized;
+    write_dataset(r, p.name, H5T_STD_I8LE, H5T_NATIVE_SCHAR, q.values.data(), p.shape, dcpl.get(),
+                  "tensor " + quoted(p.name), path);
+    write_dataset(r, p.name + kScaleSuffix, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, q.scales.data(),
+                  {q.n}, dcpl.get(), "tensor " + quoted(p.name + kScaleSuffix), path);
+  }
 
   if (!meta.files.empty()) {
     Hid gcpl = untimed(H5P_GROUP_CREATE, path);
@@ -185,6 +216,12 @@ CheckpointMeta read_meta(const ReadFile& f, const std::string& path) {
     meta.rng_state = read_uint64s(f, a->get(), "rng_state");
   if (auto a = open_attribute(root, "optimizer", path))
     meta.optimizer = read_string(f, a->get(), "optimizer");
+  if (auto a = open_attribute(root, kQuantizationAttr, path)) {
+    meta.quantization = read_string(f, a->get(), kQuantizationAttr);
+    if (meta.quantization != "int8")
+      fail(path, "attribute 'quantization' is " + quoted(meta.quantization) +
+                     "; vitk knows only \"int8\"");
+  }
   return meta;
 }
 
@@ -237,12 +274,19 @@ std::map<std::string, StateValue> read_state(const ReadFile& f, const std::strin
 
 // Checks that the group holds exactly the model's tensors, as f32 of the right shapes, and
 // returns their opened datasets in store order. prefix is how messages show names in the group.
-std::vector<Hid> check_tensors(hid_t group, const std::map<std::string, LinkKind>& links,
-                               const std::string& prefix, const ParamStore& params,
-                               const std::string& path) {
+// A parameter's datasets: its values, and for an int8 one its scales (NAME_scale).
+struct TensorData {
+  Hid values, scales;
+  bool int8() const { return scales.get() >= 0; }
+};
+
+std::vector<TensorData> check_tensors(hid_t group, const std::map<std::string, LinkKind>& links,
+                                      const std::string& prefix, const ParamStore& params,
+                                      const std::string& path, bool int8) {
   size_t missing = 0;
   for (const auto& p : params.params()) missing += links.count(p.name) == 0;
-  std::vector<Hid> datasets;
+  std::vector<TensorData> out;
+  std::set<std::string> known;
   for (const auto& p : params.params()) {
     const std::string shown = prefix + p.name;
     auto it = links.find(p.name);
@@ -255,18 +299,37 @@ std::vector<Hid> check_tensors(hid_t group, const std::map<std::string, LinkKind
     }
     if (it->second != LinkKind::dataset)
       fail(path, "tensor " + quoted(shown) + " is not a dataset");
+    known.insert(p.name);
     DatasetInfo info = inspect_dataset(group, p.name, shown, path);
-    if (info.dtype != "f32")
-      fail(path,
-           "tensor " + quoted(shown) + " has dtype " + info.dtype + ", the model expects f32");
+    const bool is_int8 = info.dtype == "i8" && int8 && p.shape.size() == 2;
+    if (info.dtype != "f32" && !is_int8)
+      fail(path, "tensor " + quoted(shown) + " has dtype " + info.dtype +
+                     ", the model expects f32" +
+                     (info.dtype == "i8" ? std::string(int8 ? " (int8 only for a matrix)"
+                                                            : " (an int8 tensor of `vitk quantize` "
+                                                              "runs only at inference)")
+                                         : ""));
     if (!info.shape) fail(path, "tensor " + quoted(shown) + " has no data (null dataspace)");
     if (*info.shape != p.shape)
       fail(path, "tensor " + quoted(shown) + " has shape " + shape_str(*info.shape) +
                      ", the model expects " + shape_str(p.shape));
-    datasets.push_back(std::move(info.ds));
+    TensorData data{std::move(info.ds), Hid()};
+    if (is_int8) {
+      const std::string scale = p.name + kScaleSuffix, shown_scale = prefix + scale;
+      auto s = links.find(scale);
+      if (s == links.end() || s->second != LinkKind::dataset)
+        fail(path, "int8 tensor " + quoted(shown) + " has no dataset " + quoted(shown_scale) +
+                       " with its scales");
+      known.insert(scale);
+      DatasetInfo si = inspect_dataset(group, scale, shown_scale, path);
+      const Shape want{p.shape[0]};
+      if (si.dtype != "f32" || !si.shape || *si.shape != want)
+        fail(path, "tensor " + quoted(shown_scale) + " should be f32 " + shape_str(want) +
+                       ", not " + si.dtype + " " + (si.shape ? shape_str(*si.shape) : "(null)"));
+      data.scales = std::move(si.ds);
+    }
+    out.push_back(std::move(data));
   }
-  std::set<std::string> known;
-  for (const auto& p : params.params()) known.insert(p.name);
   std::vector<std::string> extra;
   for (const auto& [name, kind] : links)
     if (kind == LinkKind::dataset && !known.count(name)) extra.push_back(name);
@@ -276,7 +339,7 @@ std::vector<Hid> check_tensors(hid_t group, const std::map<std::string, LinkKind
     fail(path, "unexpected tensor " + quoted(prefix + extra[0]) +
                    ": the model has no parameter of that name" + more);
   }
-  return datasets;
+  return out;
 }
 
 // The byte strings under /files, if there is such a group: each a 1-D u8 dataset.
@@ -304,7 +367,7 @@ std::map<std::string, std::string> read_files(const ReadFile& f, const std::stri
 // The optimizer's part of a checkpoint, checked and opened, not yet read.
 struct OptimizerFile {
   std::vector<std::pair<std::string, Tensor*>> state;  // the optimizer's buffers
-  std::vector<std::vector<Hid>> datasets;              // per buffer, in store order
+  std::vector<std::vector<TensorData>> datasets;       // per buffer, in store order
   int64_t steps = 0;
 };
 
@@ -340,7 +403,7 @@ OptimizerFile check_optimizer_state(const ReadFile& f,
     Hid buffer = checked(H5Gopen2(group.get(), name.c_str(), H5P_DEFAULT), H5Gclose, path,
                          "cannot open group " + quoted(prefix));
     auto links = list_links(buffer.get(), quoted(prefix), path);
-    out.datasets.push_back(check_tensors(buffer.get(), links, prefix, params, path));
+    out.datasets.push_back(check_tensors(buffer.get(), links, prefix, params, path, false));
   }
   return out;
 }
@@ -348,13 +411,15 @@ OptimizerFile check_optimizer_state(const ReadFile& f,
 // Reads each dataset into its parameter's slot of a flat buffer with the arena layout. A NaN or
 // an infinity is refused here, while the values are in cache: a model with one would score NaN
 // (and rank it first), and training or averaging would spread it.
-void read_tensors(const std::vector<Hid>& datasets, const ParamStore& params, float* dst,
+void read_tensors(const std::vector<TensorData>& datasets, const ParamStore& params, float* dst,
                   const std::string& prefix, const std::string& path) {
   size_t i = 0;
   for (const auto& p : params.params()) {
-    checked(H5Dread(datasets[i++].get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                    dst + p.offset),
-            path, "cannot read tensor " + quoted(prefix + p.name));
+    const TensorData& data = datasets[i++];
+    if (data.int8()) continue;  // read_int8
+    checked(
+        H5Dread(data.values.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst + p.offset),
+        path, "cannot read tensor " + quoted(prefix + p.name));
     const int64_t bad = first_non_finite(dst + p.offset, p.numel());
     if (bad >= 0)
       fail(path, "tensor " + quoted(prefix + p.name) + " holds a non-finite value (" +
@@ -363,9 +428,43 @@ void read_tensors(const std::vector<Hid>& datasets, const ParamStore& params, fl
   }
 }
 
-void copy_slots(const std::vector<float>& staged, const ParamStore& params, float* dst) {
+// The int8 tensors' quantised weights, by parameter (null for an f32 one).
+std::vector<std::shared_ptr<ops::QuantizedWeight>> read_int8(
+    const std::vector<TensorData>& datasets, const ParamStore& params, const std::string& path) {
+  std::vector<std::shared_ptr<ops::QuantizedWeight>> out;
+  size_t i = 0;
+  for (const auto& p : params.params()) {
+    const TensorData& data = datasets[i++];
+    out.emplace_back();
+    if (!data.int8()) continue;
+    Tensor q(p.shape, DType::s8), scales({p.shape[0]});
+    checked(H5Dread(data.values.get(), H5T_NATIVE_SCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, q.data()),
+            path, "cannot read tensor " + quoted(p.name));
+    checked(
+        H5Dread(data.scales.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, scales.data()),
+        path, "cannot read tensor " + quoted(p.name + kScaleSuffix));
+    try {
+      out.back() = std::make_shared<ops::QuantizedWeight>(
+          ops::quantized_weight(std::move(q), std::move(scales)));
+    } catch (const Error& e) {
+      fail(path, "int8 tensor " + quoted(p.name) + ": " + e.what());
+    }
+  }
+  return out;
+}
+
+// An uninitialised staging buffer of the arena's layout: the pages of tensors that are not read
+// into it (int8 ones) are never touched.
+std::unique_ptr<float[]> staging(const ParamStore& params) {
+  return std::unique_ptr<float[]>(new float[std::max<size_t>(params.arena_floats(), 1)]);
+}
+
+void copy_slots(const float* staged, const std::vector<TensorData>& datasets,
+                const ParamStore& params, float* dst) {
+  size_t i = 0;
   for (const auto& p : params.params())
-    std::copy_n(staged.data() + p.offset, static_cast<size_t>(p.numel()), dst + p.offset);
+    if (!datasets[i++].int8())
+      std::copy_n(staged + p.offset, static_cast<size_t>(p.numel()), dst + p.offset);
 }
 
 }  // namespace
@@ -409,35 +508,51 @@ CheckpointMeta read_checkpoint_meta(const std::string& path) {
 }
 
 CheckpointMeta load_checkpoint(const std::string& path, ParamStore& params,
-                               optim::Optimizer* optimizer) {
+                               optim::Optimizer* optimizer, bool int8) {
   return with_path(path, [&] {
     if (!params.finalized()) fail(path, "cannot load into a parameter store that is not finalized");
     ReadFile f = open_checkpoint(path);
     CheckpointMeta meta = read_meta(f, path);
     meta.files = read_files(f, path);
     meta.train_state = read_state(f, path);
+    if (!meta.quantization.empty() && !int8)
+      fail(path, "is quantised to " + meta.quantization +
+                     " (vitk quantize): it runs only at inference (classify, eval, translate); "
+                     "train, fine-tune or average from the f32 checkpoint it was made from");
 
     // Check everything before reading any values, then read into staging buffers and copy only
     // when all reads succeeded: a failed load leaves the model and the optimizer as they were.
     const auto root_links = list_links(f.root.get(), "the root group", path);
-    std::vector<Hid> datasets = check_tensors(f.root.get(), root_links, "", params, path);
+    std::vector<TensorData> datasets =
+        check_tensors(f.root.get(), root_links, "", params, path, int8);
 
     OptimizerFile opt;
     if (optimizer) opt = check_optimizer_state(f, root_links, *optimizer, params, path);
 
-    std::vector<float> staged(params.arena_floats());
-    read_tensors(datasets, params, staged.data(), "", path);
-    std::vector<std::vector<float>> staged_state;
+    std::unique_ptr<float[]> staged = staging(params);
+    read_tensors(datasets, params, staged.get(), "", path);
+    auto quantized = read_int8(datasets, params, path);
+    std::vector<std::unique_ptr<float[]>> staged_state;
     for (size_t b = 0; b < opt.state.size(); ++b) {
-      staged_state.emplace_back(params.arena_floats());
-      read_tensors(opt.datasets[b], params, staged_state.back().data(),
+      staged_state.push_back(staging(params));
+      read_tensors(opt.datasets[b], params, staged_state.back().get(),
                    std::string(kOptimizerGroup) + "/" + opt.state[b].first + "/", path);
     }
 
-    copy_slots(staged, params, params.values().f32());
+    copy_slots(staged.get(), datasets, params, params.values().f32());
     params.mark_changed();
+    size_t i = 0;
+    for (Parameter& p : params.params()) {
+      if (!quantized[i]) {
+        ++i;
+        continue;
+      }
+      p.quantized = std::move(quantized[i++]);
+      p.quantized_version = p.version;
+      p.value_released = true;  // never written: its pages were never touched
+    }
     for (size_t b = 0; b < opt.state.size(); ++b)
-      copy_slots(staged_state[b], params, opt.state[b].second->f32());
+      copy_slots(staged_state[b].get(), opt.datasets[b], params, opt.state[b].second->f32());
     if (optimizer) optimizer->set_steps(opt.steps);
     return meta;
   });

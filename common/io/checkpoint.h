@@ -39,9 +39,16 @@ struct CheckpointMeta {
   // Read only: the kind of the optimizer state in the file ("adamw", "sgd"), empty when it has
   // none. save_checkpoint writes the optimizer's own kind and ignores this.
   std::string optimizer;
+  // "int8" when the file holds int8 tensors (`vitk quantize`), "" otherwise. save_checkpoint
+  // writes it from the parameters and ignores this.
+  std::string quantization;
 };
 
-// Writes params (and the optimizer's state, if given) atomically to path.
+// Writes params (and the optimizer's state, if given) atomically to path. A parameter whose f32
+// value was released after quantisation (Parameter::value_released) and whose int8 form is still
+// plain is written as int8: q, an i8 dataset of its shape, and q's per-row scales as the f32
+// dataset NAME_scale (the naming CTranslate2 uses); such a file has the root attribute
+// quantization = "int8" and no optimizer state.
 void save_checkpoint(const std::string& path, const ParamStore& params, const CheckpointMeta& meta,
                      optim::Optimizer* optimizer = nullptr);
 
@@ -52,8 +59,11 @@ CheckpointMeta read_checkpoint_meta(const std::string& path);
 // names, with the same shapes and dtype f32, and throws vitk::Error naming the file and the first
 // parameter that is missing, unexpected, of another shape or dtype. If optimizer is given, its
 // state must be in the file too (same checks). Returns the metadata.
+// int8 tensors (save_checkpoint) are loaded only with `int8` (a model loaded to run at int8
+// inference): each into its parameter's Parameter::quantized, value_released set and the f32
+// value's memory never touched; without `int8` the file is refused, naming `vitk quantize`.
 CheckpointMeta load_checkpoint(const std::string& path, ParamStore& params,
-                               optim::Optimizer* optimizer = nullptr);
+                               optim::Optimizer* optimizer = nullptr, bool int8 = false);
 
 // Names and shapes of all parameter datasets in a checkpoint (for `vitk` tools and messages).
 std::vector<std::pair<std::string, Shape>> list_checkpoint(const std::string& path);

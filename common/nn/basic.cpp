@@ -28,7 +28,17 @@ Shape with_last(const Shape& s, int64_t last) {
 
 }  // namespace
 
+void set_inference_precision(Context& ctx, ops::Precision precision) {
+  ctx.int8_weights = precision == ops::Precision::int8;
+  ctx.precision = !ctx.int8_weights       ? precision
+                  : ops::bf16_supported() ? ops::Precision::bf16
+                                          : ops::Precision::f32;
+}
+
 ops::Weight weight_of(Parameter& p, const Context& ctx, const Shape& as) {
+  if (p.value_released)
+    throw Error(p.name + ": its f32 value was released when it was quantised to int8; a model " +
+                "loaded for int8 runs at int8 only");
   ops::Weight w;
   w.value = as.empty() ? p.value : p.value.reshaped(as);
   w.version = p.version;
@@ -56,6 +66,12 @@ Tensor Linear::forward(Context& ctx, const Tensor& x, DType out_dtype) {
       (out_dtype != DType::bf16 || ctx.precision != ops::Precision::bf16))
     throw Error(weight.name + ": a " + dtype_name(out_dtype) + " output needs bf16 products");
   Tensor y = ctx.alloc_uninit(with_last(x.shape(), out), out_dtype);
+  if (ctx.int8_weights) {
+    if (ctx.training) throw Error(weight.name + ": int8 weights are for inference, not training");
+    forward_int8(ctx, x, y);
+    x_ = Tensor();
+    return y;
+  }
   const ops::Weight w = weight_of(weight, ctx);
   const Tensor b = bias ? bias->value : Tensor();
   precision_ = ctx.precision;
@@ -74,6 +90,36 @@ Tensor Linear::forward(Context& ctx, const Tensor& x, DType out_dtype) {
   ops::linear_forward(x, w, b, y, ctx.precision);
   x_ = ctx.training ? x : Tensor();
   return y;
+}
+
+ops::QuantizedWeight& quantized_of(Parameter& p) {
+  // A released value cannot have changed: its int8 form (made from it, or loaded) stays.
+  if (!p.quantized || (p.quantized_version != p.version && !p.value_released)) {
+    if (p.value_released) throw Error(p.name + ": released without an int8 form");
+    try {
+      p.quantized = std::make_shared<ops::QuantizedWeight>(ops::quantize_weight(p.value));
+    } catch (const Error& e) {
+      throw Error(p.name + ": " + e.what());
+    }
+    p.quantized_version = p.version;
+  }
+  return *p.quantized;
+}
+
+void Linear::forward_int8(Context& ctx, const Tensor& x, Tensor& y) {
+  if (x.dtype() != DType::f32)
+    throw Error(weight.name + ": int8 products take f32 inputs, not " + dtype_name(x.dtype()));
+  const Tensor b = bias ? bias->value : Tensor();
+  ops::QuantizedWeight& q = quantized_of(weight);
+  if (ctx.one_copy_of_weights && !weight.value_released) release_value(weight);
+  if (y.dtype() == DType::f32) {
+    ops::linear_forward_int8(x, q, b, y);
+    return;
+  }
+  // A bf16 output (a reader with bf16 products asked for it): the f32 result rounded.
+  Tensor y32 = ctx.alloc_uninit(y.shape());
+  ops::linear_forward_int8(x, q, b, y32);
+  ops::round_to_bf16(y32, y);
 }
 
 Tensor Linear::backward(Context& ctx, const Tensor& dy) {

@@ -55,6 +55,15 @@ struct Context {
   // layout is faster (ops::prefer_packed_f32) from their packed forms, made once per parameter
   // version. Off by default; the commands that only run a loaded model turn it on.
   bool packed_weights = false;
+  // Inference only: the Linear layers multiply int8 weights, quantised once per output channel,
+  // by activations quantised per row on the fly (ops::linear_forward_int8); `precision` then
+  // applies to the other products (attention's, the patch embedding, a tied output layer). Set
+  // with set_inference_precision.
+  bool int8_weights = false;
+  // A model loaded to run at one precision (classify, eval, translate): each weight is kept in the
+  // one form the products read. With int8_weights, a Linear weight's f32 value is released once it
+  // is quantised (release_value); off when the model also runs at another precision.
+  bool one_copy_of_weights = false;
   // Tests and benchmarks force one. Blocked applies only to dot and scaled-dot scores without
   // keep_weights (materialized otherwise) and refuses the diagonal mask.
   AttentionKernel attention_kernel = AttentionKernel::automatic;
@@ -71,6 +80,15 @@ struct Context {
   // From arena, not initialised: for outputs that are overwritten entirely (Arena::alloc_uninit).
   Tensor alloc_uninit(Shape shape, DType dtype = DType::f32);
 };
+
+// ctx's products for an inference command's --precision: f32 and bf16 as they are; int8 sets
+// int8_weights and runs the other products in bf16 where the CPU has it (ops::bf16_supported),
+// else in f32.
+void set_inference_precision(Context& ctx, ops::Precision precision);
+
+// p's int8 form (Parameter::quantized), quantised from p.value on first use and whenever p.version
+// has changed since; vitk::Error naming p for a value ops::quantize_weight refuses.
+ops::QuantizedWeight& quantized_of(Parameter& p);
 
 // A parameter as the linear products take it: its value (viewed as `as` when given, e.g. a
 // convolution weight [d, C, P, P] as [d, C·P·P]), its version and, where ctx's precision or
@@ -99,6 +117,8 @@ class Linear {
   // dx, and the weight's gradient and db's (empty: none), from the kept input.
   Tensor backward_products(Context& ctx, const Tensor& dy, Tensor db,
                            const Tensor& dy_t = Tensor());
+  // The int8 product of an inference forward (Context::int8_weights) into y (f32 or bf16).
+  void forward_int8(Context& ctx, const Tensor& x, Tensor& y);
   Tensor x_;  // the input kept for backward: f32, or its bf16 rounding with bf16 products
   ops::Precision precision_ = ops::Precision::f32;  // of the last forward
 };

@@ -149,7 +149,7 @@ void check(const char* op, const Tensor& x, const QuantizedWeight& w, const Tens
 }  // namespace
 
 int int8_activation_levels() {
-  return int8_supported() ? 127 : 63;
+  return vnni_supported() ? 127 : 63;
 }
 
 QuantizedWeight quantize_weight(const Tensor& w) {
@@ -176,6 +176,39 @@ QuantizedWeight quantize_weight(const Tensor& w) {
     q.sums.i32()[r] = sum;
   }
   return q;
+}
+
+QuantizedWeight quantized_weight(Tensor q, Tensor scales) {
+  const char* op = "quantized_weight";
+  if (q.empty() || q.dtype() != DType::s8 || q.rank() != 2)
+    fail(op, "q must be a non-empty s8 [out, in] matrix, not " +
+                 std::string(dtype_name(q.dtype())) + " " + shape_str(q.shape()));
+  if (scales.dtype() != DType::f32 || scales.shape() != Shape{q.dim(0)})
+    fail(op, "scales " + std::string(dtype_name(scales.dtype())) + " " + shape_str(scales.shape()) +
+                 " should be f32 [" + std::to_string(q.dim(0)) + "]");
+  if (q.dim(1) > std::numeric_limits<int32_t>::max() / (255 * 127))
+    fail(op, "q " + shape_str(q.shape()) + " has too many inputs for s32 sums");
+  QuantizedWeight w;
+  w.n = q.dim(0), w.k = q.dim(1);
+  w.sums = Tensor({w.n}, DType::i32);
+  for (int64_t r = 0; r < w.n; ++r) {
+    const float s = scales.f32()[r];
+    if (!(s >= 0 && std::isfinite(s)))
+      fail(op, "scale " + std::to_string(r) + " is " + std::to_string(s) +
+                   ", not a finite number >= 0");
+    const int8_t* row = q.s8() + r * w.k;
+    int32_t sum = 0;
+    for (int64_t i = 0; i < w.k; ++i) {
+      if (row[i] == -128)
+        fail(op, "q[" + std::to_string(r) + ", " + std::to_string(i) +
+                     "] is -128, outside the symmetric range [-127, 127]");
+      sum += row[i];
+    }
+    w.sums.i32()[r] = sum;
+  }
+  w.values = std::move(q);
+  w.scales = std::move(scales);
+  return w;
 }
 
 void linear_forward_int8(const Tensor& x, QuantizedWeight& w, const Tensor& b, Tensor& y) {

@@ -29,27 +29,31 @@ int num_threads();
 // DNNL_MAX_CPU_ISA=AVX512_CORE does too, by lowering what oneDNN sees.
 std::string cpu_isa();
 bool bf16_supported();
-// int8_supported() is true when oneDNN multiplies u8 by s8 with VNNI (AVX512_VNNI or AVX_VNNI), the
-// instructions that make int8 products fast and exact at full 8-bit range (see
-// linear_forward_int8). VITK_ISA_NO_VNNI=1 makes it false on any CPU, as VITK_ISA_NO_BF16 does
-// for bf16.
-bool int8_supported();
+// vnni_supported() is true when oneDNN multiplies u8 by s8 with VNNI (AVX512_VNNI or AVX_VNNI),
+// the instructions that make int8 products fast and exact at the full 8-bit range; without them
+// int8 products still run, exact, on 7-bit activation codes (see linear_forward_int8).
+// VITK_ISA_NO_VNNI=1 makes it false on any CPU, as VITK_ISA_NO_BF16 does for bf16.
+bool vnni_supported();
+
 // Number of oneDNN primitives created so far (a primitive is created once per shape and reused).
 int64_t primitive_count();
 
 // ---- Precision of the matrix products ----
 // f32: everything in f32. bf16: mixed precision as PyTorch's CPU autocast: f32 inputs are rounded
 // to bf16 for the product, accumulation and outputs stay f32 (master weights are never touched).
-// int8: inference only, the linear layers' products on quantised operands (linear_forward_int8);
-// the products below that take a Precision refuse it (vitk::Error), and so does training
-// (vitk::UsageError).
+// int8: inference only, the linear layers' products on quantised operands (linear_forward_int8,
+// on every CPU); the products below that take a Precision refuse it (vitk::Error), and so does
+// training (vitk::UsageError).
 enum class Precision { f32, bf16, int8 };
 // "f32" | "bf16" | "int8"; vitk::UsageError otherwise
 Precision parse_precision(const std::string& name);
 const char* precision_name(Precision p);
-// vitk::UsageError (exit 2) when p is bf16 and bf16_supported() is false, or int8 and
-// int8_supported() is false, naming `option` and the ISA oneDNN sees; every command calls it
-// before it loads or builds anything.
+// For headers and vitk env: the name, and for int8 how it runs on this CPU, e.g. "int8 (7-bit
+// activations: no VNNI; other products f32)".
+std::string describe_precision(Precision p);
+// vitk::UsageError (exit 2) when p is bf16 and bf16_supported() is false, naming `option` and the
+// ISA oneDNN sees; every command calls it before it loads or builds anything. int8 runs on every
+// CPU (describe_precision says how).
 void require_precision(Precision p, const std::string& option = "--precision");
 
 // ---- Weights packed for the products ----
@@ -156,9 +160,13 @@ struct QuantizedWeight {
 };
 // w f32 [N, K] (rank 2, non-empty); vitk::Error naming the op and the shape otherwise.
 QuantizedWeight quantize_weight(const Tensor& w);
+// A weight quantised before (a checkpoint of `vitk quantize`): q s8 [N, K] in [-127, 127] and
+// scales f32 [N], finite and >= 0, taken as they are (the row sums computed); vitk::Error saying
+// which condition fails, and where, otherwise.
+QuantizedWeight quantized_weight(Tensor q, Tensor scales);
 
 // Activations are quantised per row m: x[m, k] ≈ s[m] · q[m, k], s[m] = max_k |x[m, k]| / L,
-// q = x / s[m] rounded, |q| ≤ L, with L = int8_activation_levels(): 127 when int8_supported()
+// q = x / s[m] rounded, |q| ≤ L, with L = int8_activation_levels(): 127 when vnni_supported()
 // (VNNI), 63 otherwise. Why 63: without VNNI, oneDNN 2.6 multiplies u8 by s8 with vpmaddubsw,
 // which saturates the sum of each pair of products to 16 bits; q is handed to it as u8 (q + 128,
 // or q + 64 with L = 63), and only 7-bit codes keep every pair (2 · 127 · 127 < 2^15) exact.

@@ -22,6 +22,9 @@ void check_store(const ParamStore& params, const char* who) {
   if (!params.finalized())
     throw Error(std::string(who) +
                 ": the parameter store is not finalized (call finalize() first)");
+  if (!params.has_gradients())
+    throw Error(std::string(who) +
+                ": the parameter store has no gradients (it was finalized to run a model)");
 }
 
 // `what` must hold for x; the comparisons are written so that NaN fails them.

@@ -62,7 +62,8 @@ Tensor cross_attention(Transformer& model, const std::vector<int>& source,
   nn::Context ctx;
   ctx.training = false;
   ctx.arena = &arena;
-  ctx.precision = options.precision;
+  nn::set_inference_precision(ctx, options.precision);
+  ctx.one_copy_of_weights = options.precision == ops::Precision::int8;
   model.forward(ctx, src, src_len, tgt, tgt_len);
   const Tensor& w = attention.weights();  // [1, H, rows, Ts]
   const int64_t H = c.heads;

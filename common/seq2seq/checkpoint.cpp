@@ -81,8 +81,8 @@ LoadedTranslation load_translation(const std::string& path) {
   out.meta = read_translation_meta(path);
   out.params = std::make_unique<ParamStore>();
   out.model = std::make_unique<Transformer>(*out.params, out.meta.config);
-  out.params->finalize();
-  io::load_checkpoint(path, *out.params);
+  out.params->finalize(/*gradients=*/false);
+  io::load_checkpoint(path, *out.params, nullptr, /*int8=*/true);
   return out;
 }
 

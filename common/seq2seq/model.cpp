@@ -48,6 +48,7 @@ struct Transformer::Impl {
   Parameter* target_embed;  // [V, d] (source_embed when tied)
   nn::Decoder decoder;
   Parameter* output;  // [V, d] (source_embed when tied)
+  bool tied() const { return output == target_embed || output == source_embed; }
   size_t end_param;
   nn::Dropout source_drop, target_drop;
   Tensor positions;  // [max_length, d]
@@ -59,6 +60,23 @@ struct Transformer::Impl {
   Tensor hidden;                                   // decoder output [B, Tt, d]
   ops::Precision precision = ops::Precision::f32;  // of the forward's products
 };
+
+namespace {
+
+// logits = h · Wᵀ (no bias), h [..., d], W the output layer: at int8 inference on the quantised W,
+// as CTranslate2 quantises the output layer too; otherwise at ctx's precision. A W tied to an
+// embedding, whose rows the next step reads, keeps its f32 value.
+void output_layer(nn::Context& ctx, Parameter& w, bool tied, const Tensor& h, Tensor& logits) {
+  if (!ctx.int8_weights || ctx.training) {
+    ops::linear_forward(h, nn::weight_of(w, ctx), Tensor(), logits, ctx.precision);
+    return;
+  }
+  ops::QuantizedWeight& q = nn::quantized_of(w);
+  if (ctx.one_copy_of_weights && !tied && !w.value_released) release_value(w);
+  ops::linear_forward_int8(h, q, Tensor(), logits);
+}
+
+}  // namespace
 
 Transformer::Transformer(ParamStore& params, const TransformerConfig& config) : config_(config) {
   config.validate();
@@ -178,7 +196,7 @@ Tensor Transformer::forward(nn::Context& ctx, const Tensor& source, const Tensor
   Tensor h = m.decoder.forward(ctx, xt, memory, nn::AttentionMask{target_lengths, true},
                                nn::AttentionMask{source_lengths, false});  // [B, Tt, d]
   Tensor logits = ctx.alloc({B, Tt, V});                                   // [B, Tt, V]
-  ops::linear_forward(h, nn::weight_of(*m.output, ctx), Tensor(), logits, ctx.precision);
+  output_layer(ctx, *m.output, m.tied(), h, logits);
 
   m.trained = ctx.training;
   m.precision = ctx.precision;
@@ -242,8 +260,7 @@ Tensor Transformer::step(nn::Context& ctx, const Tensor& tokens, nn::Decoder::St
                    position);                      // [B, 1, d]
   Tensor h = m.decoder.step(inference, x, state);  // [B, 1, d]
   Tensor logits = inference.alloc({B, V});         // [B, V]
-  ops::linear_forward(h.reshaped({B, config_.d_model}), nn::weight_of(*m.output, inference),
-                      Tensor(), logits, inference.precision);
+  output_layer(inference, *m.output, m.tied(), h.reshaped({B, config_.d_model}), logits);
   return logits;
 }
 

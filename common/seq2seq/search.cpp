@@ -169,7 +169,9 @@ namespace {
 // a search), the products' precision.
 nn::Context inference_context(Arena& arena, ops::Precision precision) {
   nn::Context ctx{false, &arena, nullptr};
-  ctx.precision = precision;
+  nn::set_inference_precision(ctx, precision);
+  // int8 comes only from translate (training refuses it), which runs nothing else.
+  ctx.one_copy_of_weights = precision == ops::Precision::int8;
   ctx.packed_weights = true;
   return ctx;
 }

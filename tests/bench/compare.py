@@ -31,8 +31,15 @@ Rows (`--only` takes row names or their prefixes, comma-separated: `--only vit-b
       placeholder model of the issue's size is trained for a few steps on a generated corpus
       (speed only: its translations are noise, so its output lengths are not a real model's).
   ...-bf16    the same vitk runs with --precision bf16, when this binary's help lists it
-      (`vitk classify --help`, `vitk train --help`, `vitk mt-train --help`); compared with
-      PyTorch's f32 figure and with vitk's own f32 row.
+      (`vitk classify --help`, `vitk train --help`, `vitk mt-train --help`) and the CPU has bf16
+      products (`vitk env`); compared with PyTorch's f32 figure and with vitk's own f32 row.
+  vit-b16-...-int8, mt-greedy-int8, mt-beam4-int8   the inference and decoding runs with
+      --precision int8, when this binary's help lists int8 (`vitk classify --help`, `vitk
+      translate --help`): on every CPU, with 7-bit activation codes where it lacks VNNI (a note
+      on these rows quotes `vitk env`'s int8 line). Compared with PyTorch's (and ONNX Runtime's)
+      f32 figure and with vitk's own rows: the 224 batch 1 row's targets are 3.5x ONNX
+      Runtime's f32 figure and 1.6x vitk's bf16 row (when that is in the table), the decoding
+      rows' 1.5x vitk's f32 row of the same search.
 
 Every measurement is a child process of its own (vitk, or this script with PyTorch), so that no
 idle PyTorch thread team sits beside vitk and each peak resident memory (os.wait4's ru_maxrss:
@@ -63,6 +70,7 @@ import importlib.util
 import json
 import os
 import random
+import re
 import shlex
 import shutil
 import statistics
@@ -89,12 +97,16 @@ BLAS_PACKAGE = "libopenblas0-openmp"
 
 # ---- Rows --------------------------------------------------------------------------------------
 
-# factor x the baseline: "pytorch" (PyTorch's median of the row) or "f32" (vitk's f32 row).
+# factor x the baseline: "pytorch" or "ort" (PyTorch's or ONNX Runtime's median of the row), or
+# a precision, "f32" or "bf16": vitk's row of the same model and search in that precision.
 Target = collections.namedtuple("Target", "factor baseline")
+BASELINE_NAMES = {"pytorch": "PyTorch", "ort": "ORT", "f32": "vitk f32", "bf16": "vitk bf16"}
 # key: the name --only takes; kind: what is measured; torch_key: the row whose PyTorch
 # measurement this row is compared with (shared, measured once per round); f32_key: for a bf16
-# row, its f32 row; params: the sizes.
-Row = collections.namedtuple("Row", "key title kind unit precision torch_key f32_key target params")
+# or int8 row, its f32 row (the rows of one model and search share it); targets: a tuple of
+# Target; params: the sizes.
+Row = collections.namedtuple("Row",
+                             "key title kind unit precision torch_key f32_key targets params")
 
 VIT_B16 = dict(patch_size=16, layers=12, heads=12, d_model=768, d_ff=3072, classes=1000)
 VIT_TINY = dict(patch_size=16, layers=2, heads=2, d_model=64, d_ff=128, classes=10)
@@ -112,32 +124,40 @@ def make_rows(quick):
         image -= image % vit["patch_size"]
         key = f"vit-b16-{size}-b{batch}"
         params = dict(vit, image_size=image, batch=batch)
-        target = Target(3.5, "pytorch") if (size, batch) == (224, 1) else None
-        rows.append(Row(key, f"{name} {image} batch {batch}", "vit-infer", "images/s", "f32", key,
-                        None, target, params))
-        bf16_target = Target(1.7, "f32") if (size, batch) == (224, 1) else None
-        rows.append(Row(key + "-bf16", f"{name} {image} batch {batch} bf16", "vit-infer",
-                        "images/s", "bf16", key, key, bf16_target, params))
+        first = (size, batch) == (224, 1)  # the only ViT inference row the issues set targets
+        title = f"{name} {image} batch {batch}"
+        rows.append(Row(key, title, "vit-infer", "images/s", "f32", key, None,
+                        (Target(3.5, "pytorch"),) if first else (), params))
+        rows.append(Row(key + "-bf16", title + " bf16", "vit-infer", "images/s", "bf16", key, key,
+                        (Target(1.7, "f32"),) if first else (), params))
+        rows.append(Row(key + "-int8", title + " int8", "vit-infer", "images/s", "int8", key, key,
+                        (Target(3.5, "ort"), Target(1.6, "bf16")) if first else (), params))
     train = dict(batch=8, steps=2, warmup=1) if quick else dict(batch=128, steps=10, warmup=2)
     rows.append(Row("vit-train", "ViT training step, batch %d" % train["batch"], "vit-train",
-                    "images/s", "f32", "vit-train", None, Target(2.5, "pytorch"), train))
+                    "images/s", "f32", "vit-train", None, (Target(2.5, "pytorch"),), train))
     rows.append(Row("vit-train-bf16", "ViT training step, batch %d, bf16" % train["batch"],
                     "vit-train", "images/s", "bf16", "vit-train", "vit-train",
-                    Target(2.5, "pytorch"), train))
+                    (Target(2.5, "pytorch"),), train))
     mt = dict(batch=8, length=8, steps=2, warmup=1) if quick else dict(batch=128, length=32,
                                                                           steps=5, warmup=2)
     title = "MT training step, %dx%d tokens" % (mt["batch"], mt["length"])
     rows.append(Row("mt-train", title, "mt-train", "target tokens/s", "f32", "mt-train", None,
-                    Target(2.5, "pytorch"), mt))
+                    (Target(2.5, "pytorch"),), mt))
     rows.append(Row("mt-train-bf16", title + ", bf16", "mt-train", "target tokens/s", "bf16",
-                    "mt-train", "mt-train", Target(2.5, "pytorch"), mt))
+                    "mt-train", "mt-train", (Target(2.5, "pytorch"),), mt))
     n = 20 if quick else 500
-    rows.append(Row("mt-greedy", f"MT decoding, greedy, {n} sentences", "mt-decode",
-                    "sentences/s", "f32", "mt-greedy", None, Target(5.0, "pytorch"),
-                    dict(sentences=n, search=["--greedy"])))
-    rows.append(Row("mt-beam4", f"MT decoding, beam 4, {n} sentences (vs PyTorch greedy)",
-                    "mt-decode", "sentences/s", "f32", "mt-greedy", None, Target(5.0, "pytorch"),
-                    dict(sentences=n, search=["--beam-size", "4", "--length-penalty", "0.6"])))
+    # Both searches are compared with PyTorch's greedy loop, the issue's baseline.
+    for key, search, what in (("mt-greedy", ["--greedy"], "greedy"),
+                              ("mt-beam4", ["--beam-size", "4", "--length-penalty", "0.6"],
+                               "beam 4")):
+        versus = "" if key == "mt-greedy" else " (vs PyTorch greedy)"
+        params = dict(sentences=n, search=search)
+        rows.append(Row(key, f"MT decoding, {what}, {n} sentences{versus}", "mt-decode",
+                        "sentences/s", "f32", "mt-greedy", None, (Target(5.0, "pytorch"),),
+                        params))
+        rows.append(Row(key + "-int8", f"MT decoding, {what}, {n} sentences, int8{versus}",
+                        "mt-decode", "sentences/s", "int8", "mt-greedy", key,
+                        (Target(1.5, "f32"),), params))
     return rows
 
 
@@ -167,15 +187,28 @@ def ratio(a, b):
     return a / b if a is not None and b else None
 
 
-def target_check(row, vitk, torch, vitk_f32, times="x", ge=">="):
-    """(target text, achieved factor or None, met: True, False or None when not known)."""
-    if row.target is None:
-        return "", None, None
-    if row.target.baseline == "f32":
-        got, text = ratio(vitk, vitk_f32), f"{ge} {row.target.factor:g}{times} vitk f32"
-    else:
-        got, text = ratio(vitk, torch), f"{ge} {row.target.factor:g}{times} PyTorch"
-    return text, got, (None if got is None else got >= row.target.factor)
+def target_checks(row, vitk, baselines, times="x", ge=">="):
+    """[(target text, achieved factor or None, met: True, False or None when not known)], one
+    for each target of `row` whose baseline is part of this run. baselines: {"pytorch", "ort",
+    "f32", "bf16": that side's median, None when it has no figure}; a baseline it does not hold
+    (no ONNX Runtime side, no bf16 row in the table) leaves its target out. Against another vitk
+    row the text ends with the achieved factor, which no column of the table shows."""
+    checks = []
+    for target in row.targets:
+        if target.baseline not in baselines:
+            continue
+        got = ratio(vitk, baselines[target.baseline])
+        text = f"{ge} {target.factor:g}{times} {BASELINE_NAMES[target.baseline]}"
+        if got is not None and target.baseline not in ("pytorch", "ort"):
+            text += f" ({fmt_ratio(got, times)})"
+        checks.append((text, got, None if got is None else got >= target.factor))
+    return checks
+
+
+def met_text(checks):
+    """The "met?" cell: "no" when a target is missed, "yes" when every one is known and met."""
+    met = [m for _, _, m in checks]
+    return "no" if False in met else "yes" if met and None not in met else ""
 
 
 def fmt_value(v):
@@ -202,7 +235,8 @@ Result = collections.namedtuple("Result", "row vitk torch vitk_rss torch_rss not
 def table_lines(results, markdown=False):
     """The comparison table as lines of text: plain columns, or a Markdown table. ONNX
     Runtime's three columns ("ORT") are there when a row has an ONNX Runtime side."""
-    by_key = {r.row.key: r for r in results}
+    # vitk's rows by (their f32 row, precision): the vitk baselines of a bf16 or int8 row.
+    by_precision = {(r.row.f32_key or r.row.key, r.row.precision): r for r in results}
     times = "×" if markdown else "x"
     with_ort = any(r.ort is not None for r in results)
     head = ["row", "vitk", "PyTorch"] + (["ORT"] if with_ort else []) + [
@@ -213,23 +247,24 @@ def table_lines(results, markdown=False):
     for res in results:
         row = res.row
         v, t = median_or_none(res.vitk), median_or_none(res.torch)
-        f32 = by_key.get(row.f32_key)
-        v32 = median_or_none(f32.vitk) if f32 else None
-        text, got, met = target_check(row, v, t, v32, times, "≥" if markdown else ">=")
-        if row.target and row.target.baseline == "f32" and got is not None:
-            text += f" ({fmt_ratio(got, times)})"
+        o = median_or_none(res.ort) if res.ort is not None else None
+        blank = res.ort is None  # no ONNX Runtime side: blank, not "-"
+        baselines = {"pytorch": t} if blank else {"pytorch": t, "ort": o}
+        for precision in ("f32", "bf16"):
+            other = by_precision.get((row.f32_key, precision))
+            if other:
+                baselines[precision] = median_or_none(other.vitk)
+        checks = target_checks(row, v, baselines, times, "≥" if markdown else ">=")
         mark = ""
         for note in res.notes:
             if note not in notes:
                 notes.append(note)
             mark += f" [{notes.index(note) + 1}]"
-        o = median_or_none(res.ort) if res.ort is not None else None
-        blank = res.ort is None  # no ONNX Runtime side: blank, not "-"
         cells = {"row": row.title + mark, "vitk": fmt_value(v), "PyTorch": fmt_value(t),
                  "ORT": "" if blank else fmt_value(o), "unit": row.unit,
                  "vitk/PyTorch": fmt_ratio(ratio(v, t), times),
                  "vitk/ORT": "" if blank else fmt_ratio(ratio(v, o), times),
-                 "target": text, "met?": {True: "yes", False: "no", None: ""}[met],
+                 "target": "; ".join(text for text, _, _ in checks), "met?": met_text(checks),
                  "vitk peak MiB": fmt_mib(median_or_none(res.vitk_rss)),
                  "PyTorch peak MiB": fmt_mib(median_or_none(res.torch_rss)),
                  "ORT peak MiB": "" if blank else fmt_mib(median_or_none(res.ort_rss))}
@@ -295,7 +330,7 @@ def run_vitk(row, s):
         return p["batch"] * p["length"] / sec, m, None
     if row.kind == "mt-decode":
         wall, own, hyps, m = vitk_side.translate(s.vitk, s.mt_model, s.mt_sentences, s.threads,
-                                                 p["search"])
+                                                 p["search"], precision=precision_of(row))
         return len(s.mt_sentences) / (own if own > 0 else wall), m, hyps
     raise ValueError(row.kind)
 
@@ -315,7 +350,7 @@ def vitk_command(row, s):
                 str(p["batch"]), "--steps", str(p["steps"]), "--repeats", "1",
                 "--no-breakdown"] + length + prec
     return [s.vitk, "translate", "--model", str(s.mt_model), "--input", "SENTENCES", "--output",
-            "HYPOTHESES", "--threads", str(s.threads), "--batch-size", "32"] + p["search"]
+            "HYPOTHESES", "--threads", str(s.threads), "--batch-size", "32"] + p["search"] + prec
 
 
 def torch_spec(row, s, hyp_out=None):
@@ -664,9 +699,9 @@ def placeholder_command(s, directory, steps):
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
-        epilog="Rows: vit-b16-224-b1, vit-b16-224-b8, vit-b16-384-b1 (and each with -bf16), "
-               "vit-train(-bf16), mt-train(-bf16), mt-greedy, mt-beam4. See the top of "
-               "tests/bench/compare.py for what each one times.")
+        epilog="Rows: vit-b16-224-b1, vit-b16-224-b8, vit-b16-384-b1 (and each with -bf16 and "
+               "-int8), vit-train(-bf16), mt-train(-bf16), mt-greedy(-int8), mt-beam4(-int8). "
+               "See the top of tests/bench/compare.py for what each one times.")
     ap.add_argument("--vitk", default=VITK, help="the vitk binary (default: build/vitk)")
     ap.add_argument("--rounds", type=int, help="rounds of every row; the table shows medians "
                     "(default 3; 1 with --quick)")
@@ -690,7 +725,7 @@ def parse_args(argv=None):
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     ap.add_argument("--dry-run", action="store_true",
                     help="print what would run and an empty table; runs nothing but "
-                         "`vitk ... --help` (no PyTorch needed)")
+                         "`vitk env` and `vitk ... --help` (no PyTorch needed)")
     ap.add_argument("--no-onnxruntime", action="store_true",
                     help="leave out ONNX Runtime's columns of the ViT inference rows (no Node, "
                          "no npm, no export)")
@@ -712,31 +747,46 @@ def parse_args(argv=None):
     return args, ap
 
 
-def bf16_support(vitk, rows):
-    """{row key: reason it is left out} for the bf16 rows this binary cannot run: a row is kept
-    when `vitk <subcommand> --help` lists --precision (classify for inference, train and
-    mt-train for the training steps, which bench vit-step/mt-step then run)."""
-    sub = {"vit-infer": "classify", "vit-train": "train", "mt-train": "mt-train"}
+def vitk_env(vitk):
+    """`vitk env`'s output (the CPU's bf16 and int8 products); None without a binary to ask."""
+    if not os.access(vitk, os.X_OK):
+        return None
+    return subprocess.run([vitk, "env"], capture_output=True, text=True).stdout
+
+
+def precision_support(vitk, rows, env):
+    """{row key: reason it is left out} for the bf16 and int8 rows this binary cannot run (env:
+    vitk_env's answer). A row is kept when `vitk <subcommand> --help` lists its precision among
+    --precision's values (classify for inference, translate for decoding, train and mt-train for
+    the training steps, which bench vit-step/mt-step then run). A bf16 row also needs bf16
+    products, which `vitk env` denies ("bf16: no") on a CPU without AVX512_BF16 or AMX; int8
+    runs on every CPU (without VNNI, on 7-bit activation codes: int8_note)."""
+    sub = {"vit-infer": "classify", "mt-decode": "translate", "vit-train": "train",
+           "mt-train": "mt-train"}
     known, out = {}, {}
-    cpu_bf16 = None
     for r in rows:
         if r.precision == "f32":
             continue
         name = sub[r.kind]
-        if not os.access(vitk, os.X_OK):
-            out[r.key] = f"no vitk binary at {vitk} to ask whether it has a bf16 path"
+        if env is None:
+            out[r.key] = f"no vitk binary at {vitk} to ask whether it has a {r.precision} path"
             continue
-        if cpu_bf16 is None:  # `vitk env` says "bf16: no" on a CPU without AVX512_BF16 or AMX
-            env = subprocess.run([vitk, "env"], capture_output=True, text=True).stdout
-            cpu_bf16 = "bf16: no" not in env
-        if not cpu_bf16:
+        if r.precision == "bf16" and "bf16: no" in env:
             out[r.key] = "this CPU has no bf16 products (`vitk env`: bf16: no)"
             continue
         if name not in known:
-            known[name] = vitk_side.has_option(vitk, name, "--precision")
-        if not known[name]:
-            out[r.key] = f"`vitk {name} --help` lists no --precision: this binary has no bf16 path"
+            known[name] = vitk_side.precisions(vitk, name)
+        if r.precision not in known[name]:
+            out[r.key] = (f"`vitk {name} --help` lists no {r.precision} for --precision: this "
+                          f"binary has no {r.precision} path")
     return out
+
+
+def int8_note(env):
+    """The int8 rows' note: which int8 products ran, from `vitk env`'s int8 line (VNNI with
+    8-bit activations, or 7-bit activation codes without it); None when it has no such line."""
+    match = re.search(r"^int8: (.+)$", env or "", re.M)
+    return f"int8 products (`vitk env`): {match.group(1)}" if match else None
 
 
 def prepare_translation(args, s, rows, log):
@@ -982,7 +1032,8 @@ def main(argv=None):
         check_blas(__file__)
         if wants_ort:
             ensure_onnxruntime(log=log)
-    skipped = bf16_support(args.vitk, rows)
+    env = vitk_env(args.vitk)
+    skipped = precision_support(args.vitk, rows, env)
     active = [r for r in rows if r.key not in skipped]
     with_ort = not args.no_onnxruntime and any(r.kind == "vit-infer" for r in active)
     workdir = args.keep or tempfile.mkdtemp(prefix="vitk-compare-")
@@ -1029,9 +1080,12 @@ def main(argv=None):
             if onnx_lines:
                 print("\n".join(onnx_lines), flush=True)
             results = measure(active, s, args.rounds, log)
-        if mt_note:
-            results = [res._replace(notes=[mt_note] + res.notes) if res.row.kind == "mt-decode"
-                       else res for res in results]
+        int8 = int8_note(env)
+        for res in results:  # what ran, before what happened: the placeholder, the int8 mode
+            if int8 and res.row.precision == "int8":
+                res.notes.insert(0, int8)
+            if mt_note and res.row.kind == "mt-decode":
+                res.notes.insert(0, mt_note)
         print("\n".join(table_lines(results, args.markdown)))
         for reason in sorted(set(skipped.values())):
             keys = ", ".join(k for k, v in skipped.items() if v == reason)

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """ctest: the logic of tests/bench/compare.py without PyTorch and without timing anything: row
 selection, targets and ratios, the table in both forms, the parsers of vitk's output, the
-per-child peak memory, the bf16 rows' detection, ONNX Runtime's side (its columns, rounds,
+per-child peak memory, the bf16 and int8 rows' detection, ONNX Runtime's side (its columns, rounds,
 export and parity bookkeeping and installation, with stand-ins for PyTorch, Node and npm) and a
 --dry-run end to end.
 
@@ -36,14 +36,22 @@ def result(key, vitk=(), torch=(), rows=None, notes=(), ort=None):
                           None if ort is None else [300.0] * len(ort))
 
 
-def fake_vitk(directory, precision_in):
-    """A shell script standing in for vitk: `vitk SUB --help` lists --precision for the
-    subcommands in precision_in."""
+BF16 = "f32|bf16"
+INT8 = "f32|bf16|int8"
+VNNI_ENV = "cpu isa: avx512_core_amx\nbf16: yes\nint8: VNNI (8-bit activations)\n"
+
+
+def fake_vitk(directory, precision_in, env=VNNI_ENV):
+    """A shell script standing in for vitk: `vitk SUB --help` lists --precision with the values
+    precision_in gives SUB ({"classify": INT8, ...}; every help has a usage example with
+    `--precision int8`, which does not count), and `vitk env` prints env."""
     path = os.path.join(directory, "vitk")
-    cases = "".join(f'  "{sub} --help") echo "  --precision f32|bf16  data type";;\n'
-                    for sub in precision_in)
+    cases = "".join(f'  "{sub} --help") echo "  --precision {values} (=f32)  data type";;\n'
+                    for sub, values in precision_in.items())
     with open(path, "w") as f:
-        f.write(f'#!/bin/sh\ncase "$1 $2" in\n{cases}  *) echo "  --threads N";;\nesac\n')
+        f.write(f'#!/bin/sh\nif [ "$1" = env ]; then printf "{env}"; exit; fi\n'
+                f'echo "  vitk $1 --precision int8   # an example"\n'
+                f'case "$1 $2" in\n{cases}  *) echo "  --threads N";;\nesac\n')
     os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)
     return path
 
@@ -54,7 +62,8 @@ class Rows(unittest.TestCase):
         self.assertEqual(len(keys), len(set(keys)))
         for key in ("vit-b16-224-b1", "vit-b16-224-b8", "vit-b16-384-b1", "vit-train", "mt-train",
                     "mt-greedy", "mt-beam4", "vit-b16-224-b1-bf16", "vit-train-bf16",
-                    "mt-train-bf16"):
+                    "mt-train-bf16", "vit-b16-224-b1-int8", "vit-b16-224-b8-int8",
+                    "vit-b16-384-b1-int8", "mt-greedy-int8", "mt-beam4-int8"):
             self.assertIn(key, keys)
         rows = {r.key: r for r in compare.make_rows(False)}
         self.assertEqual(rows["vit-b16-384-b1"].params["image_size"], 384)
@@ -64,6 +73,18 @@ class Rows(unittest.TestCase):
         self.assertEqual(rows["mt-greedy"].params["sentences"], 500)
         self.assertEqual(rows["mt-beam4"].torch_key, "mt-greedy")
         self.assertEqual(rows["vit-train-bf16"].f32_key, "vit-train")
+        # An int8 row: the f32 row's PyTorch (and ONNX Runtime) figure and vitk's f32 row of the
+        # same search; beam 4 in int8 against beam 4 in f32, not greedy.
+        for key, torch_key, f32_key in (("vit-b16-384-b1-int8", "vit-b16-384-b1", "vit-b16-384-b1"),
+                                        ("mt-greedy-int8", "mt-greedy", "mt-greedy"),
+                                        ("mt-beam4-int8", "mt-greedy", "mt-beam4")):
+            r = rows[key]
+            self.assertEqual((r.precision, r.torch_key, r.f32_key), ("int8", torch_key, f32_key))
+            self.assertEqual(r.params, rows[f32_key].params)
+        self.assertEqual(rows["vit-b16-224-b1-int8"].targets,
+                         (compare.Target(3.5, "ort"), compare.Target(1.6, "bf16")))
+        self.assertEqual(rows["vit-b16-224-b8-int8"].targets, ())
+        self.assertEqual(rows["mt-beam4-int8"].targets, (compare.Target(1.5, "f32"),))
 
     def test_quick_sizes_are_tiny_and_patch_aligned(self):
         for r in compare.make_rows(True):
@@ -77,11 +98,14 @@ class Rows(unittest.TestCase):
         rows = compare.make_rows(False)
         self.assertEqual(compare.select_rows(rows, ""), rows)
         keys = lambda only: [r.key for r in compare.select_rows(rows, only)]  # noqa: E731
-        self.assertEqual(keys("vit-b16-224-b1"), ["vit-b16-224-b1", "vit-b16-224-b1-bf16"])
-        self.assertEqual(len(keys("vit-b16")), 6)
+        self.assertEqual(keys("vit-b16-224-b1"),
+                         ["vit-b16-224-b1", "vit-b16-224-b1-bf16", "vit-b16-224-b1-int8"])
+        self.assertEqual(len(keys("vit-b16")), 9)
         self.assertEqual(keys("mt-beam4,vit-train"),
-                         ["vit-train", "vit-train-bf16", "mt-beam4"])
-        self.assertEqual(keys("mt"), ["mt-train", "mt-train-bf16", "mt-greedy", "mt-beam4"])
+                         ["vit-train", "vit-train-bf16", "mt-beam4", "mt-beam4-int8"])
+        self.assertEqual(keys("mt"), ["mt-train", "mt-train-bf16", "mt-greedy", "mt-greedy-int8",
+                                      "mt-beam4", "mt-beam4-int8"])
+        self.assertEqual(keys("mt-beam4-int8"), ["mt-beam4-int8"])
         with self.assertRaises(ValueError) as e:
             compare.select_rows(rows, "vit-b1")  # a prefix must end at a '-'
         self.assertIn("vit-b16-224-b1", str(e.exception))
@@ -93,22 +117,49 @@ class Targets(unittest.TestCase):
 
     def test_against_pytorch(self):
         r = self.row("vit-b16-224-b1")
-        self.assertEqual(compare.target_check(r, 35.0, 10.0, None)[1:], (3.5, True))
-        self.assertEqual(compare.target_check(r, 34.0, 10.0, None)[2], False)
-        self.assertEqual(compare.target_check(r, 34.0, None, None)[2], None)
-        self.assertEqual(compare.target_check(self.row("vit-b16-224-b8"), 3, 1, None),
-                         ("", None, None))
-        self.assertEqual(compare.target_check(self.row("mt-beam4"), 50, 10, None)[2], True)
-        self.assertEqual(compare.target_check(self.row("mt-train"), 24, 10, None)[2], False)
+        self.assertEqual(compare.target_checks(r, 35.0, {"pytorch": 10.0}),
+                         [(">= 3.5x PyTorch", 3.5, True)])
+        self.assertEqual(compare.target_checks(r, 34.0, {"pytorch": 10.0})[0][2], False)
+        self.assertEqual(compare.target_checks(r, 34.0, {"pytorch": None})[0][1:], (None, None))
+        self.assertEqual(compare.target_checks(self.row("vit-b16-224-b8"), 3, {"pytorch": 1}), [])
+        self.assertEqual(compare.target_checks(self.row("mt-beam4"), 50, {"pytorch": 10})[0][2],
+                         True)
+        self.assertEqual(compare.target_checks(self.row("mt-train"), 24, {"pytorch": 10})[0][2],
+                         False)
 
     def test_bf16_against_vitk_f32(self):
         r = self.row("vit-b16-224-b1-bf16")
-        text, got, met = compare.target_check(r, 17.0, 1.0, 10.0)
-        self.assertIn("vitk f32", text)
+        [(text, got, met)] = compare.target_checks(r, 17.0, {"pytorch": 1.0, "f32": 10.0})
+        self.assertEqual(text, ">= 1.7x vitk f32 (1.70x)")  # the factor is in no column
         self.assertAlmostEqual(got, 1.7)
         self.assertTrue(met)
-        self.assertFalse(compare.target_check(r, 16.9, 100.0, 10.0)[2])
-        self.assertIsNone(compare.target_check(r, 16.9, 100.0, None)[2])
+        self.assertFalse(compare.target_checks(r, 16.9, {"pytorch": 100.0, "f32": 10.0})[0][2])
+        self.assertEqual(compare.target_checks(r, 16.9, {"pytorch": 100.0, "f32": None}),
+                         [(">= 1.7x vitk f32", None, None)])  # the f32 row has no figure
+        self.assertEqual(compare.target_checks(r, 16.9, {"pytorch": 100.0}), [])  # not in the run
+
+    def test_int8_against_ort_and_vitk_bf16(self):
+        r = self.row("vit-b16-224-b1-int8")
+        checks = compare.target_checks(r, 36.0, {"pytorch": 5.0, "ort": 10.0, "f32": 9.0,
+                                                 "bf16": 20.0}, "×", "≥")
+        self.assertEqual([(text, met) for text, _, met in checks],
+                         [("≥ 3.5× ORT", True), ("≥ 1.6× vitk bf16 (1.80×)", True)])
+        self.assertEqual(compare.met_text(checks), "yes")
+        # The bf16 row left out (a CPU without bf16) or not chosen: the ORT target alone.
+        checks = compare.target_checks(r, 30.0, {"pytorch": 5.0, "ort": 10.0, "f32": 9.0})
+        self.assertEqual([text for text, _, _ in checks], [">= 3.5x ORT"])
+        self.assertEqual(compare.met_text(checks), "no")
+        # Without ONNX Runtime (--no-onnxruntime) nor bf16: no target.
+        self.assertEqual(compare.target_checks(r, 30.0, {"pytorch": 5.0, "f32": 9.0}), [])
+        r = self.row("mt-beam4-int8")
+        self.assertEqual(compare.target_checks(r, 15.0, {"pytorch": 1.0, "f32": 10.0}),
+                         [(">= 1.5x vitk f32 (1.50x)", 1.5, True)])
+
+    def test_met_of_several_targets(self):
+        self.assertEqual(compare.met_text([]), "")
+        self.assertEqual(compare.met_text([("a", 1.0, True), ("b", None, None)]), "")
+        self.assertEqual(compare.met_text([("a", 1.0, False), ("b", None, None)]), "no")
+        self.assertEqual(compare.met_text([("a", 1.0, True), ("b", 2.0, True)]), "yes")
 
     def test_medians_and_numbers(self):
         self.assertEqual(compare.median_or_none([3.0, None, 1.0, 2.0]), 2.0)
@@ -157,6 +208,33 @@ class Table(unittest.TestCase):
         self.assertIn("≥ 3.5× PyTorch", lines[2])
 
 
+class Int8Table(unittest.TestCase):
+    """The int8 rows' targets in the table: against ONNX Runtime and vitk's own bf16 (224 batch
+    1), against vitk's f32 row of the same search (decoding)."""
+
+    def test_targets(self):
+        results = [result("vit-b16-224-b1", [10.0], [5.0], ort=[8.0]),
+                   result("vit-b16-224-b1-bf16", [20.0], [5.0], ort=[8.0]),
+                   result("vit-b16-224-b1-int8", [30.0], [5.0], ort=[8.0]),
+                   result("vit-b16-224-b8-int8", [30.0], [5.0], ort=[8.0]),
+                   result("mt-greedy", [100.0], [10.0]),
+                   result("mt-greedy-int8", [160.0], [10.0]),
+                   result("mt-beam4", [40.0], [10.0]),
+                   result("mt-beam4-int8", [50.0], [10.0])]
+        lines = compare.table_lines(results, markdown=True)
+        int8 = lines[4].split(" | ")
+        self.assertIn("3.75×", int8)  # vitk/ORT: 30 / 8
+        self.assertIn("≥ 3.5× ORT; ≥ 1.6× vitk bf16 (1.50×)", int8)
+        self.assertIn("no", int8)  # ORT's met, bf16's missed
+        self.assertNotIn("≥", lines[5])  # batch 8: no target
+        self.assertIn("| ≥ 1.5× vitk f32 (1.60×) | yes |", lines[7])  # 160 / greedy's 100
+        self.assertIn("| ≥ 1.5× vitk f32 (1.25×) | no |", lines[9])  # 50 / beam's 40
+        # Without the bf16 row (left out on this CPU), the ORT target alone, and met.
+        lines = compare.table_lines([results[0], results[2]])
+        self.assertRegex(lines[2], r">= 3\.5x ORT +yes ")
+        self.assertNotIn("bf16", lines[2])
+
+
 class VitkOutput(unittest.TestCase):
     def test_parsers(self):
         self.assertEqual(vitk_side.parse_classify_benchmark(
@@ -172,12 +250,35 @@ class VitkOutput(unittest.TestCase):
         with self.assertRaises(vitk_side.VitkOutputError):
             vitk_side.parse_step_bench("something else")
 
-    def test_has_option(self):
+    def test_precisions(self):
         with tempfile.TemporaryDirectory() as tmp:
-            vitk = fake_vitk(tmp, ["classify"])
-            self.assertTrue(vitk_side.has_option(vitk, "classify", "--precision"))
-            self.assertFalse(vitk_side.has_option(vitk, "train", "--precision"))
-            self.assertFalse(vitk_side.has_option(vitk, "classify", "--prec"))
+            vitk = fake_vitk(tmp, {"classify": INT8, "train": BF16})
+            self.assertEqual(vitk_side.precisions(vitk, "classify"), {"f32", "bf16", "int8"})
+            self.assertEqual(vitk_side.precisions(vitk, "train"), {"f32", "bf16"})
+            # No option line: the usage example's `--precision int8` does not count.
+            self.assertEqual(vitk_side.precisions(vitk, "translate"), set())
+
+    def test_translate_with_a_precision(self):
+        # run_vitk's decoding side: the search and --precision on vitk translate's command line,
+        # sentences/s from its own timer.
+        with tempfile.TemporaryDirectory() as tmp:
+            vitk, argv = os.path.join(tmp, "vitk"), os.path.join(tmp, "argv")
+            with open(vitk, "w") as f:
+                f.write(f"#!{sys.executable}\nimport shutil, sys\n"
+                        f"open({argv!r}, 'w').write(' '.join(sys.argv[1:]))\n"
+                        "a = sys.argv\n"
+                        "shutil.copy(a[a.index('--input') + 1], a[a.index('--output') + 1])\n"
+                        "sys.stderr.write('vitk: translated 4 sentences (0 empty, 0 truncated) "
+                        "in 0.50 s: 8 sentences/s\\n')\n")
+            os.chmod(vitk, 0o755)
+            row = next(r for r in compare.make_rows(True) if r.key == "mt-beam4-int8")
+            s = compare.Settings(vitk, 2, 0.1, True, "model.h5", ["a", "b", "c", "d"], tmp)
+            value, m, hyps = compare.run_vitk(row, s)
+            with open(argv) as f:
+                args = f.read()
+        self.assertEqual((value, hyps), (8.0, ["a", "b", "c", "d"]))
+        self.assertIn("--beam-size 4 --length-penalty 0.6 --precision int8", args)
+        self.assertTrue(args.startswith("translate --model model.h5 "))
 
 
 class PeakMemory(unittest.TestCase):
@@ -251,18 +352,23 @@ class Measure(unittest.TestCase):
         self.assertEqual([r.row.key for r in results], [r.key for r in rows])
         by_key = {r.row.key: r for r in results}
         # Round 1: PyTorch first, then the vitk rows compared with it; round 2: the other way.
-        self.assertEqual(calls[:3], [("torch", "vit-infer"), ("vitk", "vit-b16-224-b1"),
-                                     ("vitk", "vit-b16-224-b1-bf16")])
-        self.assertEqual(len(calls), 9 + 8 + 8)  # mt-train-bf16 only in round 1
-        self.assertEqual(calls[9:12], [("vitk", "vit-b16-224-b1"), ("vitk", "vit-b16-224-b1-bf16"),
-                                      ("torch", "vit-infer")])
+        self.assertEqual(calls[:4], [("torch", "vit-infer"), ("vitk", "vit-b16-224-b1"),
+                                     ("vitk", "vit-b16-224-b1-bf16"),
+                                     ("vitk", "vit-b16-224-b1-int8")])
+        self.assertEqual(len(calls), 12 + 11 + 11)  # mt-train-bf16 only in round 1
+        self.assertEqual(calls[12:16], [("vitk", "vit-b16-224-b1"),
+                                        ("vitk", "vit-b16-224-b1-bf16"),
+                                        ("vitk", "vit-b16-224-b1-int8"), ("torch", "vit-infer")])
         self.assertEqual(calls.count(("torch", "vit-infer")), 3)  # once per round, shared
-        self.assertEqual(calls.count(("torch", "mt-decode")), 3)  # greedy and beam share it
+        self.assertEqual(calls.count(("torch", "mt-decode")), 3)  # both searches, both precisions
+        self.assertEqual(calls.count(("vitk", "mt-beam4-int8")), 3)
         self.assertEqual(calls.count(("vitk", "mt-train-bf16")), 1)  # failed: not again
         self.assertEqual(len(by_key["vit-b16-224-b1"].vitk), 3)
         self.assertEqual(by_key["vit-b16-224-b1"].torch, [10.0] * 3)
         self.assertEqual(len(by_key["vit-b16-224-b1"].vitk_rss), 3)
         self.assertEqual(by_key["mt-beam4"].torch, [10.0] * 3)
+        self.assertEqual(by_key["mt-beam4-int8"].torch, [10.0] * 3)
+        self.assertIn("PyTorch column: the f32 row's PyTorch", by_key["mt-greedy-int8"].notes)
         self.assertEqual(by_key["mt-train"].torch, [])
         self.assertIn("PyTorch failed: no torch here", by_key["mt-train"].notes)
         self.assertIn("PyTorch failed: no torch here", by_key["mt-train-bf16"].notes)
@@ -372,16 +478,19 @@ class OrtRounds(unittest.TestCase):
             results = compare.measure(rows, s, 2, log.append, vitk, torch, ort)
         by_key = {r.row.key: r for r in results}
         # Round 1: PyTorch, ONNX Runtime, vitk; round 2 the other way round.
-        self.assertEqual(calls[:4], [("torch", "vit-infer"), ("ort", 1, 32),
-                                     ("vitk", "vit-b16-224-b1"), ("vitk", "vit-b16-224-b1-bf16")])
+        self.assertEqual(calls[:5], [("torch", "vit-infer"), ("ort", 1, 32),
+                                     ("vitk", "vit-b16-224-b1"), ("vitk", "vit-b16-224-b1-bf16"),
+                                     ("vitk", "vit-b16-224-b1-int8")])
         second = calls[len(calls) // 2:]
-        self.assertEqual(second[:4], [("vitk", "vit-b16-224-b1"), ("vitk", "vit-b16-224-b1-bf16"),
-                                      ("ort", 1, 32), ("torch", "vit-infer")])
+        self.assertEqual(second[:5], [("vitk", "vit-b16-224-b1"), ("vitk", "vit-b16-224-b1-bf16"),
+                                      ("vitk", "vit-b16-224-b1-int8"), ("ort", 1, 32),
+                                      ("torch", "vit-infer")])
         # Shared like PyTorch's, and never for the 384 row's size that failed its check.
         self.assertEqual([c for c in calls if c[0] == "ort"],
                          [("ort", 1, 32), ("ort", 8, 32)] * 2)
         self.assertEqual(by_key["vit-b16-224-b1"].ort, [20.0, 20.0])
         self.assertEqual(by_key["vit-b16-224-b1-bf16"].ort, [20.0, 20.0])
+        self.assertEqual(by_key["vit-b16-224-b1-int8"].ort, [20.0, 20.0])
         self.assertEqual(len(by_key["vit-b16-224-b1"].ort_rss), 2)
         self.assertEqual(by_key["vit-b16-224-b8"].ort, [20.0])  # round 1 failed: a note
         self.assertIn("ONNX Runtime failed: node run_vit.js SPEC...: Error: out of memory",
@@ -394,6 +503,8 @@ class OrtRounds(unittest.TestCase):
         self.assertIsNone(by_key["mt-train"].ort)
         self.assertIn("PyTorch and ORT columns: the f32 row's",
                       by_key["vit-b16-224-b1-bf16"].notes)
+        self.assertIn("PyTorch and ORT columns: the f32 row's",
+                      by_key["vit-b16-224-b1-int8"].notes)
         self.assertIn("PyTorch column: the f32 row's PyTorch", by_key["mt-train-bf16"].notes)
         self.assertTrue(any("round 1/2 vit-b16-224-b1: ONNX Runtime 20.0 images/s" in line
                             for line in log))
@@ -628,24 +739,63 @@ class DryRun(unittest.TestCase):
 
     def test_bf16_rows_follow_the_binary_s_help(self):
         with tempfile.TemporaryDirectory() as tmp:
-            out = self.dry_run("--quick", "--vitk", fake_vitk(tmp, ["classify"])).stdout
+            out = self.dry_run("--quick", "--vitk", fake_vitk(tmp, {"classify": BF16})).stdout
             self.assertIn("vit-b16-224-b1-bf16: vitk: ", out)
             self.assertIn("--precision bf16", out)
-            self.assertIn("vit-train-bf16: left out: `vitk train --help` lists no --precision",
-                          out)
+            self.assertIn("vit-train-bf16: left out: `vitk train --help` lists no bf16 for "
+                          "--precision: this binary has no bf16 path", out)
             self.assertIn("mt-train-bf16: left out", out)
+            # A binary before int8: its rows are left out, each with the subcommand asked.
+            self.assertIn("vit-b16-224-b1-int8: left out: `vitk classify --help` lists no int8 "
+                          "for --precision", out)
+            self.assertIn("mt-greedy-int8: left out: `vitk translate --help` lists no int8", out)
+            self.assertNotIn("int8 products", out)  # no int8 row, no note
             for key in ("vit-b16-224-b1", "vit-train", "mt-train", "mt-greedy", "mt-beam4"):
                 self.assertIn(f"{key}: vitk: ", out)
             self.assertIn("placeholder model: ", out)
             self.assertIn("mt-greedy: PyTorch child: ", out)
             self.assertNotIn("mt-beam4: PyTorch child", out)  # compared with the greedy loop
-            out = self.dry_run("--quick", "--vitk",
-                               fake_vitk(tmp, ["classify", "train", "mt-train"])).stdout
+            out = self.dry_run("--quick", "--vitk", fake_vitk(
+                tmp, {"classify": INT8, "train": BF16, "mt-train": BF16, "translate": INT8})).stdout
             self.assertNotIn("left out", out)
+
+    def test_int8_rows_follow_the_binary_s_help_not_the_cpu(self):
+        # A CPU without bf16 nor VNNI: the bf16 rows are left out, the int8 rows run (on 7-bit
+        # activation codes, which their note says).
+        env = "cpu isa: avx2\nbf16: no\nint8: no VNNI (7-bit activations)\n"
+        with tempfile.TemporaryDirectory() as tmp:
+            vitk = fake_vitk(tmp, {"classify": INT8, "translate": BF16, "train": BF16}, env)
+            done = self.dry_run("--quick", "--vitk", vitk, "--only", "vit-b16-224-b1,mt-greedy",
+                                "--no-onnxruntime")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        out = done.stdout
+        self.assertIn("vit-b16-224-b1-bf16: left out: this CPU has no bf16 products", out)
+        self.assertIn("vit-b16-224-b1-int8: vitk: ", out)
+        self.assertIn("--batch-size 1 ", out)
+        self.assertRegex(out, r"vit-b16-224-b1-int8: vitk: .*classify --benchmark .*"
+                              r"--precision int8\n")
+        self.assertNotIn("vit-b16-224-b1-int8: PyTorch child", out)  # the f32 row's
+        self.assertIn("mt-greedy-int8: left out: `vitk translate --help` lists no int8", out)
+        table = out[out.index("\nrow "):].splitlines()
+        int8 = next(line for line in table if line.startswith("tiny ViT 32 batch 1 int8"))
+        note = "int8 products (`vitk env`): no VNNI (7-bit activations)"
+        self.assertIn(f"[1] {note}", table)
+        self.assertTrue(int8.startswith("tiny ViT 32 batch 1 int8 [1]"), int8)
+        self.assertEqual(sum(note in line for line in table), 1)
+        self.assertIn("left out: mt-greedy-int8: ", out)
+
+        # With the translate side too, on a CPU with VNNI: the decoding rows' int8 commands.
+        with tempfile.TemporaryDirectory() as tmp:
+            vitk = fake_vitk(tmp, {"classify": INT8, "translate": INT8})
+            out = self.dry_run("--quick", "--vitk", vitk, "--only", "mt-beam4").stdout
+        self.assertRegex(out, r"mt-beam4-int8: vitk: .*translate .*--beam-size 4 "
+                              r"--length-penalty 0\.6 --precision int8\n")
+        self.assertIn("int8 products (`vitk env`): VNNI (8-bit activations)", out)
+        self.assertNotIn("left out", out)
 
     def test_only_markdown_and_errors(self):
         with tempfile.TemporaryDirectory() as tmp:
-            vitk = fake_vitk(tmp, [])
+            vitk = fake_vitk(tmp, {})
             done = self.dry_run("--vitk", vitk, "--only", "mt-train", "--markdown")
             self.assertEqual(done.returncode, 0, done.stderr)
             self.assertIn("| row | vitk |", done.stdout)
@@ -659,7 +809,7 @@ class DryRun(unittest.TestCase):
 
     def test_onnxruntime_side(self):
         with tempfile.TemporaryDirectory() as tmp:
-            vitk, cache = fake_vitk(tmp, []), os.path.join(tmp, "onnx")
+            vitk, cache = fake_vitk(tmp, {}), os.path.join(tmp, "onnx")
             done = self.dry_run("--quick", "--vitk", vitk, "--only", "vit-b16,mt-train",
                                 "--onnx-dir", cache)
             self.assertEqual(done.returncode, 0, done.stderr)
@@ -678,7 +828,7 @@ class DryRun(unittest.TestCase):
         table = out[out.index("\nrow "):]
         self.assertIn("vitk/ORT", table)
         with tempfile.TemporaryDirectory() as tmp:
-            out = self.dry_run("--quick", "--vitk", fake_vitk(tmp, []), "--only",
+            out = self.dry_run("--quick", "--vitk", fake_vitk(tmp, {}), "--only",
                                "vit-b16,mt-train", "--no-onnxruntime").stdout
         self.assertTrue(out.startswith("vitk against PyTorch, "))
         self.assertNotIn("ONNX", out)
@@ -690,6 +840,12 @@ class DryRun(unittest.TestCase):
         self.assertEqual(done.returncode, 0, done.stderr)
         for key in ("vit-b16-224-b1", "vit-train", "mt-train", "mt-greedy", "mt-beam4"):
             self.assertIn(f"{key}: vitk: ", done.stdout)
+        # The binary lists int8 for classify and translate, and `vitk env` says which mode.
+        for key in ("vit-b16-224-b1-int8", "vit-b16-384-b1-int8", "mt-greedy-int8",
+                    "mt-beam4-int8"):
+            self.assertIn(f"{key}: vitk: ", done.stdout)
+        self.assertRegex(done.stdout, r"\n\[\d+\] int8 products \(`vitk env`\): "
+                                      r"(VNNI \(8-bit|no VNNI \(7-bit) activations\)\n")
 
 
 if __name__ == "__main__":

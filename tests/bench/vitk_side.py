@@ -22,11 +22,14 @@ def _search(pattern, text, cmd):
     return match
 
 
-def has_option(vitk, subcommand, option):
-    """Whether `vitk SUBCOMMAND --help` lists `option` (e.g. "--precision"): how the comparison
-    finds out what this binary can do without running it."""
+def precisions(vitk, subcommand):
+    """The values `vitk SUBCOMMAND --help` lists for --precision ({"f32", "bf16", "int8"} from
+    its option line `--precision f32|bf16|int8 (=f32)`; empty without the option): how the
+    comparison finds out what this binary can do without running it. Only an option line counts,
+    not a usage example such as `vitk classify ... --precision bf16`."""
     out = subprocess.run([vitk, subcommand, "--help"], capture_output=True, text=True)
-    return re.search(r"(^|\s)" + re.escape(option) + r"\b", out.stdout + out.stderr) is not None
+    match = re.search(r"^\s*--precision\s+([\w|]+)", out.stdout + out.stderr, re.M)
+    return set(match.group(1).split("|")) if match else set()
 
 
 def parse_classify_benchmark(text, cmd=("vitk classify",)):
@@ -82,7 +85,7 @@ def parse_translate_seconds(text, cmd=("vitk translate",)):
     return float(_search(r"vitk: translated \d+ sentences .*? in ([0-9.]+) s", text, cmd).group(1))
 
 
-def translate(vitk, model, sentences, threads, extra, batch=32):
+def translate(vitk, model, sentences, threads, extra, batch=32, precision=None):
     """(wall seconds of the whole process, vitk's own seconds, translations, Measured) of
     `vitk translate` on `sentences` in batches of `batch`; `extra`: e.g. ["--greedy"]."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -91,6 +94,8 @@ def translate(vitk, model, sentences, threads, extra, batch=32):
             f.write("\n".join(sentences) + "\n")
         cmd = [vitk, "translate", "--model", model, "--input", src, "--output", hyp,
                "--threads", str(threads), "--batch-size", str(batch)] + list(extra)
+        if precision:
+            cmd += ["--precision", precision]
         m = run_measured(cmd)
         with open(hyp, encoding="utf-8") as f:
             hyps = [line.rstrip("\n") for line in f]
