@@ -54,14 +54,19 @@ std::vector<std::string> with(std::vector<std::string> a, const std::vector<std:
 // Parameters and Adam moments of a checkpoint, by name, as raw bytes.
 std::vector<std::pair<std::string, std::string>> all_tensors(const std::string& path,
                                                              bool with_optimizer) {
-  vitk::seq2seq::LoadedTranslation t = vitk::seq2seq::load_translation(path);
-  vitk::optim::AdamW adam(*t.params, {});
-  if (with_optimizer) vitk::io::load_checkpoint(path, *t.params, &adam);
+  // A store with gradients, as training builds it (load_translation's has none: an optimizer
+  // refuses it).
+  const auto meta = vitk::seq2seq::read_translation_meta(path);
+  vitk::ParamStore params;
+  vitk::seq2seq::Transformer model(params, meta.config);
+  params.finalize();
+  vitk::optim::AdamW adam(params, {});
+  vitk::io::load_checkpoint(path, params, with_optimizer ? &adam : nullptr);
   std::vector<std::pair<std::string, std::string>> out;
   auto bytes = [](const float* p, int64_t n) {
     return std::string(reinterpret_cast<const char*>(p), static_cast<size_t>(n) * 4);
   };
-  for (const auto& p : t.params->params()) {
+  for (const auto& p : params.params()) {
     out.emplace_back(p.name, bytes(p.value.f32(), p.numel()));
     if (!with_optimizer) continue;
     for (const auto& [name, buffer] : adam.state())

@@ -3,6 +3,7 @@
 // --precision int8, and everything that would train it, or run it at another precision, refuses
 // it by name. The translation round trip is in test_mt_cli.cpp (it needs a trained model).
 #include <gtest/gtest.h>
+#include <hdf5.h>
 
 #include <cmath>
 #include <cstdint>
@@ -118,6 +119,22 @@ TEST(QuantizedCheckpoint, DamagedInt8TensorsAreRefusedNamingThem) {
         error_of([&] { vitk::io::load_checkpoint(path, loaded.store, nullptr, true); });
     EXPECT_TRUE(contains(e, path) && contains(e, "fc.weight") && contains(e, c.said)) << e;
     EXPECT_FALSE(loaded.weight.value_released) << "a failed load changed the model";
+  }
+  // The scales of an int8 tensor deleted, as h5py's `del f["fc.weight_scale"]` would.
+  {
+    const std::string path = (dir.path() / "no_scale.h5").string();
+    Layer saved;
+    saved.quantize();
+    vitk::io::save_checkpoint(path, saved.store, {});
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    EXPECT_GE(H5Ldelete(file, "fc.weight_scale", H5P_DEFAULT), 0);
+    H5Fclose(file);
+    Layer loaded(false);
+    const std::string e =
+        error_of([&] { vitk::io::load_checkpoint(path, loaded.store, nullptr, true); });
+    EXPECT_TRUE(contains(e, "int8 tensor 'fc.weight' has no dataset 'fc.weight_scale'")) << e;
   }
   // A packed int8 form is oneDNN's layout for one CPU: not written.
   Layer packed;
