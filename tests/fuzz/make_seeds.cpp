@@ -1,18 +1,20 @@
 // Writes the seed corpora of the fuzz harnesses (tests/fuzz/corpus/<parser>/) with vitk's own
-// writers: tiny checkpoints of both models (io::save_checkpoint, seq2seq::save_translation), a
-// trained tokenizer, safetensors files, IDX files (plain and gzip), images of every format the
-// header check knows, corpora, INI and metrics files. Deterministic; run it after a format
+// writers: tiny checkpoints of both models (io::save_checkpoint, seq2seq::save_translation; one
+// quantised to int8), a trained tokenizer, safetensors files, IDX files (plain and gzip), images
+// of every format the header check knows, corpora, INI and metrics files. Deterministic; run it after a format
 // changes: `cmake --build build --target fuzz_make_seeds &&
 // build/tests/fuzz/fuzz_make_seeds tests/fuzz/corpus .` (from the source root). Each seed is small
 // (a few KB; HDF5 checkpoints a little more), so that the fuzzer mutates structure rather than bulk
 // data.
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -203,6 +205,19 @@ void checkpoints(const vitk::datasets::Tokenizer& tok) {
     meta.class_names = {"a", "b"};
     vitk::io::save_checkpoint(tmp.string(), params, meta);
     put("checkpoint", "vit.h5", slurp(tmp));
+    // As `vitk quantize` writes it: the blocks' and the head's matrices int8, with NAME_scale.
+    vitk::ParamStore params8;
+    vitk::vit::VisionTransformer model8(params8, c);
+    params8.finalize();
+    std::copy_n(params.values().f32(), params.arena_floats(), params8.values().f32());
+    for (vitk::Parameter& p : params8.params()) {
+      if (p.shape.size() != 2 || p.name.rfind("blocks.", 0) != 0) continue;
+      p.quantized =
+          std::make_shared<vitk::ops::QuantizedWeight>(vitk::ops::quantize_weight(p.value.clone()));
+      vitk::release_value(p);
+    }
+    vitk::io::save_checkpoint(tmp.string(), params8, meta);
+    put("checkpoint", "vit_int8.h5", slurp(tmp));
     c.stem_channels = {4}, c.pos_conv_blocks = {0}, c.ffn_conv_blocks = {0}, c.pool = "avg";
     vitk::ParamStore params2;
     vitk::vit::VisionTransformer model2(params2, c);
