@@ -32,15 +32,15 @@ struct Parameter {
   // from value on first use, and again when version has moved past quantized_version.
   std::shared_ptr<ops::QuantizedWeight> quantized;
   uint64_t quantized_version = 0;
-  // value's memory was given back to the system once the weight was quantised (release_value):
-  // nothing may read value any more, and the products refuse it.
+  // value's memory was given back to the system once the weight was quantised or packed
+  // (release_value): nothing may read value any more; the products read those forms only.
   bool value_released = false;
   int64_t numel() const { return shape_numel(shape); }
 };
 
 // Gives the pages wholly inside p.value back to the system (madvise MADV_DONTNEED) and sets
-// p.value_released: a model at int8 inference keeps only the quantised form of its Linear
-// weights (nn::Context::one_copy_of_weights).
+// p.value_released: a model at inference keeps only the form its products read of each Linear
+// weight, quantised or packed (nn::Context::one_copy_of_weights).
 void release_value(Parameter& p);
 
 class ParamStore {

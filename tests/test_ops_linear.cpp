@@ -462,6 +462,40 @@ TEST(WeightCache, F32PackingIsUsedOnlyWhereItIsPreferredAndGivesTheSame) {
   EXPECT_FALSE(ops::prefer_packed_f32(197, 64, 48));
 }
 
+// One copy at inference: once the first form is packed the plain weight's memory is given back
+// (Weight::plain_released); every later product, at any number of rows and whatever its version,
+// reads the forms, a new layout made from one the cache holds. Zeroing the plain weight stands in
+// for the memory given back (the pages then read as zeros).
+TEST(WeightCache, AReleasedPlainWeightIsReadFromItsFormsAtAnyRowCount) {
+  std::mt19937 gen(25);
+  const Tensor w = random_tensor({192, 64}, gen), b = random_tensor({192}, gen);
+  Tensor plain = w.clone();
+  ops::WeightCache cache;
+  ops::Weight weight{plain, &cache, 1};
+  weight.force_pack_f32 = true;
+  const Tensor x = random_tensor({197, 64}, gen);
+  Tensor first({197, 192});
+  ops::linear_forward(x, weight, b, first, ops::Precision::f32);
+  ASSERT_EQ(cache.forms(), 1);
+  plain.zero();
+  weight.plain_released = true;
+  weight.force_pack_f32 = false;  // where plain would be preferred, the forms are read all the same
+  weight.version = 7;             // and a released weight's forms are never stale
+  for (const int64_t rows : {197, 1, 5, 33}) {
+    SCOPED_TRACE(rows);
+    const Tensor xr = x.rows(0, rows).clone();
+    Tensor y({rows, 192});
+    ops::linear_forward(xr, weight, b, y, ops::Precision::f32);
+    EXPECT_TRUE(all_close(y, naive_linear(xr, w, b), product_tol(64), product_tol(64)));
+  }
+  ops::WeightCache empty;
+  const ops::Weight none{plain, &empty, 1, false, false, true};
+  Tensor y({4, 192});
+  const std::string e =
+      error_of([&] { ops::linear_forward(x.rows(0, 4).clone(), none, b, y, ops::Precision::f32); });
+  EXPECT_TRUE(contains(e, "released before any packed form")) << e;
+}
+
 // A Linear layer trained a step in bf16: the optimizer's step bumps the parameter versions, so
 // the next forward reads the new weights, packed again (a stale form would give the old output).
 TEST(WeightCache, OptimizerStepRepacksAndTheLayerReadsTheNewWeights) {

@@ -36,10 +36,12 @@ void set_inference_precision(Context& ctx, ops::Precision precision) {
 }
 
 ops::Weight weight_of(Parameter& p, const Context& ctx, const Shape& as) {
-  if (p.value_released)
+  const bool packed = p.packed && p.packed->forms() > 0;
+  if (p.value_released && !packed)
     throw Error(p.name + ": its f32 value was released when it was quantised to int8; a model " +
                 "loaded for int8 runs at int8 only");
   ops::Weight w;
+  w.plain_released = p.value_released;
   w.value = as.empty() ? p.value : p.value.reshaped(as);
   w.version = p.version;
   w.pack_f32 = ctx.packed_weights && !ctx.training;
@@ -89,6 +91,10 @@ Tensor Linear::forward(Context& ctx, const Tensor& x, DType out_dtype) {
   }
   ops::linear_forward(x, w, b, y, ctx.precision);
   x_ = ctx.training ? x : Tensor();
+  // One copy at inference: once the product has packed the weight, the plain value goes.
+  if (ctx.one_copy_of_weights && !ctx.training && !weight.value_released && weight.packed &&
+      weight.packed->forms() > 0)
+    release_value(weight);
   return y;
 }
 

@@ -60,9 +60,10 @@ struct Context {
   // applies to the other products (attention's, the patch embedding, a tied output layer). Set
   // with set_inference_precision.
   bool int8_weights = false;
-  // A model loaded to run at one precision (classify, eval, translate): each weight is kept in the
-  // one form the products read. With int8_weights, a Linear weight's f32 value is released once it
-  // is quantised (release_value); off when the model also runs at another precision.
+  // A model loaded to run at one precision (classify, eval, translate): each Linear weight is kept
+  // in the one form its products read, its f32 value released (release_value) once that form is
+  // made: quantised with int8_weights, packed for oneDNN at f32 (where packed_weights and
+  // ops::prefer_packed_f32 choose it) and bf16. Off when the model also runs at another precision.
   bool one_copy_of_weights = false;
   // Tests and benchmarks force one. Blocked applies only to dot and scaled-dot scores without
   // keep_weights (materialized otherwise) and refuses the diagonal mask.

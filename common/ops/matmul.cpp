@@ -206,6 +206,11 @@ Mkn check_backward_weights(const char* op, const Tensor& x, const Tensor& dy, co
 const Packing* weight_packing(const Weight& w, Precision precision, int64_t m, int64_t k, int64_t n,
                               Packing& storage) {
   if (w.value.dtype() == DType::bf16) return nullptr;  // already rounded: read as it is
+  if (w.plain_released) {
+    if (!w.cache) throw Error("a released weight without its packed forms");
+    storage = {precision == Precision::bf16 ? DType::bf16 : DType::f32, w.cache, w.version, true};
+    return &storage;
+  }
   if (precision == Precision::bf16) {
     storage = {DType::bf16, w.cache, w.version};
     return &storage;

@@ -27,6 +27,9 @@ struct Packing {
   DType dtype = DType::bf16;
   WeightCache* cache = nullptr;
   uint64_t version = 0;
+  // The plain weight's memory is gone (Weight::plain_released): a missing form is made from one
+  // the cache holds, and the forms are never stale.
+  bool plain_released = false;
 };
 
 // c = alpha · a · b (+ bias) + beta · c, with one matmul primitive per shape, layout and
@@ -60,6 +63,8 @@ const void* weight_form(const Packing& packing, const Operand& source,
 // dst (laid out as `want`) = source, converting the type: one reorder primitive per pair of
 // layouts.
 void reorder_into(const Operand& source, const dnnl::memory::desc& want, void* dst);
+void reorder_into(const dnnl::memory::desc& from, const void* src, const dnnl::memory::desc& want,
+                  void* dst);
 
 // A string that identifies a memory descriptor (dims, type, strides, blocks): for cache keys.
 std::string desc_key(const dnnl::memory::desc& md);

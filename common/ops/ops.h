@@ -93,6 +93,10 @@ struct Weight {
   // faster (see ops::prefer_packed_f32). bf16 products always pack.
   bool pack_f32 = false;
   bool force_pack_f32 = false;  // ... at every shape (benchmarks)
+  // value's memory was given back after the cache's first form was made (inference keeping one
+  // copy of the weights): the products read the cache only, a new layout made from a form it
+  // holds.
+  bool plain_released = false;
 };
 // Whether an f32 product [M, K]·[K, N] reads its weight in oneDNN's blocked layout when the
 // caller allows it (Weight::pack_f32): where vitk bench ops measured it faster than the plain one.

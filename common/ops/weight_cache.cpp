@@ -119,15 +119,19 @@ std::string desc_key(const dnnl::memory::desc& md) {
   return key.str();
 }
 
-void reorder_into(const Operand& source, const dnnl::memory::desc& want, void* dst) {
-  const dnnl::memory::desc from = source.desc();
+void reorder_into(const dnnl::memory::desc& from, const void* src, const dnnl::memory::desc& want,
+                  void* dst) {
   const dnnl::primitive& prim =
       cached_primitive("reorder:" + desc_key(from) + "->" + desc_key(want), [&]() {
         return dnnl::reorder(dnnl::reorder::primitive_desc(engine(), from, engine(), want));
       });
-  dnnl::memory src = wrap(from, source.data), out = wrap(want, dst);
-  prim.execute(stream(), {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, out}});
+  dnnl::memory in = wrap(from, src), out = wrap(want, dst);
+  prim.execute(stream(), {{DNNL_ARG_FROM, in}, {DNNL_ARG_TO, out}});
   stream().wait();
+}
+
+void reorder_into(const Operand& source, const dnnl::memory::desc& want, void* dst) {
+  reorder_into(source.desc(), source.data, want, dst);
 }
 
 const void* weight_form(const Packing& packing, const Operand& source,
@@ -143,6 +147,25 @@ const void* weight_form(const Packing& packing, const Operand& source,
   auto it = std::find_if(
       cache.forms.begin(), cache.forms.end(),
       [&](const WeightCache::Impl::Form& f) { return f.desc == want && f.source == source_key; });
+  if (it != cache.forms.end() && it->built && packing.plain_released) return it->data.get();
+  if (it == cache.forms.end() && packing.plain_released) {
+    // Made from a form of the same source (wᵀ or w) the cache holds: a reorder between layouts.
+    auto from = std::find_if(cache.forms.begin(), cache.forms.end(),
+                             [&](const auto& f) { return f.built && f.source == source_key; });
+    if (from == cache.forms.end())
+      throw Error("a weight's plain form was released before any packed form was made");
+    WeightCache::Impl::Form f;
+    f.desc = want;
+    f.source = source_key;
+    f.bytes = want.get_size();
+    f.data = aligned_alloc_shared(f.bytes);
+    f.version = from->version;
+    f.built = true;
+    reorder_into(from->desc, from->data.get(), want, f.data.get());
+    ++cache.packs;
+    cache.forms.push_back(std::move(f));
+    return cache.forms.back().data.get();
+  }
   if (it == cache.forms.end()) {
     WeightCache::Impl::Form f;
     f.desc = want;
