@@ -262,6 +262,27 @@ TEST_F(CliLimits, ControlCharactersInAConfigLineAreShownNotCutOff) {
   EXPECT_TRUE(contains(r.err, "unknown option 'se\\uFEFFtd'")) << r.err;
 }
 
+// Boost.Program_options fills its messages' placeholders (%value%, %option%) until none is left:
+// a bad value holding one made the message loop forever (found by fuzz_ini). The value is shown
+// with its '%' escaped, on the command line and in a config file, within a time limit.
+TEST_F(CliLimits, APlaceholderInABadValueIsShownNotExpandedForever) {
+  write("placeholder.ini", "reprob = 0.2%value%x\n");
+  for (const auto& [args, said] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"classify", "--top-k", "x%value%y", "a.png"},
+            "the argument ('x\\x25value\\x25y') for option '--top-k' is invalid"},
+           {{"train", "--config", "placeholder.ini", "--data", "d", "--output", "o"},
+            "placeholder.ini:1: the argument ('0.2\\x25value\\x25x') for option 'reprob' is "
+            "invalid"}}) {
+    vitk::testing::Command c = vitk::testing::vitk_command(*dir_, args);
+    c.timeout_seconds = 20;
+    const Result r = vitk::testing::run_process(c);
+    EXPECT_FALSE(r.timed_out) << args[0];
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_TRUE(contains(r.err, said)) << r.err;
+    expect_one_error_line(r);
+  }
+}
+
 TEST_F(CliLimits, ADirectoryGivenAsAFileIsNamed) {
   write("valid.tsv", "uno\tone\n");
   Result r = run({"mt-train", "--train", "clean", "--valid", "valid.tsv", "--output", "out"});

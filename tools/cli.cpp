@@ -29,6 +29,27 @@ namespace vitk::tools {
 
 namespace {
 
+// The message of a Boost.Program_options error. Boost fills its template's placeholders
+// (%value%, %option%, ...) by replacing each until none is left, so a value or option name that
+// itself holds the placeholder ("--top-k x%value%", found by fuzzing the INI reader) makes what()
+// loop forever. A copy with every '%' in the substituted words written as \x25 cannot.
+class PoMessage : public po::error_with_option_name {
+ public:
+  explicit PoMessage(const po::error_with_option_name& e) : po::error_with_option_name(e) {
+    for (auto& entry : m_substitutions) {
+      std::string& word = entry.second;
+      for (size_t at = 0; (at = word.find('%', at)) != std::string::npos; at += 4)
+        word.replace(at, 1, "\\x25");
+    }
+  }
+};
+
+std::string po_message(const po::error& e) {
+  if (const auto* named = dynamic_cast<const po::error_with_option_name*>(&e))
+    return PoMessage(*named).what();
+  return e.what();
+}
+
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
@@ -252,11 +273,11 @@ void store_config(const std::string& path, const po::options_description& file_o
     po::store(parsed, vm);
   } catch (const po::multiple_occurrences& e) {
     // The line at fault is the repeat, not the first assignment.
-    throw UsageError(config_location(path, keys, e.get_option_name(), 2) + ": " + e.what());
+    throw UsageError(config_location(path, keys, e.get_option_name(), 2) + ": " + po_message(e));
   } catch (const po::error_with_option_name& e) {
-    throw UsageError(config_location(path, keys, e.get_option_name()) + ": " + e.what());
+    throw UsageError(config_location(path, keys, e.get_option_name()) + ": " + po_message(e));
   } catch (const po::error& e) {
-    throw UsageError(path + ": " + e.what());
+    throw UsageError(path + ": " + po_message(e));
   }
 }
 
@@ -310,7 +331,7 @@ int run_command(const Registry& registry, const Subcommand& cmd,
                          ? "'vitk " + cmd.name + "' takes no arguments, only options" + see_help
                          : "too many arguments" + see_help);
   } catch (const po::error& e) {
-    throw UsageError(e.what() + see_help);
+    throw UsageError(po_message(e) + see_help);
   }
 
   // Help needs neither the config file nor the required options, so it is answered first.
@@ -323,7 +344,7 @@ int run_command(const Registry& registry, const Subcommand& cmd,
   try {
     po::notify(vm);
   } catch (const po::error& e) {
-    throw UsageError(e.what() + see_help);
+    throw UsageError(po_message(e) + see_help);
   }
 
   if (vm.count("threads")) {
@@ -602,7 +623,7 @@ int run_cli(const Registry& registry, int argc, const char* const* argv) {
     return kExitUsage;
   } catch (const po::error& e) {
     // A subcommand that parses more options itself fails the same way as the dispatcher.
-    report_error(e.what());
+    report_error(po_message(e).c_str());
     return kExitUsage;
   } catch (const std::exception& e) {
     // vitk::Error and everything else: the run started and something in the data or files failed.
