@@ -292,8 +292,8 @@ int run_classify(const po::variables_map& vm) {
     const std::string weights = options.precision == ops::Precision::int8
                                     ? ops::describe_precision(options.precision)
                                 : options.precision == ops::Precision::bf16 ? "packed bf16 weights"
-                                : options.packed_weights                    ? "packed f32 weights"
-                                                                            : "plain f32 weights";
+                                : options.packed_weights ? "f32 weights, packed where faster"
+                                                         : "plain f32 weights";
     std::printf(
         "model alone, batch %lld, %d threads, %s, %s: %.1f images/s (%lld batches in %.2f s, "
         "%.2f s of CPU: %.1f images per CPU-second)\n",

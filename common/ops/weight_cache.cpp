@@ -61,9 +61,13 @@ void round_to_bf16(const Tensor& src, Tensor& dst) {
 bool prefer_packed_f32(int64_t m, int64_t k, int64_t n) {
   // With oneDNN 2.6 on the 2-core AVX-512 machine, `vitk bench ops --packed` showed the blocked
   // layout gaining for wide outputs (N ≥ 2K: qkv and fc1 of a ViT) and losing a little or
-  // nothing elsewhere. The figures are not in the README yet: re-measure on an idle machine.
+  // nothing elsewhere. On an AVX2 machine (AMD EPYC) the blocked layout lost: ViT-B/16 at 224,
+  // batch 1, 2.3 images/s packed against 2.6 plain (`vitk classify --benchmark --random-weights
+  // --config configs/vit-b16.ini --batch-size 1 [--plain-weights]`, 2026-11-27), so only
+  // AVX-512 packs.
   (void)m;
-  return n >= 2 * k;
+  static const bool avx512 = cpu_isa().rfind("avx512", 0) == 0;
+  return avx512 && n >= 2 * k;
 }
 
 namespace detail {
