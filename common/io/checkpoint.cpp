@@ -126,17 +126,13 @@ void build(MemoryFile& file, const std::string& path, const ParamStore& params,
   if (int8) write_strings(r, kQuantizationAttr, {"int8"}, false, path);
 
   Hid dcpl = untimed(H5P_DATASET_CREATE, path);
-  auto write_tensors = [&](hid_t group, const float* arena) {
-    for (const auto& p : params.params())
-      write_dataset(group, p.name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, arena + p.offset, p.shape,
-                    dcpl.get(), "tensor " + quoted(p.name), path);
+  auto write_f32 = [&](hid_t group, const Parameter& p, const float* arena) {
+    write_dataset(group, p.name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, arena + p.offset, p.shape,
+                  dcpl.get(), "tensor " + quoted(p.name), path);
   };
-  const float* values = params.values().f32();
   for (const auto& p : params.params()) {
-    check_link_name(p.name + kScaleSuffix, "parameter", path);
     if (!stored_as_int8(p, path)) {
-      write_dataset(r, p.name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, values + p.offset, p.shape,
-                    dcpl.get(), "tensor " + quoted(p.name), path);
+      write_f32(r, p, params.values().f32());
       continue;
     }
     const ops::QuantizedWeight& q = *p.quantized;
@@ -163,7 +159,7 @@ void build(MemoryFile& file, const std::string& path, const ParamStore& params,
     for (const auto& [buffer_name, tensor] : checked_state(*optimizer, params, path)) {
       Hid buffer = create_group(group.get(), buffer_name, gcpl.get(),
                                 std::string(kOptimizerGroup) + "/" + buffer_name, path);
-      write_tensors(buffer.get(), tensor->f32());
+      for (const auto& p : params.params()) write_f32(buffer.get(), p, tensor->f32());
     }
   }
 }

@@ -1,8 +1,8 @@
 // Writes the seed corpora of the fuzz harnesses (tests/fuzz/corpus/<parser>/) with vitk's own
 // writers: tiny checkpoints of both models (io::save_checkpoint, seq2seq::save_translation; one
 // quantised to int8), a trained tokenizer, safetensors files, IDX files (plain and gzip), images
-// of every format the header check knows, corpora, INI and metrics files. Deterministic; run it after a format
-// changes: `cmake --build build --target fuzz_make_seeds &&
+// of every format the header check knows, corpora, INI and metrics files. Deterministic; run it
+// after a format changes: `cmake --build build --target fuzz_make_seeds &&
 // build/tests/fuzz/fuzz_make_seeds tests/fuzz/corpus .` (from the source root). Each seed is small
 // (a few KB; HDF5 checkpoints a little more), so that the fuzzer mutates structure rather than bulk
 // data.
