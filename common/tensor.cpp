@@ -277,6 +277,20 @@ Tensor Arena::alloc_uninit(Shape shape, DType dtype) {
   return Tensor::view(p, std::move(shape), dtype);
 }
 
+Arena::Mark Arena::mark() const {
+  if (chunks_.empty()) return {};
+  return {chunks_.size() - 1, chunks_.back().used, used_};
+}
+
+void Arena::rewind(const Mark& m) {
+  if (chunks_.empty()) return;
+  if (m.chunk >= chunks_.size() || m.used > used_)
+    throw Error("arena: rewind to a mark that is not behind the current position");
+  chunks_.resize(m.chunk + 1);
+  chunks_.back().used = m.chunk_used;
+  used_ = m.used;
+}
+
 void Arena::reset() {
   if (chunks_.size() > 1) {
     chunks_.clear();

@@ -99,6 +99,14 @@ class Arena {
   void set_poison(bool on) { poison_ = on; }
   bool poison() const { return poison_; }
   void reset();
+  // A point to come back to: rewind(mark) frees everything allocated after mark() (tensors from
+  // then on must not be read again), handing back the chunks added since to the system. For
+  // inference that keeps only each block's output (nn::Context::free_block_activations).
+  struct Mark {
+    size_t chunk = 0, chunk_used = 0, used = 0;
+  };
+  Mark mark() const;
+  void rewind(const Mark& m);
   size_t used() const { return used_; }
   size_t capacity() const;
   size_t high_water() const { return high_water_; }

@@ -84,6 +84,32 @@ TEST(Arena, ReusesMemoryAfterReset) {
   EXPECT_EQ(arena.alloc({1000}).data(), first);
 }
 
+TEST(Arena, RewindFreesWhatCameAfterTheMark) {
+  Arena arena;
+  Tensor kept = arena.alloc({100});
+  kept.fill(7.f);
+  const Arena::Mark mark = arena.mark();
+  const size_t used = arena.used();
+  void* after_mark = arena.alloc({1000}).data();
+  arena.alloc({3 << 20});  // spills into a second chunk, handed back by the rewind
+  const size_t two_chunks = arena.capacity();
+  arena.rewind(mark);
+  EXPECT_EQ(arena.used(), used);
+  EXPECT_LT(arena.capacity(), two_chunks);
+  EXPECT_EQ(arena.alloc({1000}).data(), after_mark);        // the same place again
+  EXPECT_EQ(kept.f32()[99], 7.f);                           // what came before is untouched
+  EXPECT_GE(arena.high_water(), used + (size_t{3} << 22));  // the peak is remembered
+  // A mark taken on an empty arena rewinds to its start; a mark ahead of the position is refused.
+  Arena empty;
+  const Arena::Mark start = empty.mark();
+  empty.alloc({10});
+  const Arena::Mark ahead = empty.mark();
+  empty.rewind(start);
+  EXPECT_EQ(empty.used(), 0u);
+  EXPECT_THROW(empty.rewind(Arena::Mark{0, 64, 64}), Error);
+  (void)ahead;
+}
+
 TEST(ParamStore, OneArenaForValuesOneForGradients) {
   ParamStore ps;
   ps.add("a.weight", {3, 5});

@@ -503,6 +503,40 @@ TEST(VitEvalTest, DeterministicAndBatchIndependent) {
   }
 }
 
+// Context::free_block_activations: the same logits, bit for bit, with the arena holding one
+// block's activations at a time. Poisoned memory shows a read of a freed block's tensors.
+TEST(VitEvalTest, FreeingEachBlocksActivationsKeepsTheLogitsInLessMemory) {
+  struct Case {
+    std::string pool;
+    std::vector<int64_t> pos_conv;
+  };
+  // token: the last block computes the class row alone; a positional convolution after a block.
+  for (const Case& k : {Case{"token", {}}, Case{"avg", {}}, Case{"avg", {0, 2}}}) {
+    VitConfig c = tiny_config(k.pool, 3, 8, 12, 4);
+    c.layers = 4;
+    c.pos_conv_blocks = k.pos_conv;
+    ParamStore store;
+    VisionTransformer model(store, c);
+    store.finalize();
+    std::mt19937 gen(8);
+    randomize(store, gen);
+    Tensor images = random_tensor({3, 3, 8, 12}, gen);
+    Arena kept, freed;
+    kept.set_poison(true);
+    freed.set_poison(true);
+    nn::Context all{false, &kept, nullptr};
+    nn::Context one = all;
+    one.arena = &freed;
+    one.free_block_activations = true;
+    const Tensor expected = model.forward(all, images);
+    for (int pass = 0; pass < 2; ++pass) {  // the second in an arena that has been used
+      freed.reset();
+      EXPECT_TRUE(bitwise_equal(model.forward(one, images), expected)) << k.pool << " " << pass;
+    }
+    EXPECT_LT(freed.high_water(), kept.high_water()) << k.pool;
+  }
+}
+
 TEST(VitEvalTest, TrainingForwardWithoutDropoutEqualsEval) {
   const VitConfig c = tiny_config("token", 1, 4, 6, 2);
   ParamStore store;

@@ -191,6 +191,7 @@ ClassifyStats classify_files(VisionTransformer& model, const std::vector<std::st
   ctx.arena = &arena;
   nn::set_inference_precision(ctx, options.precision);
   ctx.one_copy_of_weights = true;
+  ctx.free_block_activations = true;
   ctx.packed_weights = options.packed_weights;
   Pipeline pipeline(paths, options, config.channels, config.image_height, config.image_width);
   while (Slot* s = pipeline.next()) {
@@ -240,6 +241,7 @@ Throughput measure_throughput(VisionTransformer& model, int64_t batch_size, doub
   ctx.arena = &arena;
   nn::set_inference_precision(ctx, precision);
   ctx.one_copy_of_weights = true;
+  ctx.free_block_activations = true;
   ctx.packed_weights = packed_weights;
   auto batch = [&] {
     if (profile) profile->begin();

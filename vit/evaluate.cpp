@@ -60,6 +60,7 @@ EvalResult evaluate(VisionTransformer& model, datasets::Loader& loader, Arena& a
     ctx.arena = &arena;
     nn::set_inference_precision(ctx, settings.precision);
     ctx.one_copy_of_weights = !settings.compare;  // else the model runs at two precisions
+    ctx.free_block_activations = true;
     ctx.packed_weights = settings.packed_weights;
     const Tensor logits = model.forward(ctx, batch.images);  // [B, classes]
     require_finite_logits(logits, "a batch of the evaluation");

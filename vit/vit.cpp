@@ -460,6 +460,15 @@ Tensor VisionTransformer::forward(nn::Context& ctx, const Tensor& images) {
   const bool class_row_only =
       c.pool == "token" && !c.diag_mask && !m.blocks[last].attention().keep_weights &&
       (m.pos_convs.empty() || m.pos_convs.back().after_block != static_cast<int64_t>(last));
+  // free_block_activations: each block's output goes to `carry`, and what the block allocated
+  // after `mark` (its activations and its output) is handed back before the next block.
+  const bool free_blocks = !ctx.training && ctx.free_block_activations;
+  Tensor carry;
+  Arena::Mark mark;
+  if (free_blocks) {
+    carry = ctx.alloc_uninit(x.shape(), x.dtype());
+    mark = ctx.arena->mark();
+  }
   auto pc = m.pos_convs.begin();
   for (size_t i = 0; i < m.blocks.size(); ++i) {
     // [B, T', d], or [B, 1, d] for the class row alone
@@ -469,6 +478,12 @@ Tensor VisionTransformer::forward(nn::Context& ctx, const Tensor& images) {
     if (pc != m.pos_convs.end() && pc->after_block == static_cast<int64_t>(i)) {
       x = pc->conv->forward(ctx, x);
       ++pc;
+    }
+    if (free_blocks) {  // the block's input (in carry from block 1 on) is no longer needed
+      Tensor out = Tensor::view(carry.data(), x.shape(), x.dtype());
+      out.copy_from(x);
+      ctx.arena->rewind(mark);
+      x = out;
     }
   }
 

@@ -525,8 +525,12 @@ CheckpointMeta load_checkpoint(const std::string& path, ParamStore& params,
     OptimizerFile opt;
     if (optimizer) opt = check_optimizer_state(f, root_links, *optimizer, params, path);
 
-    std::unique_ptr<float[]> staged = staging(params);
-    read_tensors(datasets, params, staged.get(), "", path);
+    // A load for inference (int8) reads the f32 values straight into the store: staging them
+    // would hold the model twice at the peak, and such a caller drops the store when a load
+    // fails. A load that may be followed by training keeps the guarantee above.
+    const bool in_place = int8 && !optimizer;
+    std::unique_ptr<float[]> staged = in_place ? nullptr : staging(params);
+    read_tensors(datasets, params, in_place ? params.values().f32() : staged.get(), "", path);
     auto quantized = read_int8(datasets, params, path);
     std::vector<std::unique_ptr<float[]>> staged_state;
     for (size_t b = 0; b < opt.state.size(); ++b) {
@@ -535,7 +539,7 @@ CheckpointMeta load_checkpoint(const std::string& path, ParamStore& params,
                    std::string(kOptimizerGroup) + "/" + opt.state[b].first + "/", path);
     }
 
-    copy_slots(staged.get(), datasets, params, params.values().f32());
+    if (!in_place) copy_slots(staged.get(), datasets, params, params.values().f32());
     params.mark_changed();
     size_t i = 0;
     for (Parameter& p : params.params()) {

@@ -62,6 +62,9 @@ CheckpointMeta read_checkpoint_meta(const std::string& path);
 // int8 tensors (save_checkpoint) are loaded only with `int8` (a model loaded to run at int8
 // inference): each into its parameter's Parameter::quantized, value_released set and the f32
 // value's memory never touched; without `int8` the file is refused, naming `vitk quantize`.
+// A failed load leaves the store and the optimizer as they were, except a load with `int8` and no
+// optimizer (for inference), which reads the values in place to keep one copy of the model in
+// memory: after a failure the caller discards that store.
 CheckpointMeta load_checkpoint(const std::string& path, ParamStore& params,
                                optim::Optimizer* optimizer = nullptr, bool int8 = false);
 

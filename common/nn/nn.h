@@ -65,6 +65,11 @@ struct Context {
   // made: quantised with int8_weights, packed for oneDNN at f32 (where packed_weights and
   // ops::prefer_packed_f32 choose it) and bf16. Off when the model also runs at another precision.
   bool one_copy_of_weights = false;
+  // Inference that reads only a model's output (classify, eval): a model may rewind the arena
+  // (Arena::rewind) after each block, once it has copied the block's output out, so the arena
+  // holds one block's activations rather than every block's. Off where something reads them
+  // afterwards (attention maps, training).
+  bool free_block_activations = false;
   // Tests and benchmarks force one. Blocked applies only to dot and scaled-dot scores without
   // keep_weights (materialized otherwise) and refuses the diagonal mask.
   AttentionKernel attention_kernel = AttentionKernel::automatic;

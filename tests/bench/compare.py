@@ -10,11 +10,13 @@ inference rows also against ONNX Runtime (issue 30), a second anchor beside PyTo
 
 Rows (`--only` takes row names or their prefixes, comma-separated: `--only vit-b16,mt-train`):
   vit-b16-224-b1, -224-b8, -384-b1   ViT-B/16 inference with random weights, the model alone on a
-      random batch: vitk `classify --benchmark --random-weights --config configs/vit-b16.ini`,
-      PyTorch torchvision's vit_b_16(weights=None, image_size=...) in eval and inference mode,
-      ONNX Runtime (the "ORT" columns) the same model exported by torch.onnx.export and run by
-      onnxruntime-node (onnxruntime/run_vit.js); each side one untimed batch, then batches for
-      at least --seconds; images/s.
+      random batch: PyTorch torchvision's vit_b_16(weights=None, image_size=...) in eval and
+      inference mode, ONNX Runtime (the "ORT" columns) the same model exported by
+      torch.onnx.export and run by onnxruntime-node (onnxruntime/run_vit.js), vitk `classify
+      --benchmark --model` of the same weights imported (`vitk import --format torchvision`;
+      `vitk quantize` of that for int8), or `--random-weights --config configs/vit-b16.ini`
+      with --no-onnxruntime; each side one untimed batch, then batches for at least --seconds;
+      images/s.
   vit-train   a ViT training step (width 192, depth 6, 3 heads, MLP 768, patch 4, 28x28x1,
       batch 128, AdamW, smoothing 0.1): forward, loss, backward, optimizer step on batches already
       in memory, no augmentation; vitk `bench vit-step` (random images), PyTorch
@@ -289,18 +291,25 @@ def table_lines(results, markdown=False):
 
 # ---- What runs: vitk's commands and PyTorch's child specifications ------------------------------
 
-# onnx: {image size: OnnxModel} of the ViT rows' ONNX Runtime side, None to leave it out.
+# onnx: {image size: OnnxModel} of the ViT rows' ONNX Runtime side, None to leave it out;
+# vit_files: {image size: VitkFiles} of the same model for vitk, None for random weights.
 Settings = collections.namedtuple(
-    "Settings", "vitk threads seconds quick mt_model mt_sentences workdir onnx",
-    defaults=(None,))
+    "Settings", "vitk threads seconds quick mt_model mt_sentences workdir onnx vit_files",
+    defaults=(None, None))
+# vitk checkpoints of the exported model: imported (f32, also run at bf16) and quantised (int8).
+VitkFiles = collections.namedtuple("VitkFiles", "f32 int8")
 # An exported model of one image size: its path, and why ONNX Runtime does not time it (a failed
 # export or parity check), or None.
-OnnxModel = collections.namedtuple("OnnxModel", "path problem")
+# weights: the model's .safetensors (torchvision's names), for vitk; None when not exported.
+OnnxModel = collections.namedtuple("OnnxModel", "path problem weights", defaults=(None,))
 
 
-def vitk_model_args(params):
-    """vitk classify's --random-weights model: configs/vit-b16.ini with the row's sizes."""
-    args = ["--config", os.path.join(ROOT, "configs", "vit-b16.ini")]
+def vitk_model_args(params, files=None):
+    """vitk classify's model: the checkpoint of the row's precision when `files` (VitkFiles) has
+    one, else --random-weights of configs/vit-b16.ini with the row's sizes."""
+    if files is not None:
+        return ["--model", files.int8 if params.get("precision") == "int8" else files.f32]
+    args = ["--random-weights", "--config", os.path.join(ROOT, "configs", "vit-b16.ini")]
     for key, value in (("image_size", params["image_size"]), ("patch_size", params["patch_size"]),
                        ("layers", params["layers"]), ("heads", params["heads"]),
                        ("d_model", params["d_model"]), ("d_ff", params["d_ff"]),
@@ -313,12 +322,19 @@ def precision_of(row):
     return None if row.precision == "f32" else row.precision
 
 
+def vit_args(row, s):
+    """vitk_model_args of a ViT inference row: from the imported files of its image size when
+    prepare_vitk_files made them."""
+    files = (s.vit_files or {}).get(row.params["image_size"])
+    return vitk_model_args(dict(row.params, precision=row.precision), files)
+
+
 def run_vitk(row, s):
     """(units/s, Measured, hypotheses or None) of the vitk side of `row`."""
     p = row.params
     if row.kind == "vit-infer":
         value, m = vitk_side.classify_benchmark(s.vitk, s.threads, p["batch"], s.seconds,
-                                                vitk_model_args(p), precision_of(row))
+                                                vit_args(row, s), precision_of(row))
         return value, m, None
     if row.kind == "vit-train":
         sec, m = vitk_side.step_bench(s.vitk, "vit-step", s.threads, p["batch"], p["steps"],
@@ -340,9 +356,9 @@ def vitk_command(row, s):
     p = row.params
     prec = ["--precision", row.precision] if precision_of(row) else []
     if row.kind == "vit-infer":
-        return [s.vitk, "classify", "--benchmark", "--random-weights", "--batch-size",
-                str(p["batch"]), "--benchmark-seconds", str(s.seconds), "--threads",
-                str(s.threads)] + vitk_model_args(p) + prec
+        return [s.vitk, "classify", "--benchmark", "--batch-size", str(p["batch"]),
+                "--benchmark-seconds", str(s.seconds), "--threads",
+                str(s.threads)] + vit_args(row, s) + prec
     if row.kind in ("vit-train", "mt-train"):
         what = "vit-step" if row.kind == "vit-train" else "mt-step"
         length = ["--length", str(p["length"])] if "length" in p else []
@@ -419,7 +435,8 @@ def export_spec(row, s, directory):
     stem = os.path.join(directory, onnx_stem(p, not s.quick))
     return dict(params=p, vit_b_16=not s.quick, seed=VIT_SEED, opset=ONNX_OPSET,
                 threads=s.threads, check_batch=2, model=stem + ".onnx",
-                input=stem + ".input.f32", reference=stem + ".logits.f32", meta=stem + ".json")
+                weights=stem + ".safetensors", input=stem + ".input.f32",
+                reference=stem + ".logits.f32", meta=stem + ".json")
 
 
 def run_export(spec):
@@ -460,12 +477,14 @@ def onnx_export_child(spec):
     torch.set_num_threads(spec["threads"])
     key = {k: spec[k] for k in ("params", "vit_b_16", "seed", "opset", "check_batch")}
     key["torch"] = torch.__version__
+    key["weights"] = "safetensors"  # caches from before the weights were written are redone
     try:
         with open(spec["meta"], encoding="utf-8") as f:
             cached = json.load(f) == key
     except (OSError, ValueError):
         cached = False
-    cached = cached and all(os.path.exists(spec[k]) for k in ("model", "input", "reference"))
+    cached = cached and all(os.path.exists(spec[k])
+                            for k in ("model", "weights", "input", "reference"))
     start = time.perf_counter()
     if not cached:
         if os.path.exists(spec["meta"]):
@@ -484,6 +503,11 @@ def onnx_export_child(spec):
                           input_names=["images"], output_names=["logits"],
                           dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}})
         os.replace(partial, spec["model"])
+        # The same weights for vitk (`vitk import --format torchvision`).
+        sys.path.insert(0, os.path.join(ROOT, "tests", "parity"))
+        from make_import_fixtures import write_safetensors
+        write_safetensors(spec["weights"] + ".partial", model.state_dict())
+        os.replace(spec["weights"] + ".partial", spec["weights"])
         for name, t in (("input", x), ("reference", logits)):
             with open(spec[name], "wb") as f:
                 f.write(t.contiguous().numpy().astype("<f4").tobytes())
@@ -891,7 +915,7 @@ def prepare_onnx(args, s, rows, log, exporter=None, checker=None):
             continue
         version = check.get("version", version)
         diff = check.get("max_abs_diff")
-        models[size] = OnnxModel(spec["model"], parity_problem(diff))
+        models[size] = OnnxModel(spec["model"], parity_problem(diff), spec["weights"])
         shown = "NaN" if diff is None else f"{diff:.1e}"
         lines.append(f"ONNX Runtime parity, {what}: max |logit difference| against PyTorch "
                      f"{shown} on a fixed batch of {spec['check_batch']} (limit "
@@ -901,6 +925,35 @@ def prepare_onnx(args, s, rows, log, exporter=None, checker=None):
             f"{s.threads} intra-op threads, 1 inter-op, sequential, graph optimisation \"all\"; "
             f"the PyTorch model exported with opset {ONNX_OPSET}, seed {VIT_SEED}, in {directory}")
     return s._replace(onnx=models), [head] + lines
+
+
+def prepare_vitk_files(s, log, runner=None):
+    """Settings whose ViT rows run vitk on the weights ONNX Runtime and PyTorch run: for each
+    exported image size, `vitk import --format torchvision` of its .safetensors and `vitk
+    quantize` of that, into the work directory. vitk's times and peak memory then include loading
+    a checkpoint, as a deployment would (the int8 row reads int8 weights, never f32 ones). A size
+    whose import fails keeps random weights, with a header line that says why."""
+    runner = runner or run_measured
+    files, lines = {}, []
+    for size, model in sorted((s.onnx or {}).items()):
+        if model.weights is None:
+            continue
+        f32 = os.path.join(s.workdir, f"vit-{size}.h5")
+        int8 = os.path.join(s.workdir, f"vit-{size}-int8.h5")
+        try:
+            runner([s.vitk, "import", "--format", "torchvision", model.weights, "--out", f32])
+            runner([s.vitk, "quantize", f32, "--out", int8])
+        except Exception as e:  # noqa: BLE001  (random weights then, with the reason)
+            lines.append(f"vitk, {size}x{size}: random weights: "
+                         + failure_note("importing the exported weights", e))
+            continue
+        files[size] = VitkFiles(f32, int8)
+        log(f"vitk: {size}x{size}: imported {os.path.basename(model.weights)} and quantised it")
+    if files:
+        lines.insert(0, "vitk: the same weights, `vitk import --format torchvision` of the "
+                        "exported model's state_dict and, for int8, `vitk quantize` of that; "
+                        "each run loads its checkpoint (in its peak memory)")
+    return s._replace(vit_files=files or None), lines
 
 
 def failure_note(side, err):
@@ -1077,6 +1130,8 @@ def main(argv=None):
                   f"python3 + import torch{', torchvision' if with_torchvision else ''} "
                   f"{torch_idle.peak_rss_mib:.0f} MiB{ort_idle}", flush=True)
             s, onnx_lines = prepare_onnx(args, s, active, log)
+            s, vitk_lines = prepare_vitk_files(s, log)
+            onnx_lines += vitk_lines
             if onnx_lines:
                 print("\n".join(onnx_lines), flush=True)
             results = measure(active, s, args.rounds, log)

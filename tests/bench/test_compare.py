@@ -522,6 +522,41 @@ class OrtRounds(unittest.TestCase):
                                   lambda spec: self.fail("ONNX Runtime ran"))
         self.assertTrue(all(r.ort is None for r in results))
 
+    def test_vitk_runs_the_exported_weights_imported_and_quantised(self):
+        rows = {r.key: r for r in compare.make_rows(False)}  # full sizes: 224 and 384
+        onnx = {224: compare.OnnxModel("/c/vit-224.onnx", None, "/c/vit-224.safetensors"),
+                384: compare.OnnxModel("/c/vit-384.onnx", None, "/c/vit-384.safetensors"),
+                512: compare.OnnxModel("/c/vit-512.onnx", "export failed")}  # no weights
+        ran = []
+
+        def runner(cmd):
+            ran.append(cmd)
+            if "/c/vit-384.safetensors" in cmd:
+                raise subprocess.CalledProcessError(1, cmd, "", "vitk import: bad tensor")
+            return run_measured(["true"])
+
+        s = compare.Settings("vitk", 2, 0.1, False, None, None, "/w", onnx)
+        s, lines = compare.prepare_vitk_files(s, lambda m: None, runner)
+        self.assertEqual(ran[:2], [
+            ["vitk", "import", "--format", "torchvision", "/c/vit-224.safetensors", "--out",
+             "/w/vit-224.h5"],
+            ["vitk", "quantize", "/w/vit-224.h5", "--out", "/w/vit-224-int8.h5"]])
+        self.assertEqual(len(ran), 3)  # 384's import failed: no quantize; 512 has no weights
+        self.assertEqual(set(s.vit_files), {224})
+        self.assertIn("vitk import --format torchvision", lines[0])
+        self.assertTrue(any("384x384: random weights" in line and "bad tensor" in line
+                            for line in lines))
+        # Each precision runs its own file; a size without files keeps random weights.
+        f32 = compare.vitk_command(rows["vit-b16-224-b1"], s)
+        self.assertEqual(f32[f32.index("--model") + 1], "/w/vit-224.h5")
+        self.assertNotIn("--random-weights", f32)
+        bf16 = compare.vitk_command(rows["vit-b16-224-b1-bf16"], s)
+        self.assertEqual(bf16[bf16.index("--model") + 1], "/w/vit-224.h5")
+        int8 = compare.vitk_command(rows["vit-b16-224-b1-int8"], s)
+        self.assertEqual(int8[int8.index("--model") + 1], "/w/vit-224-int8.h5")
+        self.assertEqual(int8[int8.index("--precision") + 1], "int8")
+        self.assertIn("--random-weights", compare.vitk_command(rows["vit-b16-384-b1"], s))
+
 
 def fake_node_script(directory, body):
     """A Python script standing in for run_vit.js (compare.NODE is set to python3)."""

@@ -38,10 +38,11 @@ def parse_classify_benchmark(text, cmd=("vitk classify",)):
 
 
 def classify_benchmark(vitk, threads, batch, seconds, model_args, precision=None):
-    """(images/s, Measured) of `vitk classify --benchmark --random-weights`: the model alone on
-    random input, one untimed warm-up batch, then batches for at least `seconds`. model_args:
-    e.g. ["--config", "configs/vit-b16.ini", "--model.image_size", "384"]."""
-    cmd = [vitk, "classify", "--benchmark", "--random-weights", "--batch-size", str(batch),
+    """(images/s, Measured) of `vitk classify --benchmark`: the model alone on random input, one
+    untimed warm-up batch, then batches for at least `seconds`. model_args: e.g. ["--model",
+    "vit.h5"] or ["--random-weights", "--config", "configs/vit-b16.ini", "--model.image_size",
+    "384"]."""
+    cmd = [vitk, "classify", "--benchmark", "--batch-size", str(batch),
            "--benchmark-seconds", str(seconds), "--threads", str(threads)] + list(model_args)
     if precision:
         cmd += ["--precision", precision]
