@@ -426,6 +426,73 @@ TEST(Recipes, FinetuneDefaultsComeFromTheRecipeAndGivenOptionsWin) {
   EXPECT_THROW(parse_finetune({"--recipe", "beit"}), UsageError);
 }
 
+TEST(Recipes, RecordedAugmentationRoundTripsAndBadValuesNameTheAttribute) {
+  vit::TrainOptions o;
+  datasets::AugmentOptions a;
+  a.random_resized_crop = false;
+  a.scale = {0.25f, 0.9f};
+  a.ratio = {0.5f, 2.f / 3.f};  // not a short decimal: must come back as the same float
+  a.hflip = 0.3f;
+  a.crop_padding = 2;
+  a.reprob = 0.25f;
+  a.mixup = 0.8f;
+  a.cutmix = 1.f;
+  a.mixup_prob = 0.5f;
+  a.mixup_switch_prob = 0.1f;
+  const auto record = vit::recipe_record(o, a);
+  datasets::AugmentOptions b;
+  EXPECT_EQ(vit::take_recorded_augment(record, {}, b, "m.h5").size(), 10u);
+  EXPECT_EQ(b.random_resized_crop, a.random_resized_crop);
+  EXPECT_EQ(b.scale, a.scale);
+  EXPECT_EQ(b.ratio, a.ratio);
+  EXPECT_EQ(b.hflip, a.hflip);
+  EXPECT_EQ(b.crop_padding, a.crop_padding);
+  EXPECT_EQ(b.reprob, a.reprob);
+  EXPECT_EQ(b.mixup, a.mixup);
+  EXPECT_EQ(b.cutmix, a.cutmix);
+  EXPECT_EQ(b.mixup_prob, a.mixup_prob);
+  EXPECT_EQ(b.mixup_switch_prob, a.mixup_switch_prob);
+
+  // A given option is kept; --no-aug keeps the crop, flip, shift and erasing off.
+  datasets::AugmentOptions c;
+  c.hflip = 0.9f;
+  vit::take_recorded_augment(record, {"hflip"}, c, "m.h5");
+  EXPECT_EQ(c.hflip, 0.9f);
+  datasets::AugmentOptions d;
+  d.random_resized_crop = false, d.hflip = 0, d.reprob = 0, d.crop_padding = 0;
+  EXPECT_EQ(vit::take_recorded_augment(record, {"no-aug"}, d, "m.h5"),
+            (std::vector<std::string>{"mixup", "cutmix", "mixup-prob", "mixup-switch-prob"}));
+  EXPECT_EQ(d.hflip, 0.f);
+  EXPECT_EQ(d.reprob, 0.f);
+  // No record (an older or imported checkpoint): nothing taken.
+  datasets::AugmentOptions e;
+  EXPECT_TRUE(vit::take_recorded_augment({{"opt", "sgd"}}, {}, e, "m.h5").empty());
+
+  for (const auto& [key, bad] :
+       std::vector<std::pair<std::string, std::string>>{{"hflip", "1.5"},
+                                                        {"hflip", "x"},
+                                                        {"hflip", "nan"},
+                                                        {"scale", "0.5"},
+                                                        {"scale", "0.9 0.5"},
+                                                        {"scale", "0.5 2"},
+                                                        {"ratio", "0 1"},
+                                                        {"crop-padding", "1.5"},
+                                                        {"crop-padding", "-1"},
+                                                        {"mixup", "-1"},
+                                                        {"random-resized-crop", "yes"}}) {
+    auto damaged = record;
+    damaged[key] = bad;
+    datasets::AugmentOptions f;
+    try {
+      vit::take_recorded_augment(damaged, {}, f, "m.h5");
+      ADD_FAILURE() << key << " = " << bad << " was taken";
+    } catch (const Error& err) {
+      EXPECT_TRUE(vitk::test::contains(err.what(), "m.h5: attribute recipe." + key + " is"))
+          << err.what();
+    }
+  }
+}
+
 TEST(Recipes, TrainKeepsItsDefaults) {
   const vit::TrainOptions t = parse_train(tools::TrainCommand::train, {});
   EXPECT_FALSE(t.finetune.enabled);
@@ -519,7 +586,9 @@ class FinetuneCli : public ::testing::Test {
     Result r = run_vitk(
         root_,
         {"train", "--config", "tiny.ini", "--data", "pre", "--output", "src", "--epochs", "2",
-         "--batch-size", "32", "--lr", "0.003", "--warmup-epochs", "0.5", "--threads", "2"},
+         "--batch-size", "32", "--lr", "0.003", "--warmup-epochs", "0.5", "--threads", "2",
+         // Not vitk's defaults: what a fine-tuning run takes from the checkpoint shows.
+         "--hflip", "0.25", "--reprob", "0.1"},
         "src");
     ASSERT_EQ(r.status, 0) << r.out << r.err;
     source_ = (root_ / "src/best.h5").string();
@@ -661,6 +730,50 @@ std::map<std::string, Tensor> weights_of(vit::LoadedVit& m) {
 }
 
 }  // namespace
+
+TEST_F(FinetuneCli, AugmentationNotGivenIsTheCheckpointsOwn) {
+  // The source recorded how it was trained; a fine-tuning run takes what it is not given.
+  const io::CheckpointMeta src = io::read_checkpoint_meta(source_);
+  EXPECT_EQ(src.recipe.at("hflip"), "0.25");
+  EXPECT_EQ(src.recipe.at("reprob"), "0.1");
+  EXPECT_EQ(src.recipe.at("scale"), "0.08 1");
+  EXPECT_EQ(src.recipe.at("opt"), "adamw");
+  EXPECT_EQ(src.recipe.at("lr"), "0.003");
+  const Result shown = run({"inspect", source_});
+  EXPECT_TRUE(contains(shown.out, "\n  --hflip 0.25\n")) << shown.out;
+
+  Result r = finetune("taken", {"--num-classes", "2", "--epochs", "1", "--max-steps", "1"});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out,
+                       "augment: random resized crop scale 0.08-1 ratio 0.75-1.333, hflip "
+                       "0.25, reprob 0.1 (as " +
+                           source_ +
+                           " was trained: random-resized-crop, scale, ratio, hflip, "
+                           "crop-padding, reprob, mixup, cutmix, mixup-prob, "
+                           "mixup-switch-prob)\n"))
+      << r.out;
+  // The run records the augmentation it used, and its own optimizer (the vit recipe's).
+  const io::CheckpointMeta ft = io::read_checkpoint_meta((dir_ / "taken/last.h5").string());
+  EXPECT_EQ(ft.recipe.at("hflip"), "0.25");
+  EXPECT_EQ(ft.recipe.at("opt"), "sgd");
+
+  // Given options win, from the command line or a config file.
+  std::ofstream(dir_ / "aug.ini") << "[augment]\nscale = 0.5 1\n";
+  r = finetune("given", {"--num-classes", "2", "--epochs", "1", "--max-steps", "1", "--reprob", "0",
+                         "--config", (dir_ / "aug.ini").string()});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "scale 0.5-1 ratio 0.75-1.333, hflip 0.25, reprob 0 (as " + source_ +
+                                  " was trained: random-resized-crop, ratio, hflip, "
+                                  "crop-padding, mixup, cutmix, mixup-prob, mixup-switch-prob)"))
+      << r.out;
+  r = finetune("plain", {"--num-classes", "2", "--epochs", "1", "--max-steps", "1", "--no-aug"});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "augment: eval transform (no random crop), hflip 0, reprob 0 (as " +
+                                  source_ +
+                                  " was trained: mixup, cutmix, mixup-prob, "
+                                  "mixup-switch-prob)"))
+      << r.out;
+}
 
 TEST_F(FinetuneCli, SgdRecipeStepEqualsAHandComputation) {
   // One step, no warmup (lr(0) = --lr exactly), no augmentation, with the recipe's SGD and

@@ -41,6 +41,11 @@ int run_inspect(const po::variables_map& vm) {
     std::cout << "config:\n";
     for (const auto& [key, value] : meta.config) std::cout << "  " << key << " = " << value << "\n";
   }
+  if (!meta.recipe.empty()) {
+    std::cout << "trained with (its augmentation is what `vitk finetune` and --resume use when not "
+                 "given):\n";
+    for (const auto& [key, value] : meta.recipe) std::cout << "  --" << key << " " << value << "\n";
+  }
   if (!meta.class_names.empty()) {
     std::cout << "classes (" << meta.class_names.size() << "):";
     for (const auto& name : meta.class_names) std::cout << " " << name;

@@ -252,6 +252,10 @@ vit::TrainOptions train_options(const po::variables_map& vm, TrainCommand comman
   a.mixup_prob = vm["mixup-prob"].as<float>();
   a.mixup_switch_prob = vm["mixup-switch-prob"].as<float>();
   a.smoothing = t.smoothing;
+  for (const char* name : {"scale", "ratio", "hflip", "crop-padding", "reprob", "mixup", "cutmix",
+                           "mixup-prob", "mixup-switch-prob"})
+    if (vm.count(name) && !vm[name].defaulted()) t.augment_given.insert(name);
+  if (vm["no-aug"].as<bool>()) t.augment_given.insert("no-aug");
 
   if (ft) {
     auto& f = t.finetune;

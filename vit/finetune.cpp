@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <sstream>
 
 #include "common/error.h"
 #include "common/io/checkpoint.h"
+#include "common/progress.h"
 #include "vit/checkpoint.h"
 
 namespace vitk::vit {
@@ -141,6 +143,7 @@ FinetuneStart finetune_start(const TrainOptions& o, const std::vector<std::strin
   const io::CheckpointMeta meta = io::read_checkpoint_meta(f.from);
   FinetuneStart start;
   start.from = stored_config(f.from, meta);
+  start.recipe = meta.recipe;
   VitConfig& cfg = start.config;
   cfg = start.from;
   const auto file = to_config_map(start.from), given = to_config_map(o.model);
@@ -207,6 +210,130 @@ FinetuneStart finetune_start(const TrainOptions& o, const std::vector<std::strin
                   " for a new head, or --labels FILE to keep the head with the names of FILE");
   }
   return start;
+}
+
+// ---- What a checkpoint records of its training
+// ---------------------------------------------------
+
+namespace {
+
+// The shortest text that reads back as the same float (0.1f as "0.1", not "0.100000001").
+std::string number_text(float x) {
+  for (int digits = 6; digits < 9; ++digits) {
+    std::string text = format_general(x, digits);
+    if (std::strtof(text.c_str(), nullptr) == x) return text;
+  }
+  return format_general(x, 9);
+}
+
+std::string pair_text(const std::array<float, 2>& v) {
+  return number_text(v[0]) + " " + number_text(v[1]);
+}
+
+// The numbers of a recorded value: exactly `count` of them.
+std::vector<double> recorded_numbers(const std::string& key, const std::string& text, size_t count,
+                                     const std::string& path) {
+  std::istringstream in(text);
+  std::vector<double> out;
+  bool numbers = true;
+  for (std::string word; in >> word;) {
+    char* end = nullptr;
+    out.push_back(std::strtod(word.c_str(), &end));
+    numbers = numbers && !*end && std::isfinite(out.back());
+  }
+  if (!numbers || out.size() != count)
+    throw Error(path + ": attribute recipe." + key + " is '" + text + "', not " +
+                (count == 1 ? "a number" : std::to_string(count) + " numbers"));
+  return out;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> recipe_record(const TrainOptions& o,
+                                                 const datasets::AugmentOptions& a) {
+  return {{"random-resized-crop", a.random_resized_crop ? "true" : "false"},
+          {"scale", pair_text(a.scale)},
+          {"ratio", pair_text(a.ratio)},
+          {"hflip", number_text(a.hflip)},
+          {"crop-padding", std::to_string(a.crop_padding)},
+          {"reprob", number_text(a.reprob)},
+          {"mixup", number_text(a.mixup)},
+          {"cutmix", number_text(a.cutmix)},
+          {"mixup-prob", number_text(a.mixup_prob)},
+          {"mixup-switch-prob", number_text(a.mixup_switch_prob)},
+          {"opt", o.opt},
+          {"lr", number_text(o.lr)},
+          {"min-lr", number_text(o.min_lr)},
+          {"warmup-epochs", number_text(o.warmup_epochs)},
+          {"weight-decay", number_text(o.weight_decay)},
+          {"layer-decay", number_text(o.layer_decay)},
+          {"smoothing", number_text(o.smoothing)},
+          {"epochs", std::to_string(o.epochs)},
+          {"batch-size", std::to_string(o.batch_size)}};
+}
+
+std::vector<std::string> take_recorded_augment(const std::map<std::string, std::string>& record,
+                                               const std::set<std::string>& given,
+                                               datasets::AugmentOptions& a,
+                                               const std::string& path) {
+  std::vector<std::string> taken;
+  // --no-aug given turns the crop, the flip, the shift and the erasing off: none of them is taken.
+  const bool no_aug = given.count("no-aug") > 0;
+  auto find = [&](const std::string& key, bool crop_or_flip) -> const std::string* {
+    if (given.count(key) || (crop_or_flip && no_aug)) return nullptr;
+    auto it = record.find(key);
+    if (it == record.end()) return nullptr;
+    taken.push_back(key);
+    return &it->second;
+  };
+  auto probability = [&](const std::string& key, float& into, bool crop_or_flip) {
+    if (const std::string* text = find(key, crop_or_flip)) {
+      const double p = recorded_numbers(key, *text, 1, path)[0];
+      if (!(p >= 0 && p <= 1))
+        throw Error(path + ": attribute recipe." + key + " is " + *text + ", not in [0, 1]");
+      into = static_cast<float>(p);
+    }
+  };
+  auto alpha = [&](const std::string& key, float& into) {
+    if (const std::string* text = find(key, false)) {
+      const double v = recorded_numbers(key, *text, 1, path)[0];
+      if (!(v >= 0 && v <= 1e3))
+        throw Error(path + ": attribute recipe." + key + " is " + *text + ", not in [0, 1000]");
+      into = static_cast<float>(v);
+    }
+  };
+  // scale (at most 1) and ratio: two numbers 0 < MIN <= MAX.
+  auto range = [&](const std::string& key, std::array<float, 2>& into, bool at_most_1) {
+    if (const std::string* text = find(key, true)) {
+      const std::vector<double> v = recorded_numbers(key, *text, 2, path);
+      if (!(v[0] > 0 && v[0] <= v[1] && (!at_most_1 || v[1] <= 1) && v[1] < 1e30))
+        throw Error(path + ": attribute recipe." + key + " is '" + *text +
+                    "', not two numbers 0 < MIN <= MAX" + (at_most_1 ? " <= 1" : ""));
+      into = {static_cast<float>(v[0]), static_cast<float>(v[1])};
+    }
+  };
+  if (const std::string* text = find("random-resized-crop", true)) {
+    if (*text != "true" && *text != "false")
+      throw Error(path + ": attribute recipe.random-resized-crop is '" + *text +
+                  "', not true or false");
+    a.random_resized_crop = *text == "true";
+  }
+  range("scale", a.scale, true);
+  range("ratio", a.ratio, false);
+  probability("hflip", a.hflip, true);
+  if (const std::string* text = find("crop-padding", true)) {
+    const double v = recorded_numbers("crop-padding", *text, 1, path)[0];
+    if (!(v >= 0 && v <= 1024 && v == std::floor(v)))
+      throw Error(path + ": attribute recipe.crop-padding is " + *text +
+                  ", not a whole number in [0, 1024]");
+    a.crop_padding = static_cast<int64_t>(v);
+  }
+  probability("reprob", a.reprob, true);
+  alpha("mixup", a.mixup);
+  alpha("cutmix", a.cutmix);
+  probability("mixup-prob", a.mixup_prob, false);
+  probability("mixup-switch-prob", a.mixup_switch_prob, false);
+  return taken;
 }
 
 void check_resumed_finetune(const FinetuneOptions& f, const VitConfig& cfg,

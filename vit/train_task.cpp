@@ -97,6 +97,7 @@ void VitTask::open_data() {
 // fine-tuning run, or a new one; the weights of the latter two are loaded or drawn here.
 void VitTask::build_model(const io::CheckpointMeta* resumed, uint64_t seed) {
   const int64_t classes = static_cast<int64_t>(class_names_.size());
+  augment_ = o_.augment;
   if (resumed) {
     cfg_ = stored_config(o_.resume, *resumed);
     // Both sides as text of a parsed configuration, so that keys an older checkpoint lacks
@@ -112,6 +113,7 @@ void VitTask::build_model(const io::CheckpointMeta* resumed, uint64_t seed) {
                          b->second + " (" + o_.resume + "); a resumed run keeps its model");
     }
     check_resumed_finetune(o_.finetune, cfg_, o_.resume);
+    augment_taken_ = take_recorded_augment(resumed->recipe, o_.augment_given, augment_, o_.resume);
     if (!resumed->class_names.empty() && resumed->class_names != class_names_)
       throw Error(o_.resume + ": the checkpoint's classes are not those of " +
                   train_set_->source());
@@ -121,6 +123,8 @@ void VitTask::build_model(const io::CheckpointMeta* resumed, uint64_t seed) {
     initial_ = start.from;
     new_head_ = start.new_head;
     align_corners_ = start.align_corners;
+    augment_taken_ =
+        take_recorded_augment(start.recipe, o_.augment_given, augment_, o_.finetune.from);
   } else if (!fixed_) {
     cfg_ = o_.model;
     if (cfg_.num_classes == 0) cfg_.num_classes = classes;
@@ -147,7 +151,7 @@ void VitTask::open_loaders(uint64_t seed) {
   const datasets::LoaderOptions val = lo;
   lo.training = true;
   lo.seed = seed;
-  lo.augment = o_.augment;
+  lo.augment = augment_;
   lo.augment.smoothing = o_.smoothing;
   // This rank's rows of every batch, and its whole batches of the validation (datasets/loader.h).
   lo.shard = {part_.rank, part_.ranks};
@@ -284,12 +288,13 @@ io::CheckpointMeta VitTask::checkpoint_meta() const {
   io::CheckpointMeta m;
   m.config = to_config_map(cfg_);
   m.class_names = class_names_;
+  m.recipe = recipe_record(o_, augment_);
   return m;
 }
 
 void VitTask::log_setup(std::ostream& L) const {
   const auto& c = cfg_;
-  const auto& a = o_.augment;
+  const auto& a = augment_;
   L << "data: " << train_set_->size() << " training images in " << class_names_.size()
     << " classes from " << train_set_->source() << "; " << val_set_->size()
     << " validation images from " << val_set_->source() << "\n";
@@ -372,7 +377,18 @@ void VitTask::log_setup(std::ostream& L) const {
     L << "eval transform (no random crop)";
   L << ", hflip " << format_general(a.hflip);
   if (a.crop_padding > 0) L << ", crop-padding " << a.crop_padding;
-  L << ", reprob " << format_general(a.reprob) << "\n";
+  L << ", reprob " << format_general(a.reprob);
+  if (o_.finetune.enabled || !o_.resume.empty()) {
+    const std::string& from = o_.resume.empty() ? o_.finetune.from : o_.resume;
+    if (augment_taken_.empty()) {
+      L << " (as given or vitk's defaults: " << from << " does not record its augmentation)";
+    } else {
+      L << " (as " << from << " was trained:";
+      for (size_t i = 0; i < augment_taken_.size(); ++i) L << (i ? ", " : " ") << augment_taken_[i];
+      L << ")";
+    }
+  }
+  L << "\n";
   L << std::flush;
 }
 

@@ -58,6 +58,10 @@ class VitTask : public train::Task {
   VitConfig cfg_;
   std::optional<VitConfig> initial_;  // fine-tuning from a checkpoint: its model
   bool new_head_ = false, align_corners_ = false;
+  // The augmentation the run uses: the options, with those not given taken from the checkpoint a
+  // fine-tuning or resumed run starts from (augment_taken_ names them).
+  datasets::AugmentOptions augment_;
+  std::vector<std::string> augment_taken_;
   int64_t bpe_ = 0;  // batches per epoch
   train::Partition part_;
 

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,9 @@ struct TrainOptions {
   float clip_grad = 0.f;      // max global L2 norm of the gradients; 0: no clipping
   float smoothing = 0.1f;     // label smoothing (also folded into Mixup/CutMix targets)
   datasets::AugmentOptions augment;  // --scale --ratio --hflip --reprob --mixup --cutmix ...
+  // The augmentation options given (command line or config file, by name: "scale", "no-aug"):
+  // a fine-tuning or resumed run takes the others from its checkpoint's record (vit/finetune.h).
+  std::set<std::string> augment_given;
   bool model_ema = false;
   double model_ema_decay = 0.9998;
   uint64_t seed = 42;

@@ -27,6 +27,7 @@ constexpr const char* kFormatName = "vitk-checkpoint";
 constexpr const char* kVersionAttr = "vitk_format_version";
 constexpr int64_t kFormatVersion = 1;
 constexpr const char* kConfigPrefix = "config.";
+constexpr const char* kRecipePrefix = "recipe.";
 constexpr const char* kOptimizerGroup = "optimizer";
 constexpr const char* kFilesGroup = "files";
 constexpr const char* kStateGroup = "train_state";
@@ -115,6 +116,8 @@ void build(MemoryFile& file, const std::string& path, const ParamStore& params,
   write_int64(r, kVersionAttr, kFormatVersion, path);
   for (const auto& [key, value] : meta.config)
     write_strings(r, kConfigPrefix + key, {value}, false, path);
+  for (const auto& [key, value] : meta.recipe)
+    write_strings(r, kRecipePrefix + key, {value}, false, path);
   if (!meta.class_names.empty()) write_strings(r, "class_names", meta.class_names, true, path);
   write_int64(r, "step", meta.step, path);
   write_int64(r, "epoch", meta.epoch, path);
@@ -196,12 +199,15 @@ CheckpointMeta read_meta(const ReadFile& f, const std::string& path) {
   const std::vector<std::string> names = attribute_names(f.root.get(), path);
   CheckpointMeta meta;
   const hid_t root = f.root.get();
-  const size_t prefix = std::strlen(kConfigPrefix);
   for (const auto& name : names) {
-    if (name.compare(0, prefix, kConfigPrefix) != 0) continue;
-    Hid attr = checked(H5Aopen(root, name.c_str(), H5P_DEFAULT), H5Aclose, path,
-                       "cannot open attribute " + quoted(name));
-    meta.config[name.substr(prefix)] = read_string(f, attr.get(), name);
+    for (auto [prefix, into] :
+         {std::pair{kConfigPrefix, &meta.config}, std::pair{kRecipePrefix, &meta.recipe}}) {
+      const size_t n = std::strlen(prefix);
+      if (name.compare(0, n, prefix) != 0) continue;
+      Hid attr = checked(H5Aopen(root, name.c_str(), H5P_DEFAULT), H5Aclose, path,
+                         "cannot open attribute " + quoted(name));
+      (*into)[name.substr(n)] = read_string(f, attr.get(), name);
+    }
   }
   // Everything but the config is optional, so that a converter script can write a minimal file.
   if (auto a = open_attribute(root, "class_names", path))
@@ -483,6 +489,10 @@ void save_checkpoint(const std::string& path, const ParamStore& params, const Ch
     for (const auto& [key, value] : meta.config) {
       check_text(key, "config key", path);
       check_text(value, "config value", path);
+    }
+    for (const auto& [key, value] : meta.recipe) {
+      check_text(key, "recipe key", path);
+      check_text(value, "recipe value", path);
     }
     for (const auto& name : meta.class_names) check_text(name, "class name", path);
 

@@ -24,6 +24,10 @@ using StateValue = std::variant<int64_t, uint64_t, double, std::string>;
 
 struct CheckpointMeta {
   std::map<std::string, std::string> config;  // model configuration, key -> value (as text)
+  // How the run that wrote the file trained (its augmentation and optimizer options, by their
+  // command-line names: "scale" -> "0.08 1"), root attributes recipe.KEY. A fine-tuning or resumed
+  // run takes the augmentation from it (vit/finetune.h); empty in files from elsewhere.
+  std::map<std::string, std::string> recipe;
   std::vector<std::string> class_names;
   int64_t step = 0;  // optimizer steps taken
   int64_t epoch = 0;
