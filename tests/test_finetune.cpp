@@ -775,6 +775,28 @@ TEST_F(FinetuneCli, AugmentationNotGivenIsTheCheckpointsOwn) {
       << r.out;
 }
 
+// The README's demo: configs/vit-fmnist-finetune56.ini on the bundled model, one small step.
+TEST_F(FinetuneCli, TheReadmesRecipeFineTunesTheBundledModelAt56) {
+  const fs::path source(VITK_SOURCE_DIR);
+  const fs::path data = "/usr/share/datasets/fashion-mnist";
+  std::error_code ec;
+  if (!fs::exists(data / "train-images-idx3-ubyte.gz", ec) &&
+      !fs::exists(data / "train-images-idx3-ubyte", ec))
+    GTEST_SKIP() << "no Fashion-MNIST in " << data << " (dataset-fashion-mnist)";
+  Result r = run({"finetune", "--config", (source / "configs/vit-fmnist-finetune56.ini").string(),
+                  "--from", (source / "vit/models/fmnist-vit.h5").string(), "--output", "fm56",
+                  "--max-steps", "1", "--batch-size", "8", "--threads", "2"});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  for (const std::string part :
+       {": vit 28x28 -> 56x56, positions resampled from 7x7 to 14x14",
+        "optimizer: AdamW, lr 0.0006",
+        "augment: random resized crop scale 1-1 ratio 1-1, hflip 0.5, reprob 0 (as given or vitk's "
+        "defaults: ",
+        "stopped at step 1"})
+    EXPECT_TRUE(contains(r.out, part)) << part << "\n" << r.out;
+  EXPECT_EQ(vit::load_vit((dir_ / "fm56/last.h5").string()).config.image_height, 56);
+}
+
 TEST_F(FinetuneCli, SgdRecipeStepEqualsAHandComputation) {
   // One step, no warmup (lr(0) = --lr exactly), no augmentation, with the recipe's SGD and
   // clipping and a layer decay of 0.5; the head kept (the source's four classes), so that every

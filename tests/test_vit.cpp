@@ -534,6 +534,14 @@ TEST(VitEvalTest, FreeingEachBlocksActivationsKeepsTheLogitsInLessMemory) {
       EXPECT_TRUE(bitwise_equal(model.forward(one, images), expected)) << k.pool << " " << pass;
     }
     EXPECT_LT(freed.high_water(), kept.high_water()) << k.pool;
+    // Attention maps read every block's weights after the forward: nothing is freed then.
+    for (nn::EncoderLayer& block : model.blocks()) block.attention().keep_weights = true;
+    kept.reset();
+    model.forward(all, images);
+    const Tensor first = model.blocks()[0].attention().weights().clone();
+    freed.reset();
+    model.forward(one, images);
+    EXPECT_TRUE(bitwise_equal(model.blocks()[0].attention().weights(), first)) << k.pool;
   }
 }
 

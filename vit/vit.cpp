@@ -462,7 +462,11 @@ Tensor VisionTransformer::forward(nn::Context& ctx, const Tensor& images) {
       (m.pos_convs.empty() || m.pos_convs.back().after_block != static_cast<int64_t>(last));
   // free_block_activations: each block's output goes to `carry`, and what the block allocated
   // after `mark` (its activations and its output) is handed back before the next block.
-  const bool free_blocks = !ctx.training && ctx.free_block_activations;
+  // Not when attention maps keep every block's weights (they live in the arena).
+  const bool free_blocks = !ctx.training && ctx.free_block_activations &&
+                           std::none_of(m.blocks.begin(), m.blocks.end(), [](nn::EncoderLayer& b) {
+                             return b.attention().keep_weights;
+                           });
   Tensor carry;
   Arena::Mark mark;
   if (free_blocks) {

@@ -67,8 +67,8 @@ struct Context {
   bool one_copy_of_weights = false;
   // Inference that reads only a model's output (classify, eval): a model may rewind the arena
   // (Arena::rewind) after each block, once it has copied the block's output out, so the arena
-  // holds one block's activations rather than every block's. Off where something reads them
-  // afterwards (attention maps, training).
+  // holds one block's activations rather than every block's. Ignored while attention layers keep
+  // their weights (attention maps) and in training.
   bool free_block_activations = false;
   // Tests and benchmarks force one. Blocked applies only to dot and scaled-dot scores without
   // keep_weights (materialized otherwise) and refuses the diagonal mask.
