@@ -212,8 +212,7 @@ FinetuneStart finetune_start(const TrainOptions& o, const std::vector<std::strin
   return start;
 }
 
-// ---- What a checkpoint records of its training
-// ---------------------------------------------------
+// ---- What a checkpoint records of its training ---------------------------------------------
 
 namespace {
 

@@ -70,8 +70,7 @@ FinetuneStart finetune_start(const TrainOptions& options, const std::vector<std:
 void check_resumed_finetune(const FinetuneOptions& f, const VitConfig& config,
                             const std::string& resume);
 
-// ---- What a checkpoint records of its training (io::CheckpointMeta::recipe)
-// ----------------------
+// ---- What a checkpoint records of its training (io::CheckpointMeta::recipe) -----------------
 //
 // A run records its augmentation and optimizer settings under their option names (scale, ratio,
 // random-resized-crop, hflip, crop-padding, reprob, mixup, cutmix, mixup-prob, mixup-switch-prob;
