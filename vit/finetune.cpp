@@ -285,19 +285,13 @@ std::vector<std::string> take_recorded_augment(const std::map<std::string, std::
     taken.push_back(key);
     return &it->second;
   };
-  auto probability = [&](const std::string& key, float& into, bool crop_or_flip) {
+  // A number in [0, max]: a probability (max 1) or a Mixup/CutMix alpha (max 1000).
+  auto number = [&](const std::string& key, float& into, double max, bool crop_or_flip) {
     if (const std::string* text = find(key, crop_or_flip)) {
-      const double p = recorded_numbers(key, *text, 1, path)[0];
-      if (!(p >= 0 && p <= 1))
-        throw Error(path + ": attribute recipe." + key + " is " + *text + ", not in [0, 1]");
-      into = static_cast<float>(p);
-    }
-  };
-  auto alpha = [&](const std::string& key, float& into) {
-    if (const std::string* text = find(key, false)) {
       const double v = recorded_numbers(key, *text, 1, path)[0];
-      if (!(v >= 0 && v <= 1e3))
-        throw Error(path + ": attribute recipe." + key + " is " + *text + ", not in [0, 1000]");
+      if (!(v >= 0 && v <= max))
+        throw Error(path + ": attribute recipe." + key + " is " + *text + ", not in [0, " +
+                    number_text(static_cast<float>(max)) + "]");
       into = static_cast<float>(v);
     }
   };
@@ -319,7 +313,7 @@ std::vector<std::string> take_recorded_augment(const std::map<std::string, std::
   }
   range("scale", a.scale, true);
   range("ratio", a.ratio, false);
-  probability("hflip", a.hflip, true);
+  number("hflip", a.hflip, 1, true);
   if (const std::string* text = find("crop-padding", true)) {
     const double v = recorded_numbers("crop-padding", *text, 1, path)[0];
     if (!(v >= 0 && v <= 1024 && v == std::floor(v)))
@@ -327,11 +321,11 @@ std::vector<std::string> take_recorded_augment(const std::map<std::string, std::
                   ", not a whole number in [0, 1024]");
     a.crop_padding = static_cast<int64_t>(v);
   }
-  probability("reprob", a.reprob, true);
-  alpha("mixup", a.mixup);
-  alpha("cutmix", a.cutmix);
-  probability("mixup-prob", a.mixup_prob, false);
-  probability("mixup-switch-prob", a.mixup_switch_prob, false);
+  number("reprob", a.reprob, 1, true);
+  number("mixup", a.mixup, 1e3, false);
+  number("cutmix", a.cutmix, 1e3, false);
+  number("mixup-prob", a.mixup_prob, 1, false);
+  number("mixup-switch-prob", a.mixup_switch_prob, 1, false);
   return taken;
 }
 

@@ -151,25 +151,6 @@ const void* weight_form(const Packing& packing, const Operand& source,
   auto it = std::find_if(
       cache.forms.begin(), cache.forms.end(),
       [&](const WeightCache::Impl::Form& f) { return f.desc == want && f.source == source_key; });
-  if (it != cache.forms.end() && it->built && packing.plain_released) return it->data.get();
-  if (it == cache.forms.end() && packing.plain_released) {
-    // Made from a form of the same source (wᵀ or w) the cache holds: a reorder between layouts.
-    auto from = std::find_if(cache.forms.begin(), cache.forms.end(),
-                             [&](const auto& f) { return f.built && f.source == source_key; });
-    if (from == cache.forms.end())
-      throw Error("a weight's plain form was released before any packed form was made");
-    WeightCache::Impl::Form f;
-    f.desc = want;
-    f.source = source_key;
-    f.bytes = want.get_size();
-    f.data = aligned_alloc_shared(f.bytes);
-    f.version = from->version;
-    f.built = true;
-    reorder_into(from->desc, from->data.get(), want, f.data.get());
-    ++cache.packs;
-    cache.forms.push_back(std::move(f));
-    return cache.forms.back().data.get();
-  }
   if (it == cache.forms.end()) {
     WeightCache::Impl::Form f;
     f.desc = want;
@@ -178,6 +159,20 @@ const void* weight_form(const Packing& packing, const Operand& source,
     f.data = aligned_alloc_shared(f.bytes);
     cache.forms.push_back(std::move(f));
     it = cache.forms.end() - 1;
+  }
+  if (packing.plain_released) {
+    if (!it->built) {
+      // Made from a form of the same source (wᵀ or w) the cache holds: a reorder between layouts.
+      auto from = std::find_if(cache.forms.begin(), cache.forms.end(),
+                               [&](const auto& f) { return f.built && f.source == source_key; });
+      if (from == cache.forms.end())
+        throw Error("a weight's plain form was released before any packed form was made");
+      reorder_into(from->desc, from->data.get(), want, it->data.get());
+      it->version = from->version;
+      it->built = true;
+      ++cache.packs;
+    }
+    return it->data.get();
   }
   if (!it->built || it->version != packing.version) {
     reorder_into(source, want, it->data.get());
