@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -426,6 +427,30 @@ TEST(Recipes, FinetuneDefaultsComeFromTheRecipeAndGivenOptionsWin) {
   EXPECT_THROW(parse_finetune({"--recipe", "beit"}), UsageError);
 }
 
+TEST(Recipes, StepsSetTheRunsLengthAndTheRecipesWarmupIsAShareOfThem) {
+  vit::TrainOptions t = parse_finetune({"--from", "a.h5", "--steps", "350", "-b", "64"});
+  EXPECT_EQ(t.steps, 350);
+  EXPECT_FLOAT_EQ(t.warmup_share, static_cast<float>(vit::recipe("vit").warmup_fraction));
+  t.data = "imgs";
+  EXPECT_NO_THROW(t.validate());
+  // A warmup given is kept in epochs; training from scratch has no recipe to take a share of.
+  t = parse_finetune({"--steps", "350", "--warmup-epochs", "0.02"});
+  EXPECT_EQ(t.warmup_share, 0.f);
+  EXPECT_FLOAT_EQ(t.warmup_epochs, 0.02f);
+  t = parse_train(tools::TrainCommand::train, {"--steps", "100", "--warmup-epochs", "0.5"});
+  EXPECT_EQ(t.steps, 100);
+  EXPECT_EQ(t.warmup_share, 0.f);
+  EXPECT_EQ(parse_train(tools::TrainCommand::train, {}).steps, 0);
+  // Both lengths at once is a mistake; so is a run of no steps.
+  try {
+    parse_finetune({"--steps", "350", "--epochs", "2"});
+    ADD_FAILURE();
+  } catch (const UsageError& e) {
+    EXPECT_TRUE(vitk::test::contains(e.what(), "give --epochs or --steps, not both")) << e.what();
+  }
+  EXPECT_THROW(parse_finetune({"--steps", "0"}), po::error);
+}
+
 TEST(Recipes, RecordedAugmentationRoundTripsAndBadValuesNameTheAttribute) {
   vit::TrainOptions o;
   datasets::AugmentOptions a;
@@ -691,6 +716,25 @@ TEST_F(FinetuneCli, HigherResolutionWithANewHeadThenEval) {
           "eval12x8");
   ASSERT_EQ(t.status, 0) << t.out << t.err;
   EXPECT_TRUE(contains(t.out, "to 12x8 (grid 3x2), bicubic, align_corners true")) << t.out;
+  // The ViT paper's bilinear resampling, in eval and in a fine-tuning run; a mode it lacks fails.
+  Result bl = run({"eval", "--model", source_, "--data", pre(), "--image-size", "12",
+                   "--pos-interpolation", "bilinear"},
+                  "eval12bl");
+  ASSERT_EQ(bl.status, 0) << bl.out << bl.err;
+  EXPECT_TRUE(contains(bl.out, "to 12x12 (grid 3x3), bilinear, align_corners false")) << bl.out;
+  Result fb = finetune("ftbl", {"--image-size", "12", "--num-classes", "2", "--max-steps", "1",
+                                "--pos-interpolation", "bilinear"});
+  ASSERT_EQ(fb.status, 0) << fb.out << fb.err;
+  EXPECT_TRUE(
+      contains(fb.out, "positions resampled from 2x2 to 3x3 (bilinear, align_corners false)"))
+      << fb.out;
+  Result bad = run({"eval", "--model", source_, "--data", pre(), "--image-size", "12",
+                    "--pos-interpolation", "nearest"},
+                   "evalbad");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_TRUE(
+      contains(bad.err, "--pos-interpolation must be 'bicubic' or 'bilinear', got 'nearest'"))
+      << bad.err;
 }
 
 namespace {
@@ -776,6 +820,69 @@ TEST_F(FinetuneCli, AugmentationNotGivenIsTheCheckpointsOwn) {
 }
 
 // The README's demo: configs/vit-fmnist-finetune56.ini on the bundled model, one small step.
+TEST_F(FinetuneCli, StepsOnTheCommandLineReplaceAConfigsEpochsAndEndValidated) {
+  // 64 images in batches of 16: 4 steps an epoch, so 6 steps end half-way through epoch 2.
+  std::ofstream(dir_ / "long.ini") << "[train]\nepochs = 4\n";
+  Result r = finetune("steps", {"--num-classes", "2", "--config", (dir_ / "long.ini").string(),
+                                "--steps", "6", "--model-ema", "--model-ema-decay", "0.5"});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  for (const std::string part : {"run: 6 steps (--steps), 1.5 epochs of 4 steps",
+                                 "cosine to 0 at step 6)", "finished 6 steps (--steps)"})
+    EXPECT_TRUE(contains(r.out, part)) << part << "\n" << r.out;
+  const std::vector<std::string> rows =
+      vitk::test::lines_of(vitk::test::read_file(dir_ / "steps/metrics.csv"));
+  ASSERT_EQ(rows.size(), 3u) << r.out;  // the header, epoch 1 and the end at step 6
+  EXPECT_EQ(rows[2].substr(0, 6), "6,1.5,");
+  EXPECT_TRUE(fs::exists(dir_ / "steps/ema.h5"));  // written at the last report, as after epochs
+  const io::CheckpointMeta last = io::read_checkpoint_meta((dir_ / "steps/last.h5").string());
+  EXPECT_EQ(last.recipe.at("steps"), "6");
+  EXPECT_EQ(last.recipe.count("epochs"), 0u);
+  EXPECT_EQ(last.recipe.at("warmup-epochs"), "0");  // 5% of 6 steps, rounded
+
+  // Both on the command line: refused before anything is written.
+  r = finetune("both", {"--num-classes", "2", "--epochs", "2", "--steps", "3"});
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(contains(r.err, "give --epochs or --steps, not both")) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "both"));
+}
+
+TEST_F(FinetuneCli, FreezePatchEmbedHoldsItForTheFirstStepsOnly) {
+  vit::LoadedVit src = vit::load_vit(source_);
+  const std::map<std::string, Tensor> start = weights_of(src);
+  // Moved from the source after `steps` steps: the patch embedding's tensors, and the others.
+  auto moved = [&](const std::string& run_dir) {
+    vit::LoadedVit m = vit::load_vit((dir_ / run_dir / "last.h5").string());
+    std::pair<int, int> n{0, 0};
+    for (const Parameter& p : m.params->params()) {
+      if (p.name.rfind("head.", 0) == 0) continue;  // a new head of 2 classes
+      const Tensor& a = start.at(p.name);
+      const bool same = std::memcmp(a.f32(), p.value.f32(), a.nbytes()) == 0;
+      (p.name.rfind("patch_embed.", 0) == 0 ? n.first : n.second) += !same;
+    }
+    return n;
+  };
+  const std::vector<std::string> common{
+      "--num-classes",        "2", "--opt", "adamw", "--lr", "0.003", "--epochs", "2",
+      "--freeze-patch-embed", "2"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = common;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  Result r = finetune("held", with({"--max-steps", "2"}));
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "patch embedding (2 tensors) held at lr 0 for steps 1-2\n")) << r.out;
+  const auto held = moved("held");
+  EXPECT_EQ(held.first, 0);   // patch_embed.proj.weight and .bias as loaded
+  EXPECT_GT(held.second, 0);  // the blocks learnt
+  r = finetune("free", with({"--max-steps", "3"}));
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_EQ(moved("free").first, 2);  // step 3 moves them
+  EXPECT_EQ(
+      io::read_checkpoint_meta((dir_ / "free/last.h5").string()).recipe.at("freeze-patch-embed"),
+      "2");
+}
+
 TEST_F(FinetuneCli, TheReadmesRecipeFineTunesTheBundledModelAt56) {
   const fs::path source(VITK_SOURCE_DIR);
   const fs::path data = "/usr/share/datasets/fashion-mnist";

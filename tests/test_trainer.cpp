@@ -291,6 +291,49 @@ TEST(Trainer, ResumeFromAnyStepEndsAsTheRunThatNeverStopped) {
   }
 }
 
+// --steps: the run's length in steps; its last epoch is cut short and ends as any last epoch does
+// (validated, reported, saved), and a run stopped inside it resumes to the same end.
+TEST(Trainer, StepsCutTheLastEpochAndEndTheRunAsAnEpochDoes) {
+  TempDir tmp;
+  FakeTask task;
+  vitk::train::Options o = options(tmp / "run", vitk::train::Every::epochs, 1);
+  o.steps = 6;  // 1.5 epochs of 4 batches; o.epochs (3) gives way
+  const Outcome r = run(task, o);
+  EXPECT_EQ(r.result.end, vitk::train::End::finished);
+  EXPECT_EQ(r.result.steps, 6);
+  EXPECT_EQ(task.validations, 2);
+  const std::vector<std::pair<int64_t, int64_t>> seen{{0, 0}, {0, 1}, {0, 2},
+                                                      {0, 3}, {1, 0}, {1, 1}};
+  EXPECT_EQ(task.seen, seen);
+  const auto lines = csv_lines(tmp / "run");
+  ASSERT_EQ(lines.size(), 3u) << r.log;
+  EXPECT_EQ(lines[1].substr(0, 4), "4,1,");
+  EXPECT_EQ(lines[2].substr(0, 6), "6,1.5,");
+  EXPECT_TRUE(contains(r.log, "run: 6 steps (--steps), 1.5 epochs of 4 ")) << r.log;
+  EXPECT_TRUE(contains(r.log, "finished 6 steps (--steps); best val score")) << r.log;
+  EXPECT_TRUE(contains(r.log, " at step ")) << r.log;
+
+  // Stopped inside the cut epoch and resumed: the run that never stopped.
+  std::atomic<int> stop{0};
+  FakeTask first;
+  first.stop = &stop;
+  first.stop_after = 5;
+  vitk::train::Options p = options(tmp / "part", vitk::train::Every::epochs, 1);
+  p.steps = 6;
+  EXPECT_EQ(run(first, p, &stop).result.end, vitk::train::End::interrupted);
+  FakeTask rest;
+  p.resume = (tmp / "part/last.h5").string();
+  EXPECT_EQ(run(rest, p).result.end, vitk::train::End::finished);
+  expect_same_run(tmp / "run", tmp / "part");
+
+  // Resumed from its end: nothing left to do.
+  FakeTask again;
+  o.resume = (tmp / "run/last.h5").string();
+  const Outcome done = run(again, o);
+  EXPECT_TRUE(again.seen.empty());
+  EXPECT_TRUE(contains(done.log, "all 6 steps are done; raise --steps")) << done.log;
+}
+
 TEST(Trainer, AnInterruptedValidationIsDoneAgainOnResume) {
   for (const auto unit : {vitk::train::Every::epochs, vitk::train::Every::steps}) {
     SCOPED_TRACE(unit == vitk::train::Every::epochs ? "epochs" : "steps");

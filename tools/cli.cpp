@@ -258,8 +258,19 @@ void store_config(const std::string& path, const po::options_description& file_o
   std::vector<ConfigKey> keys = scan_config(path, text);
   // One preset serves several subcommands (train reads [train], info only [model]): a key that
   // another subcommand takes is skipped; a key no subcommand takes is a typo.
+  // Options that give one thing in different units: one of them on the command line replaces the
+  // file's value of the others too (`--steps 500` over a preset's epochs).
+  static const std::vector<std::set<std::string>> alternatives = {{"epochs", "steps"}};
+  auto replaced = [&](const std::string& key) {
+    for (const std::set<std::string>& group : alternatives)
+      if (group.count(key))
+        for (const std::string& other : group)
+          if (other != key && vm.count(other) && !vm[other].defaulted()) return true;
+    return false;
+  };
   std::ostringstream flat;
   for (const ConfigKey& k : keys) {
+    if (replaced(k.key)) continue;
     if (file_options.find_nothrow(k.key, false)) {
       flat << k.key << " = " << k.value << "\n";
     } else if (!other_commands_options.count(k.key)) {

@@ -260,7 +260,8 @@ int run_classify(const po::variables_map& vm) {
   vit::LoadedVit loaded;
   try {
     loaded = random_weights ? random_model(vm)
-                            : vit::load_vit(model_path, res.height, res.width, res.align_corners);
+                            : vit::load_vit(model_path, res.height, res.width, res.align_corners,
+                                            res.pos_interpolation);
   } catch (const UsageError& e) {  // load_vit's only one: a size it cannot run at
     if (res.height <= 0) throw;
     throw UsageError("--image-size " + std::to_string(res.height) + "x" +

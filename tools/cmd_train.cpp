@@ -73,6 +73,7 @@ int run_eval(const po::variables_map& vm) {
   e.image_height = res.height;
   e.image_width = res.width;
   e.align_corners = res.align_corners;
+  e.pos_interpolation = res.pos_interpolation;
   e.prefetch = vm["prefetch"].as<int>();
   vit::run_eval(e, std::cout, is_terminal(STDOUT_FILENO));
   return kExitOk;

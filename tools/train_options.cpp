@@ -119,6 +119,9 @@ void add_train_options(po::options_description& o, TrainCommand command) {
   po::options_description opt("Optimization");
   opt.add_options()                                                  //
       ("epochs", epochs, ("epochs to train" + from_recipe).c_str())  //
+      ("steps", value_in<int64_t>(1, 1'000'000'000)->value_name("N"),
+       "train this many steps instead of whole epochs: the warmup and cosine span them and the "
+       "run ends validated, as after its last epoch (vit_jax's total_steps)")  //
       ("batch-size,b", value_in<int64_t>(1, kMaxBatchSize)->default_value(128),
        "images per step")  //
       ("lr", recipe_value(5e-4f, "0.0005"),
@@ -142,6 +145,9 @@ void add_train_options(po::options_description& o, TrainCommand command) {
        "layer-wise lr decay (BEiT, timm): a parameter of layer l (0: patch embedding, class "
        "token, positions; i+1: block i; layers+1: final norm, head) learns at lr x "
        "decay^(layers+1-l); 1: off")  //
+      ("freeze-patch-embed", po::value<int64_t>()->value_name("STEPS")->default_value(0),
+       "hold the patch embedding (conv stem and projection) fixed for the run's first STEPS "
+       "steps: its learning rate is 0 while the rest adapts to a new resolution (0: off)")  //
       ("clip-grad", recipe_value(0.f, "0"),
        ("clip the global gradient L2 norm to this (0: off)" + from_recipe).c_str())        //
       ("smoothing", recipe_value(0.1f, "0.1"), ("label smoothing" + from_recipe).c_str())  //
@@ -218,14 +224,23 @@ vit::TrainOptions train_options(const po::variables_map& vm, TrainCommand comman
     else
       r = vit::recipe("vit");
   }
+  auto given = [&](const char* name) { return vm.count(name) && !vm[name].defaulted(); };
+  if (given("steps") && given("epochs"))
+    throw UsageError("give --epochs or --steps, not both: --steps " +
+                     std::to_string(vm["steps"].as<int64_t>()) + " is the run's whole length");
   t.epochs = value_or<int>(vm, "epochs", r.epochs);
+  t.steps = value_or<int64_t>(vm, "steps", 0);
   t.lr = value_or<float>(vm, "lr", r.lr(t.batch_size));
   t.min_lr = value_or<float>(vm, "min-lr", r.min_lr(t.lr));
   t.warmup_epochs = value_or<float>(vm, "warmup-epochs", r.warmup_epochs(t.epochs));
+  // A fine-tuning run in steps warms up for the recipe's share of them.
+  if (ft && t.steps > 0 && !given("warmup-epochs"))
+    t.warmup_share = static_cast<float>(r.warmup_fraction);
   t.opt = value_or<std::string>(vm, "opt", r.optimizer);
   t.momentum = vm["momentum"].as<float>();
   t.weight_decay = value_or<float>(vm, "weight-decay", r.weight_decay);
   t.layer_decay = vm["layer-decay"].as<float>();
+  t.freeze_patch_embed = vm["freeze-patch-embed"].as<int64_t>();
   t.clip_grad = value_or<float>(vm, "clip-grad", r.clip_grad);
   t.smoothing = value_or<float>(vm, "smoothing", r.smoothing);
   t.model_ema = vm["model-ema"].as<bool>();
@@ -265,6 +280,7 @@ vit::TrainOptions train_options(const po::variables_map& vm, TrainCommand comman
     f.image_height = res.height;
     f.image_width = res.width;
     f.align_corners = res.align_corners;
+    f.pos_interpolation = res.pos_interpolation;
     if (vm.count("num-classes")) f.num_classes = vm["num-classes"].as<int64_t>();
     f.labels = str("labels");
   }

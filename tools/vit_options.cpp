@@ -198,7 +198,10 @@ void add_resolution_options(po::options_description& options, const std::string&
       ("align-corners", switch_value(std::nullopt),
        "resample the position embeddings with align_corners (torchvision's convention; "
        "--align-corners=false for timm's); default: the checkpoint's convention, recorded at "
-       "import (true for torchvision, false for timm and hf)");
+       "import (true for torchvision, false for timm and hf)")  //
+      ("pos-interpolation", po::value<std::string>()->value_name("MODE")->default_value("bicubic"),
+       "how the position embeddings are resampled: bicubic (timm, torchvision) or bilinear (the "
+       "ViT paper's code)");
 }
 
 Resolution resolution_from(const po::variables_map& vm) {
@@ -207,6 +210,9 @@ Resolution resolution_from(const po::variables_map& vm) {
     std::tie(r.height, r.width) = image_size_option(vm, "image-size");
   }
   if (vm.count("align-corners")) r.align_corners = vm["align-corners"].as<bool>();
+  if (vm.count("pos-interpolation"))
+    r.pos_interpolation = vit::parse_pos_interpolation(vm["pos-interpolation"].as<std::string>(),
+                                                       "--pos-interpolation");
   return r;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tools/cli.h"
+#include "vit/resample.h"
 #include "vit/vit.h"
 
 namespace vitk::tools {
@@ -42,6 +43,7 @@ std::pair<int64_t, int64_t> image_size_option(const po::variables_map& vm,
 struct Resolution {
   int64_t height = 0, width = 0;      // 0: the checkpoint's own size
   std::optional<bool> align_corners;  // unset: the checkpoint's convention
+  vit::PosInterpolation pos_interpolation = vit::PosInterpolation::bicubic;
 };
 // vitk::UsageError naming --image-size for a malformed size.
 Resolution resolution_from(const po::variables_map& vm);

@@ -97,7 +97,7 @@ void check_batch_memory(const VitConfig& config, int64_t images, const std::stri
 
 io::CheckpointMeta load_vit_weights(const std::string& path, const VitConfig& config,
                                     ParamStore& params, std::optional<bool> align_corners,
-                                    bool new_head, bool int8) {
+                                    bool new_head, bool int8, PosInterpolation interpolation) {
   const io::CheckpointMeta file_meta = io::read_checkpoint_meta(path);
   const VitConfig stored = stored_config(path, file_meta);
   const bool resize =
@@ -135,8 +135,9 @@ io::CheckpointMeta load_vit_weights(const std::string& path, const VitConfig& co
     }
     Tensor value = s->value;
     if (p.name == "pos_embed" && resize)
-      value = resample_pos_embed(s->value, stored.grid_height(), stored.grid_width(),
-                                 config.grid_height(), config.grid_width(), align);
+      value =
+          resample_pos_embed(s->value, stored.grid_height(), stored.grid_width(),
+                             config.grid_height(), config.grid_width(), align, 1, interpolation);
     if (value.shape() != p.shape)
       throw Error(path + ": " + p.name + " " + shape_str(value.shape()) +
                   " does not fit the model at " +
@@ -149,7 +150,7 @@ io::CheckpointMeta load_vit_weights(const std::string& path, const VitConfig& co
 }
 
 LoadedVit load_vit(const std::string& path, int64_t height, int64_t width,
-                   std::optional<bool> align_corners) {
+                   std::optional<bool> align_corners, PosInterpolation interpolation) {
   LoadedVit out;
   out.meta = io::read_checkpoint_meta(path);
   out.config = stored_config(path, out.meta);
@@ -158,11 +159,13 @@ LoadedVit load_vit(const std::string& path, int64_t height, int64_t width,
   out.resampled =
       height > 0 && width > 0 && (height != out.stored_height || width != out.stored_width);
   out.align_corners = align_corners.value_or(out.config.pos_embed_align_corners);
+  out.interpolation = interpolation;
   if (out.resampled) out.config = at_size(out.config, height, width, path);
   out.params = std::make_unique<ParamStore>();
   out.model = std::make_unique<VisionTransformer>(*out.params, out.config);
   out.params->finalize(/*gradients=*/false);
-  out.meta = load_vit_weights(path, out.config, *out.params, out.align_corners, false, true);
+  out.meta = load_vit_weights(path, out.config, *out.params, out.align_corners, false, true,
+                              interpolation);
   if (!out.meta.class_names.empty() &&
       static_cast<int64_t>(out.meta.class_names.size()) != out.config.num_classes)
     throw Error(path + ": " + std::to_string(out.meta.class_names.size()) +

@@ -9,6 +9,7 @@
 
 #include "common/io/checkpoint.h"
 #include "common/params.h"
+#include "vit/resample.h"
 #include "vit/vit.h"
 
 namespace vitk::vit {
@@ -21,7 +22,8 @@ struct LoadedVit {
   // The size the checkpoint was made for, and whether (and how) its positions were resampled.
   int64_t stored_height = 0, stored_width = 0;
   bool resampled = false;
-  bool align_corners = false;  // the convention used when resampled
+  bool align_corners = false;  // the convention used when resampled ...
+  PosInterpolation interpolation = PosInterpolation::bicubic;  // ... and the interpolation
 };
 
 // Builds the model the checkpoint's attributes describe and loads its weights (vitk::Error naming
@@ -30,10 +32,12 @@ struct LoadedVit {
 // F.interpolate, align_corners = false as timm, DeiT and Hugging Face do it, or true as
 // torchvision's interpolate_embeddings; the class token's slot untouched); everything else is
 // loaded as it is. align_corners unset: the checkpoint's own convention (its
-// pos_embed_align_corners setting, recorded by `vitk import`; false when absent).
+// pos_embed_align_corners setting, recorded by `vitk import`; false when absent). `interpolation`
+// bilinear: as the ViT paper's code resamples (vit/resample.h).
 // vitk::UsageError when the patch size does not divide the new size.
 LoadedVit load_vit(const std::string& path, int64_t height = 0, int64_t width = 0,
-                   std::optional<bool> align_corners = std::nullopt);
+                   std::optional<bool> align_corners = std::nullopt,
+                   PosInterpolation interpolation = PosInterpolation::bicubic);
 
 // The configuration of the checkpoint at `path` (its attributes `meta`), checked before any model
 // is built from it: every size key present (a missing one would fall back to a default), each
@@ -66,6 +70,7 @@ void check_batch_memory(const VitConfig& config, int64_t images, const std::stri
 // loaded to run, io::load_checkpoint); otherwise it is refused.
 io::CheckpointMeta load_vit_weights(const std::string& path, const VitConfig& config,
                                     ParamStore& params, std::optional<bool> align_corners,
-                                    bool new_head = false, bool int8 = false);
+                                    bool new_head = false, bool int8 = false,
+                                    PosInterpolation interpolation = PosInterpolation::bicubic);
 
 }  // namespace vitk::vit

@@ -222,7 +222,7 @@ EvalResult run_eval(const EvalOptions& o, std::ostream& out, bool tty) {
     throw UsageError("--batch-size must be at least 1, got " + std::to_string(o.batch_size));
   LoadedVit loaded;
   try {
-    loaded = load_vit(o.model, o.image_height, o.image_width, o.align_corners);
+    loaded = load_vit(o.model, o.image_height, o.image_width, o.align_corners, o.pos_interpolation);
   } catch (const UsageError& e) {  // the only one load_vit throws: a size the patches do not tile
     throw UsageError("--image-size " + std::to_string(o.image_height) + "x" +
                      std::to_string(o.image_width) + ": " + e.what());
@@ -261,8 +261,9 @@ EvalResult run_eval(const EvalOptions& o, std::ostream& out, bool tty) {
     out << "positions resampled from " << loaded.stored_height << "x" << loaded.stored_width
         << " (grid " << loaded.stored_height / cfg.patch_size << "x"
         << loaded.stored_width / cfg.patch_size << ") to " << cfg.image_height << "x"
-        << cfg.image_width << " (grid " << cfg.grid_height() << "x" << cfg.grid_width()
-        << "), bicubic, align_corners " << (loaded.align_corners ? "true" : "false") << "\n";
+        << cfg.image_width << " (grid " << cfg.grid_height() << "x" << cfg.grid_width() << "), "
+        << interpolation_name(loaded.interpolation) << ", align_corners "
+        << (loaded.align_corners ? "true" : "false") << "\n";
   out << "precision: " << ops::describe_precision(o.precision);
   if (o.compare_precision)
     out << ", every batch also at " << ops::precision_name(*o.compare_precision);

@@ -15,6 +15,7 @@
 #include "common/tensor.h"
 #include "datasets/dataset.h"
 #include "datasets/loader.h"
+#include "vit/resample.h"
 #include "vit/vit.h"
 
 namespace vitk::vit {
@@ -71,6 +72,7 @@ struct EvalOptions {
   // 0: its own. --align-corners: the resampling's convention (unset: the checkpoint's).
   int64_t image_height = 0, image_width = 0;
   std::optional<bool> align_corners;
+  PosInterpolation pos_interpolation = PosInterpolation::bicubic;  // --pos-interpolation
   datasets::Split split = datasets::Split::val;
   int64_t batch_size = 128;
   int prefetch = 3;

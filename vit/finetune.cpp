@@ -268,6 +268,7 @@ std::map<std::string, std::string> recipe_record(const TrainOptions& o,
           {"layer-decay", number_text(o.layer_decay)},
           {"smoothing", number_text(o.smoothing)},
           {"epochs", std::to_string(o.epochs)},
+          {"steps", std::to_string(o.steps)},
           {"batch-size", std::to_string(o.batch_size)}};
 }
 

@@ -1,10 +1,11 @@
-// Bicubic resampling with PyTorch's conventions (aten/src/ATen/native/UpSample.h:
-// area_pixel_compute_scale, area_pixel_compute_source_index with cubic = true,
+// Bicubic and bilinear resampling with PyTorch's conventions (aten/src/ATen/native/UpSample.h:
+// area_pixel_compute_scale, area_pixel_compute_source_index with cubic = true or false,
 // get_cubic_upsample_coefficients, upsample_get_value_bounded), computed in double: PyTorch's own
 // float32 kernel computes the source positions in float, which puts its result up to ~3e-6 from
 // the exact one on a 14 -> 24 grid; in double we stay within float32 rounding of it.
 #include "vit/resample.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -26,13 +27,14 @@ double cubic2(double x) {
   return ((kCubicA * x - 5 * kCubicA) * x + 8 * kCubicA) * x - 4 * kCubicA;
 }
 
-// For each output index along one axis: the four clamped source indices and their weights.
+// For each output index along one axis: four clamped source indices and their weights (bilinear
+// uses the first two).
 struct Taps {
   std::vector<int64_t> index;  // [out, 4]
   std::vector<double> weight;  // [out, 4]
 };
 
-Taps axis_taps(int64_t in, int64_t out, bool align_corners) {
+Taps axis_taps(int64_t in, int64_t out, bool align_corners, PosInterpolation mode) {
   double scale;
   if (align_corners)
     scale = out > 1 ? static_cast<double>(in - 1) / static_cast<double>(out - 1) : 0.0;
@@ -42,9 +44,23 @@ Taps axis_taps(int64_t in, int64_t out, bool align_corners) {
   taps.index.resize(static_cast<size_t>(out) * 4);
   taps.weight.resize(static_cast<size_t>(out) * 4);
   for (int64_t o = 0; o < out; ++o) {
+    double real = align_corners ? scale * static_cast<double>(o)
+                                : scale * (static_cast<double>(o) + 0.5) - 0.5;
+    if (mode == PosInterpolation::bilinear) {
+      // Linear clamps the source index at 0; its right neighbour stops at the border.
+      real = std::max(real, 0.0);
+      const int64_t i0 = std::min(static_cast<int64_t>(real), in - 1);
+      const double t = real - static_cast<double>(i0);
+      const int64_t at = o * 4;
+      taps.index[static_cast<size_t>(at)] = i0;
+      taps.index[static_cast<size_t>(at + 1)] = std::min(i0 + 1, in - 1);
+      taps.index[static_cast<size_t>(at + 2)] = taps.index[static_cast<size_t>(at + 3)] = i0;
+      taps.weight[static_cast<size_t>(at)] = 1 - t;
+      taps.weight[static_cast<size_t>(at + 1)] = t;
+      taps.weight[static_cast<size_t>(at + 2)] = taps.weight[static_cast<size_t>(at + 3)] = 0;
+      continue;
+    }
     // No clamp at 0 for cubic: the taps left of the border are clamped instead.
-    const double real = align_corners ? scale * static_cast<double>(o)
-                                      : scale * (static_cast<double>(o) + 0.5) - 0.5;
     const double floor_real = std::floor(real);
     const int64_t i0 = static_cast<int64_t>(floor_real);
     const double t = real - floor_real;
@@ -61,8 +77,18 @@ Taps axis_taps(int64_t in, int64_t out, bool align_corners) {
 
 }  // namespace
 
-void resample_grid_bicubic(const float* src, int64_t src_h, int64_t src_w, int64_t channels,
-                           float* dst, int64_t dst_h, int64_t dst_w, bool align_corners) {
+const char* interpolation_name(PosInterpolation mode) {
+  return mode == PosInterpolation::bilinear ? "bilinear" : "bicubic";
+}
+
+PosInterpolation parse_pos_interpolation(const std::string& text, const std::string& option) {
+  if (text == "bicubic") return PosInterpolation::bicubic;
+  if (text == "bilinear") return PosInterpolation::bilinear;
+  throw UsageError(option + " must be 'bicubic' or 'bilinear', got '" + text + "'");
+}
+
+void resample_grid(const float* src, int64_t src_h, int64_t src_w, int64_t channels, float* dst,
+                   int64_t dst_h, int64_t dst_w, bool align_corners, PosInterpolation mode) {
   if (src_h <= 0 || src_w <= 0 || dst_h <= 0 || dst_w <= 0 || channels <= 0)
     throw Error("resample: grid sizes and channels must be positive");
   // PyTorch copies when the size does not change; the taps would give the same values (t = 0
@@ -71,8 +97,8 @@ void resample_grid_bicubic(const float* src, int64_t src_h, int64_t src_w, int64
     std::memcpy(dst, src, static_cast<size_t>(src_h * src_w * channels) * sizeof(float));
     return;
   }
-  const Taps ty = axis_taps(src_h, dst_h, align_corners);
-  const Taps tx = axis_taps(src_w, dst_w, align_corners);
+  const Taps ty = axis_taps(src_h, dst_h, align_corners, mode);
+  const Taps tx = axis_taps(src_w, dst_w, align_corners, mode);
   std::vector<double> acc(static_cast<size_t>(channels));
   for (int64_t y = 0; y < dst_h; ++y) {
     for (int64_t x = 0; x < dst_w; ++x) {
@@ -95,7 +121,8 @@ void resample_grid_bicubic(const float* src, int64_t src_h, int64_t src_w, int64
 }
 
 Tensor resample_pos_embed(const Tensor& pos_embed, int64_t src_h, int64_t src_w, int64_t dst_h,
-                          int64_t dst_w, bool align_corners, int64_t prefix) {
+                          int64_t dst_w, bool align_corners, int64_t prefix,
+                          PosInterpolation mode) {
   if (pos_embed.dtype() != DType::f32 || pos_embed.rank() != 3 || pos_embed.dim(0) != 1 ||
       prefix < 0 || pos_embed.dim(1) != prefix + src_h * src_w)
     throw Error("pos_embed " + shape_str(pos_embed.shape()) + " does not fit a " +
@@ -110,8 +137,8 @@ Tensor resample_pos_embed(const Tensor& pos_embed, int64_t src_h, int64_t src_w,
   const float* src = pos_embed.f32();
   float* dst = out.f32();
   std::memcpy(dst, src, static_cast<size_t>(prefix * d) * sizeof(float));
-  resample_grid_bicubic(src + prefix * d, src_h, src_w, d, dst + prefix * d, dst_h, dst_w,
-                        align_corners);
+  resample_grid(src + prefix * d, src_h, src_w, d, dst + prefix * d, dst_h, dst_w, align_corners,
+                mode);
   return out;
 }
 

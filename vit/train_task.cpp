@@ -138,12 +138,22 @@ void VitTask::build_model(const io::CheckpointMeta* resumed, uint64_t seed) {
   model_ = std::make_unique<VisionTransformer>(*params_, cfg_);
   params_->finalize();
   if (initial_) {
-    load_vit_weights(o_.finetune.from, cfg_, *params_, align_corners_, new_head_);
+    load_vit_weights(o_.finetune.from, cfg_, *params_, align_corners_, new_head_, false,
+                     o_.finetune.pos_interpolation);
   } else if (!resumed) {  // a resumed run's weights are the loop's to load
     ops::Rng init_rng(ops::Rng::hash(seed, 0x1417));
     model_->init(init_rng);
   }
   if (o_.layer_decay != 1.f) apply_layer_decay(*params_, cfg_.layers, o_.layer_decay);
+  patch_embed_.clear();
+  for (Parameter& p : params_->params())
+    if (p.name.rfind("patch_embed.", 0) == 0) patch_embed_.emplace_back(&p, p.lr_scale);
+}
+
+void VitTask::hold_patch_embed(bool hold) {
+  if (hold == patch_embed_held_) return;
+  for (auto& [p, scale] : patch_embed_) p->lr_scale = hold ? 0.f : scale;
+  patch_embed_held_ = hold;
 }
 
 void VitTask::open_loaders(uint64_t seed) {
@@ -178,12 +188,13 @@ std::unique_ptr<optim::Optimizer> VitTask::make_optimizer() {
 }
 
 int64_t VitTask::total_steps() const {
-  return static_cast<int64_t>(o_.epochs) * bpe_;
+  return o_.steps > 0 ? o_.steps : static_cast<int64_t>(o_.epochs) * bpe_;
 }
 
 int64_t VitTask::warmup_steps() const {
-  return std::min<int64_t>(std::llround(o_.warmup_epochs * static_cast<double>(bpe_)),
-                           total_steps() - 1);
+  const double steps = o_.warmup_share > 0 ? o_.warmup_share * static_cast<double>(total_steps())
+                                           : o_.warmup_epochs * static_cast<double>(bpe_);
+  return std::min<int64_t>(std::llround(steps), total_steps() - 1);
 }
 
 std::unique_ptr<optim::Schedule> VitTask::make_schedule() {
@@ -211,7 +222,8 @@ std::pair<std::string, int64_t> VitTask::batching() const {
 }
 
 // The micro-th of this rank's rows (the loader gave this rank's share of the global batch).
-train::StepStats VitTask::forward_loss(nn::Context& ctx, int64_t, int micro) {
+train::StepStats VitTask::forward_loss(nn::Context& ctx, int64_t step, int micro) {
+  hold_patch_embed(step < o_.freeze_patch_embed);
   const int64_t local = batch_.labels.numel(), rows = local / part_.accum;
   const int64_t begin = micro * rows, end = begin + rows;
   const Tensor images = part_.accum == 1 ? batch_.images : batch_.images.rows(begin, end);
@@ -289,6 +301,14 @@ io::CheckpointMeta VitTask::checkpoint_meta() const {
   m.config = to_config_map(cfg_);
   m.class_names = class_names_;
   m.recipe = recipe_record(o_, augment_);
+  // A run's length is its --steps or its --epochs; a warmup given as a share of the steps is
+  // recorded in epochs, as it ran.
+  m.recipe.erase(o_.steps > 0 ? "epochs" : "steps");
+  if (o_.freeze_patch_embed > 0)
+    m.recipe["freeze-patch-embed"] = std::to_string(o_.freeze_patch_embed);
+  if (o_.warmup_share > 0)
+    m.recipe["warmup-epochs"] =
+        format_general(static_cast<double>(warmup_steps()) / static_cast<double>(bpe_), 6);
   return m;
 }
 
@@ -335,8 +355,8 @@ void VitTask::log_setup(std::ostream& L) const {
     if (from.image_height != c.image_height || from.image_width != c.image_width)
       L << " -> " << c.image_height << "x" << c.image_width << ", positions resampled from "
         << from.grid_height() << "x" << from.grid_width() << " to " << c.grid_height() << "x"
-        << c.grid_width() << " (bicubic, align_corners " << (align_corners_ ? "true" : "false")
-        << ")";
+        << c.grid_width() << " (" << interpolation_name(o_.finetune.pos_interpolation)
+        << ", align_corners " << (align_corners_ ? "true" : "false") << ")";
     else
       L << ", positions as they are";
     if (new_head_)
@@ -349,7 +369,8 @@ void VitTask::log_setup(std::ostream& L) const {
   L << "optimizer: "
     << (sgd ? "SGD, momentum " + format_general(o_.momentum) + (o_.momentum > 0 ? "" : " (off)")
             : std::string("AdamW"))
-    << ", lr " << format_general(o_.lr) << " (warmup " << format_general(o_.warmup_epochs)
+    << ", lr " << format_general(o_.lr) << " (warmup "
+    << format_general(static_cast<double>(warmup_steps()) / static_cast<double>(bpe_), 3)
     << " epochs = " << warmup_steps() << " steps, cosine to " << format_general(o_.min_lr)
     << " at step " << total_steps() << "), weight decay " << format_general(o_.weight_decay)
     << (sgd ? " (L2, " : " (") << "not on biases, norms, class token, positions), clip-grad "
@@ -362,6 +383,9 @@ void VitTask::log_setup(std::ostream& L) const {
          "final norm (layer "
       << c.layers + 1 << ")\n";
   }
+  if (o_.freeze_patch_embed > 0)
+    L << "patch embedding (" << patch_embed_.size() << " tensors) held at lr 0 for steps 1-"
+      << o_.freeze_patch_embed << "\n";
   L << "loss: cross-entropy, label smoothing " << format_general(o_.smoothing);
   if (a.mixing())
     L << "; mixup " << format_general(a.mixup) << ", cutmix " << format_general(a.cutmix)

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/train/task.h"
@@ -49,8 +50,9 @@ class VitTask : public train::Task {
   void open_data();
   void build_model(const io::CheckpointMeta* resumed, uint64_t seed);
   void open_loaders(uint64_t seed);
-  int64_t total_steps() const;   // of the schedule: epochs × batches per epoch
-  int64_t warmup_steps() const;  // --warmup-epochs in steps
+  int64_t total_steps() const;       // of the schedule: --steps, or epochs × batches per epoch
+  int64_t warmup_steps() const;      // --warmup-epochs (or the recipe's share of --steps) in steps
+  void hold_patch_embed(bool hold);  // --freeze-patch-embed: its lr scales 0, or as they were
 
   const TrainOptions& o_;
   std::unique_ptr<datasets::Dataset> train_set_, val_set_;
@@ -63,6 +65,9 @@ class VitTask : public train::Task {
   datasets::AugmentOptions augment_;
   std::vector<std::string> augment_taken_;
   int64_t bpe_ = 0;  // batches per epoch
+  // The patch embedding's parameters and their learning-rate scales (--freeze-patch-embed).
+  std::vector<std::pair<Parameter*, float>> patch_embed_;
+  bool patch_embed_held_ = false;
   train::Partition part_;
 
   std::unique_ptr<ParamStore> params_;

@@ -12,6 +12,8 @@
 namespace vitk::vit {
 namespace {
 
+constexpr int64_t kMaxSteps = 1'000'000'000;  // --steps: far beyond any run, and an int's epochs
+
 void need(bool ok, const std::string& option, const std::string& what, double got) {
   if (!ok) throw UsageError("--" + option + " must be " + what + ", got " + format_general(got, 6));
 }
@@ -35,13 +37,21 @@ void TrainOptions::validate() const {
   need(batch_size >= 1, "batch-size", "at least 1", static_cast<double>(batch_size));
   need(lr > 0 && std::isfinite(lr), "lr", "positive", lr);
   need(min_lr >= 0 && min_lr <= lr, "min-lr", "in [0, --lr]", min_lr);
-  need(warmup_epochs >= 0 && warmup_epochs < epochs, "warmup-epochs", "in [0, --epochs)",
-       warmup_epochs);
+  need(steps >= 0 && steps <= kMaxSteps, "steps",
+       "in [0, " + std::to_string(kMaxSteps) + "] (0: whole --epochs)", static_cast<double>(steps));
+  if (steps > 0)
+    need(warmup_epochs >= 0 && std::isfinite(warmup_epochs), "warmup-epochs", ">= 0",
+         warmup_epochs);
+  else
+    need(warmup_epochs >= 0 && warmup_epochs < epochs, "warmup-epochs", "in [0, --epochs)",
+         warmup_epochs);
   need(weight_decay >= 0 && std::isfinite(weight_decay), "weight-decay", ">= 0", weight_decay);
   need(clip_grad >= 0 && std::isfinite(clip_grad), "clip-grad", ">= 0 (0: off)", clip_grad);
   if (opt != "adamw" && opt != "sgd")
     throw UsageError("--opt must be 'adamw' or 'sgd', got '" + opt + "'");
   need(momentum >= 0 && momentum < 1, "momentum", "in [0, 1)", momentum);
+  need(freeze_patch_embed >= 0, "freeze-patch-embed", ">= 0 (0: off)",
+       static_cast<double>(freeze_patch_embed));
   need(layer_decay > 0 && layer_decay <= 1, "layer-decay", "in (0, 1] (1: off)", layer_decay);
   need(finetune.num_classes >= 0, "num-classes", "at least 1",
        static_cast<double>(finetune.num_classes));
@@ -85,6 +95,7 @@ train::Result train(const TrainOptions& options, std::ostream& log, bool tty,
   loop.model_ema = options.model_ema;
   loop.model_ema_decay = options.model_ema_decay;
   loop.lr_option = "--lr";
+  loop.steps = options.steps;
   VitTask task(options);
   return train::Trainer(task, loop, log, tty, stop).run();
 }

@@ -21,6 +21,7 @@
 
 #include "common/train/trainer.h"
 #include "datasets/augment.h"
+#include "vit/resample.h"
 #include "vit/vit.h"
 
 namespace vitk::vit {
@@ -35,6 +36,7 @@ struct FinetuneOptions {
   std::string from;      // --from: any vitk checkpoint (a run's, or one written by vitk import)
   int64_t image_height = 0, image_width = 0;  // --image-size; 0: the checkpoint's
   std::optional<bool> align_corners;          // --align-corners; unset: the checkpoint's convention
+  PosInterpolation pos_interpolation = PosInterpolation::bicubic;  // --pos-interpolation
   int64_t num_classes = 0;  // --num-classes: a new zero head (it must be the data's count); 0: keep
   std::string labels;       // --labels: a file of class names in the data's class order
 };
@@ -52,17 +54,26 @@ struct TrainOptions {
   std::vector<std::string> model_keys_given;
 
   int epochs = 30;
+  // --steps: the run's length in optimizer steps instead of whole epochs (vit_jax's total_steps);
+  // the warmup and cosine span them and the run ends validated, as after its last epoch. 0: off.
+  int64_t steps = 0;
   int64_t batch_size = 128;
   float lr = 5e-4f;           // peak learning rate, after warmup
   float min_lr = 1e-5f;       // at the end of the cosine
   float warmup_epochs = 5.f;  // linear warmup from 0, per step; fractions allowed
+  // With --steps and no --warmup-epochs: the recipe's warmup as a share of the steps (0: use
+  // warmup_epochs).
+  float warmup_share = 0.f;
   float weight_decay =
       0.05f;                  // only on parameters with decay = true: decoupled (AdamW) or L2 (SGD)
   std::string opt = "adamw";  // --opt: adamw | sgd (momentum, PyTorch's rule)
   float momentum = 0.9f;      // --momentum (SGD)
   float layer_decay = 1.f;    // --layer-decay in (0, 1]; 1: off (vit/finetune.h)
-  float clip_grad = 0.f;      // max global L2 norm of the gradients; 0: no clipping
-  float smoothing = 0.1f;     // label smoothing (also folded into Mixup/CutMix targets)
+  // --freeze-patch-embed: the run's first steps in which the patch embedding (patch_embed.*: the
+  // conv stem and the projection) learns at rate 0 (its optimizer state still accumulates).
+  int64_t freeze_patch_embed = 0;
+  float clip_grad = 0.f;             // max global L2 norm of the gradients; 0: no clipping
+  float smoothing = 0.1f;            // label smoothing (also folded into Mixup/CutMix targets)
   datasets::AugmentOptions augment;  // --scale --ratio --hflip --reprob --mixup --cutmix ...
   // The augmentation options given (command line or config file, by name: "scale", "no-aug"):
   // a fine-tuning or resumed run takes the others from its checkpoint's record (vit/finetune.h).

@@ -71,7 +71,7 @@ struct Trainer::Impl {
         stop(s) {}
 
   Task& task;
-  const Options o;
+  Options o;  // epochs: counted from steps when those are given
   dist::World& world;
   std::ostream silent{nullptr};  // the log of ranks other than 0
   std::ostream& log;
@@ -102,6 +102,10 @@ struct Trainer::Impl {
   bool root() const { return world.root(); }
   bool by_epoch() const { return o.valid_unit == Every::epochs; }
   bool max_reached() { return o.max_steps > 0 && steps() >= o.max_steps; }
+  void count_epochs();  // o.epochs from o.steps
+  int64_t epoch_batches(int64_t epoch);
+  int64_t last_epoch_batches = 0;  // with o.steps: the last epoch's, cut short ...
+  int64_t last_epoch_full = 0;     // ... of this many (for the epochs done, a fraction)
 
   void prepare();
   void build_optimizer();
@@ -157,6 +161,7 @@ void Trainer::Impl::prepare() {
   part.world = &world;
   task.setup(resumed ? &*resumed : nullptr, state.seed, part);
   info = task.info();
+  if (o.steps > 0) count_epochs();
 
   const auto [batching, batch_size] = task.batching();
   if (resumed && state.batch > 0 && state.batch < state.batches_in_epoch) {
@@ -164,7 +169,7 @@ void Trainer::Impl::prepare() {
       throw UsageError("--" + batching + " " + std::to_string(batch_size) + " differs from the " +
                        std::to_string(state.batch_size) + " of " + o.resume +
                        ", which stopped in the middle of an epoch");
-    const int64_t n = task.batches_in_epoch(state.epoch);
+    const int64_t n = epoch_batches(state.epoch);
     if (n != state.batches_in_epoch)
       throw Error(o.resume + ": stopped at batch " + std::to_string(state.batch) + " of " +
                   std::to_string(state.batches_in_epoch) + " in epoch " +
@@ -249,9 +254,15 @@ void Trainer::Impl::log_setup() {
   log << "EMA of weights: "
       << (o.model_ema ? "decay " + format_general(o.model_ema_decay, 6) : std::string("off"))
       << "\n";
-  log << "run: " << o.epochs << " epochs of " << task.batches_in_epoch(0) << " "
-      << info.progress_unit << "s (--" << state.batching << " " << state.batch_size << "), seed "
-      << state.seed;
+  const int64_t bpe = task.batches_in_epoch(0);
+  log << "run: ";
+  if (o.steps > 0)
+    log << o.steps << " " << info.progress_unit << "s (--steps), "
+        << format_general(static_cast<double>(o.steps) / static_cast<double>(bpe), 3)
+        << " epochs of " << bpe << " " << info.progress_unit << "s";
+  else
+    log << o.epochs << " epochs of " << bpe << " " << info.progress_unit << "s";
+  log << " (--" << state.batching << " " << state.batch_size << "), seed " << state.seed;
   if (o.max_steps > 0) log << ", --max-steps " << o.max_steps;
   if (!by_epoch())
     log << ", validation every " << o.valid_every << " steps";
@@ -285,6 +296,29 @@ void Trainer::Impl::log_setup() {
   log << std::flush;
 }
 
+// --steps: the epochs the steps need; the last one ends at step o.steps.
+void Trainer::Impl::count_epochs() {
+  constexpr int64_t kMaxEpochs = 1'000'000;
+  int64_t before = 0, e = 0;
+  for (; e < kMaxEpochs; ++e) {
+    const int64_t n = task.batches_in_epoch(e);
+    if (before + n >= o.steps) break;
+    before += n;
+  }
+  if (e == kMaxEpochs)
+    throw UsageError("--steps " + std::to_string(o.steps) + " needs more than " +
+                     std::to_string(kMaxEpochs) + " epochs of " +
+                     std::to_string(task.batches_in_epoch(0)) + " batches");
+  o.epochs = static_cast<int>(e + 1);
+  last_epoch_batches = o.steps - before;
+  last_epoch_full = task.batches_in_epoch(e);
+}
+
+int64_t Trainer::Impl::epoch_batches(int64_t epoch) {
+  if (o.steps > 0 && epoch == o.epochs - 1) return last_epoch_batches;
+  return task.batches_in_epoch(epoch);
+}
+
 // ---- The loop -----------------------------------------------------------------------------------
 
 Result Trainer::Impl::loop() {
@@ -295,7 +329,10 @@ Result Trainer::Impl::loop() {
     end = End::max_steps;
     done = true;
   } else if (state.epoch >= o.epochs) {
-    log << "all " << o.epochs << " epochs are done; raise --epochs to train longer\n";
+    if (o.steps > 0)
+      log << "all " << o.steps << " steps are done; raise --steps to train longer\n";
+    else
+      log << "all " << o.epochs << " epochs are done; raise --epochs to train longer\n";
   } else {
     log << "training\n" << std::flush;
   }
@@ -308,7 +345,7 @@ Result Trainer::Impl::loop() {
       end = r == Reported::interrupted ? End::interrupted : End::early_stopped, done = true;
   }
   while (!done && state.epoch < o.epochs) {
-    state.batches_in_epoch = task.batches_in_epoch(state.epoch);
+    state.batches_in_epoch = epoch_batches(state.epoch);
     if (state.batch < state.batches_in_epoch && !train_epoch()) break;
     // The epoch's batches are done.
     if (by_epoch()) {
@@ -352,7 +389,11 @@ Result Trainer::Impl::loop() {
       "; checkpoint " + dir->last() + " (continue with --resume " + dir->last() + ")";
   switch (end) {
     case End::finished:
-      log << "finished " << o.epochs << " epochs, step " << steps() << best_text() << rate << "\n";
+      if (o.steps > 0)
+        log << "finished " << o.steps << " steps (--steps)";
+      else
+        log << "finished " << o.epochs << " epochs, step " << steps();
+      log << best_text() << rate << "\n";
       break;
     case End::early_stopped:
       log << "early stopping at step " << steps() << ": " << state.bad_validations
@@ -383,7 +424,8 @@ bool Trainer::Impl::train_epoch() {
                     po, state.batch);
   int64_t units = 0;
   Timer step_timer;
-  while (task.next_batch()) {
+  // The epoch's n batches (a run in --steps cuts its last epoch short of the data's).
+  while (state.batch < n && task.next_batch()) {
     if (profile) profile->begin();
     StepStats s;
     try {
@@ -611,7 +653,9 @@ void Trainer::Impl::save_last() {
 }
 
 double Trainer::Impl::epochs_done() const {
-  const double n = static_cast<double>(std::max<int64_t>(state.batches_in_epoch, 1));
+  const bool cut = o.steps > 0 && state.epoch == o.epochs - 1;
+  const double n =
+      static_cast<double>(std::max<int64_t>(cut ? last_epoch_full : state.batches_in_epoch, 1));
   return static_cast<double>(state.epoch) + static_cast<double>(state.batch) / n;
 }
 
@@ -635,8 +679,8 @@ std::string Trainer::Impl::world_text() const {
 std::string Trainer::Impl::best_text() const {
   if (!state.has_best) return "";
   return "; best val " + task.describe_best(state.best) +
-         (by_epoch() ? " at epoch " + std::to_string(state.best_epoch)
-                     : " at step " + std::to_string(state.best_step)) +
+         (by_epoch() && o.steps == 0 ? " at epoch " + std::to_string(state.best_epoch)
+                                     : " at step " + std::to_string(state.best_step)) +
          " (" + dir->best() + ")";
 }
 

@@ -45,6 +45,10 @@ struct Options {
   std::string output;  // the run directory
   std::string resume;  // a run's last.h5; empty: a new run
   int epochs = 1;
+  // The run's length in optimizer steps instead of `epochs` (0: off): the epochs these steps need,
+  // the last cut short at step `steps` and ended as any last epoch is (validated, reported). The
+  // task's schedule should span them (vit --steps).
+  int64_t steps = 0;
   int64_t max_steps = 0;  // optimizer steps in all; 0: no limit
   uint64_t seed = 42;     // a new run's data order, augmentation and dropout
   float clip_grad = 0;    // max global L2 norm of the gradients; 0: off

@@ -13,6 +13,8 @@ Files (all small; `--out DIR` writes elsewhere):
                                (group case_NN: attributes src_h, src_w, dst_h, dst_w,
                                align_corners, the same as the i32 dataset grid; datasets input,
                                output).
+  resample_bilinear.h5         the same cases with F.interpolate(mode="bilinear"), as the ViT
+                               paper's code resamples (scipy's zoom of order 1).
   tiny_torchvision_f32.safetensors   torchvision's own VisionTransformer (image 32, patch 8,
                                      2 layers, 2 heads, width 32, MLP 64, 10 classes) with fixed
                                      random weights, torchvision's names, F32;
@@ -169,12 +171,12 @@ def forward_any(model, x, pos):
     return model.heads(t[:, 0])
 
 
-def resample(pos, grid, new_grid, align_corners):
+def resample(pos, grid, new_grid, align_corners, mode="bicubic"):
     """timm's resample_abs_pos_embed (antialias off) / torchvision's interpolate_embeddings."""
     cls, rest = pos[:, :1], pos[:, 1:]
     d = pos.shape[2]
     img = rest.reshape(1, grid[0], grid[1], d).permute(0, 3, 1, 2)
-    img = F.interpolate(img, size=new_grid, mode="bicubic", align_corners=align_corners)
+    img = F.interpolate(img, size=new_grid, mode=mode, align_corners=align_corners)
     return torch.cat([cls, img.permute(0, 2, 3, 1).reshape(1, -1, d)], dim=1)
 
 
@@ -259,18 +261,19 @@ RESAMPLE_CASES = [  # (src_h, src_w, dst_h, dst_w)
 ]
 
 
-def resample_fixture(out):
+def resample_fixture(out, mode="bicubic"):
     gen = torch.Generator().manual_seed(SEED + 1)
     d = 5
-    with h5py.File(out / "resample.h5", "w", libver="earliest", track_order=False) as f:
+    name = "resample.h5" if mode == "bicubic" else f"resample_{mode}.h5"
+    with h5py.File(out / name, "w", libver="earliest", track_order=False) as f:
         k = 0
         for src_h, src_w, dst_h, dst_w in RESAMPLE_CASES:
             pos = torch.randn(1, 1 + src_h * src_w, d, generator=gen)
             for align in (False, True):
                 # The reference in float64 from the float32 input: PyTorch's own float32 result
                 # is up to ~3e-6 from it on values of magnitude 3 (kept as an attribute).
-                y = resample(pos.double(), (src_h, src_w), (dst_h, dst_w), align)
-                y32 = resample(pos, (src_h, src_w), (dst_h, dst_w), align)
+                y = resample(pos.double(), (src_h, src_w), (dst_h, dst_w), align, mode)
+                y32 = resample(pos, (src_h, src_w), (dst_h, dst_w), align, mode)
                 g = f.create_group(f"case_{k:02d}")
                 for key, value in (("src_h", src_h), ("src_w", src_w), ("dst_h", dst_h),
                                    ("dst_w", dst_w), ("align_corners", int(align))):
@@ -282,7 +285,7 @@ def resample_fixture(out):
                 g.attrs["torch_float32_max_abs_error"] = float((y32.double() - y).abs().max())
                 g.create_dataset("output", data=y.float().numpy(), track_times=False)
                 k += 1
-    print(f"resample.h5: {k} cases")
+    print(f"{name}: {k} cases")
 
 
 def main():
@@ -292,6 +295,7 @@ def main():
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)  # reproducible sums
     resample_fixture(args.out)
+    resample_fixture(args.out, "bilinear")
     tiny_vit(args.out)
     total = sum(p.stat().st_size for p in args.out.iterdir())
     print(f"{args.out}: {total} bytes")
