@@ -161,7 +161,7 @@ void add_train_options(po::options_description& o, TrainCommand command) {
           : "seed of initialisation, data order, augmentation and dropout")  //
       ("max-steps", po::value<int64_t>()->default_value(0),
        "stop after this many optimizer steps in all and save a checkpoint (0: no limit; for "
-       "benchmarks and tests; the schedule still spans --epochs)")  //
+       "benchmarks and tests; the schedule still spans --epochs or --steps)")  //
       ("log-interval", po::value<int64_t>()->default_value(50),
        "steps between progress lines when the output is not a terminal")  //
       ("val-interval", po::value<int64_t>()->default_value(1),
