@@ -819,7 +819,6 @@ TEST_F(FinetuneCli, AugmentationNotGivenIsTheCheckpointsOwn) {
       << r.out;
 }
 
-// The README's demo: configs/vit-fmnist-finetune56.ini on the bundled model, one small step.
 TEST_F(FinetuneCli, StepsOnTheCommandLineReplaceAConfigsEpochsAndEndValidated) {
   // 64 images in batches of 16: 4 steps an epoch, so 6 steps end half-way through epoch 2.
   std::ofstream(dir_ / "long.ini") << "[train]\nepochs = 4\n";
@@ -849,7 +848,7 @@ TEST_F(FinetuneCli, StepsOnTheCommandLineReplaceAConfigsEpochsAndEndValidated) {
 TEST_F(FinetuneCli, FreezePatchEmbedHoldsItForTheFirstStepsOnly) {
   vit::LoadedVit src = vit::load_vit(source_);
   const std::map<std::string, Tensor> start = weights_of(src);
-  // Moved from the source after `steps` steps: the patch embedding's tensors, and the others.
+  // How many tensors of a run's last.h5 moved from the source: of the patch embedding, of the rest.
   auto moved = [&](const std::string& run_dir) {
     vit::LoadedVit m = vit::load_vit((dir_ / run_dir / "last.h5").string());
     std::pair<int, int> n{0, 0};
@@ -883,6 +882,7 @@ TEST_F(FinetuneCli, FreezePatchEmbedHoldsItForTheFirstStepsOnly) {
       "2");
 }
 
+// The README's demo: configs/vit-fmnist-finetune56.ini on the bundled model, one small step.
 TEST_F(FinetuneCli, TheReadmesRecipeFineTunesTheBundledModelAt56) {
   const fs::path source(VITK_SOURCE_DIR);
   const fs::path data = "/usr/share/datasets/fashion-mnist";
