@@ -265,7 +265,7 @@ void store_config(const std::string& path, const po::options_description& file_o
     for (const std::set<std::string>& group : alternatives)
       if (group.count(key))
         for (const std::string& other : group)
-          if (other != key && vm.count(other) && !vm[other].defaulted()) return true;
+          if (other != key && option_given(vm, other)) return true;
     return false;
   };
   std::ostringstream flat;
@@ -562,6 +562,10 @@ void check_in_range(const std::string& option, long long value, long long lo, lo
   if (value < lo || value > hi)
     throw UsageError(option + " must be in " + std::to_string(lo) + ".." + std::to_string(hi) +
                      ", got " + std::to_string(value));
+}
+
+bool option_given(const po::variables_map& vm, const std::string& name) {
+  return vm.count(name) && !vm[name].defaulted();
 }
 
 void check_input_file(const std::string& option, const std::string& path) {

@@ -105,6 +105,9 @@ constexpr int64_t kMaxClasses = 1'000'000;     // --num-classes, --top-k of clas
 constexpr int kMaxPrefetch = 64;               // --prefetch, batches
 constexpr int64_t kMaxVocabulary = 1'000'000;  // --vocab-size, --top-k of translate
 
+// Whether `name` was given on the command line or in a config file (not left at its default).
+bool option_given(const po::variables_map& vm, const std::string& name);
+
 // A path given to `option` must be a file to read, not a directory: vitk::Error
 // "--train DIR: is a directory, expected a file" otherwise ("-", standard input, passes).
 void check_input_file(const std::string& option, const std::string& path);

@@ -153,7 +153,7 @@ int run_plot(const po::variables_map& vm) {
                      what);
   auto only_for = [&](std::initializer_list<const char*> names, const char* sub) {
     for (const char* n : names)
-      if (vm.count(n) && !vm[n].defaulted() && what != sub)
+      if (option_given(vm, n) && what != sub)
         throw UsageError(std::string("--") + n + " is for vitk plot " + sub);
   };
   only_for({"d-model", "model"}, "positions");

@@ -224,8 +224,7 @@ vit::TrainOptions train_options(const po::variables_map& vm, TrainCommand comman
     else
       r = vit::recipe("vit");
   }
-  auto given = [&](const char* name) { return vm.count(name) && !vm[name].defaulted(); };
-  if (given("steps") && given("epochs"))
+  if (option_given(vm, "steps") && option_given(vm, "epochs"))
     throw UsageError("give --epochs or --steps, not both: --steps " +
                      std::to_string(vm["steps"].as<int64_t>()) + " is the run's whole length");
   t.epochs = value_or<int>(vm, "epochs", r.epochs);
@@ -234,7 +233,7 @@ vit::TrainOptions train_options(const po::variables_map& vm, TrainCommand comman
   t.min_lr = value_or<float>(vm, "min-lr", r.min_lr(t.lr));
   t.warmup_epochs = value_or<float>(vm, "warmup-epochs", r.warmup_epochs(t.epochs));
   // A fine-tuning run in steps warms up for the recipe's share of them.
-  if (ft && t.steps > 0 && !given("warmup-epochs"))
+  if (ft && t.steps > 0 && !option_given(vm, "warmup-epochs"))
     t.warmup_share = static_cast<float>(r.warmup_fraction);
   t.opt = value_or<std::string>(vm, "opt", r.optimizer);
   t.momentum = vm["momentum"].as<float>();
@@ -269,7 +268,7 @@ vit::TrainOptions train_options(const po::variables_map& vm, TrainCommand comman
   a.smoothing = t.smoothing;
   for (const char* name : {"scale", "ratio", "hflip", "crop-padding", "reprob", "mixup", "cutmix",
                            "mixup-prob", "mixup-switch-prob"})
-    if (vm.count(name) && !vm[name].defaulted()) t.augment_given.insert(name);
+    if (option_given(vm, name)) t.augment_given.insert(name);
   if (vm["no-aug"].as<bool>()) t.augment_given.insert("no-aug");
 
   if (ft) {

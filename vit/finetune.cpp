@@ -250,26 +250,31 @@ std::vector<double> recorded_numbers(const std::string& key, const std::string& 
 
 std::map<std::string, std::string> recipe_record(const TrainOptions& o,
                                                  const datasets::AugmentOptions& a) {
-  return {{"random-resized-crop", a.random_resized_crop ? "true" : "false"},
-          {"scale", pair_text(a.scale)},
-          {"ratio", pair_text(a.ratio)},
-          {"hflip", number_text(a.hflip)},
-          {"crop-padding", std::to_string(a.crop_padding)},
-          {"reprob", number_text(a.reprob)},
-          {"mixup", number_text(a.mixup)},
-          {"cutmix", number_text(a.cutmix)},
-          {"mixup-prob", number_text(a.mixup_prob)},
-          {"mixup-switch-prob", number_text(a.mixup_switch_prob)},
-          {"opt", o.opt},
-          {"lr", number_text(o.lr)},
-          {"min-lr", number_text(o.min_lr)},
-          {"warmup-epochs", number_text(o.warmup_epochs)},
-          {"weight-decay", number_text(o.weight_decay)},
-          {"layer-decay", number_text(o.layer_decay)},
-          {"smoothing", number_text(o.smoothing)},
-          {"epochs", std::to_string(o.epochs)},
-          {"steps", std::to_string(o.steps)},
-          {"batch-size", std::to_string(o.batch_size)}};
+  std::map<std::string, std::string> record{
+      {"random-resized-crop", a.random_resized_crop ? "true" : "false"},
+      {"scale", pair_text(a.scale)},
+      {"ratio", pair_text(a.ratio)},
+      {"hflip", number_text(a.hflip)},
+      {"crop-padding", std::to_string(a.crop_padding)},
+      {"reprob", number_text(a.reprob)},
+      {"mixup", number_text(a.mixup)},
+      {"cutmix", number_text(a.cutmix)},
+      {"mixup-prob", number_text(a.mixup_prob)},
+      {"mixup-switch-prob", number_text(a.mixup_switch_prob)},
+      {"opt", o.opt},
+      {"lr", number_text(o.lr)},
+      {"min-lr", number_text(o.min_lr)},
+      {"warmup-epochs", number_text(o.warmup_epochs)},
+      {"weight-decay", number_text(o.weight_decay)},
+      {"layer-decay", number_text(o.layer_decay)},
+      {"smoothing", number_text(o.smoothing)},
+      {"batch-size", std::to_string(o.batch_size)}};
+  // The run's length: its --steps, or its --epochs.
+  if (o.steps > 0)
+    record["steps"] = std::to_string(o.steps);
+  else
+    record["epochs"] = std::to_string(o.epochs);
+  return record;
 }
 
 std::vector<std::string> take_recorded_augment(const std::map<std::string, std::string>& record,

@@ -301,9 +301,7 @@ io::CheckpointMeta VitTask::checkpoint_meta() const {
   m.config = to_config_map(cfg_);
   m.class_names = class_names_;
   m.recipe = recipe_record(o_, augment_);
-  // A run's length is its --steps or its --epochs; a warmup given as a share of the steps is
-  // recorded in epochs, as it ran.
-  m.recipe.erase(o_.steps > 0 ? "epochs" : "steps");
+  // A warmup given as a share of --steps is recorded in epochs, as it ran.
   if (o_.freeze_patch_embed > 0)
     m.recipe["freeze-patch-embed"] = std::to_string(o_.freeze_patch_embed);
   if (o_.warmup_share > 0)
