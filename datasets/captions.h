@@ -1,0 +1,78 @@
+#pragma once
+// Captioned image collections: the COCO captions format (captions_*.json with "images" and
+// "annotations", several captions per image, plus an image folder) and Flickr8k/30k's caption
+// files (Flickr8k.token.txt "image.jpg#k<TAB>caption", Flickr30k results.csv
+// "image_name| comment_number| comment"), read into one list of images with their captions.
+//
+// The scenes vitk makes from Fashion-MNIST (`vitk make-scenes`, datasets/scenes.h) are COCO files
+// whose image entries carry one more key, "vitk_scene": the grid and where each article is, so
+// that a caption can be checked against the scene and attention against the article's cell.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace vitk::datasets {
+
+// Pixel rectangle: x, y of the top-left corner, width, height.
+struct Box {
+  int64_t x = 0, y = 0, width = 0, height = 0;
+  bool contains(double px, double py) const {
+    return px >= x && px < x + width && py >= y && py < y + height;
+  }
+};
+
+// One article of a generated scene.
+struct SceneObject {
+  std::string name;          // the caption's noun: "sandal", "ankle boot", "t-shirt"
+  int64_t row = 0, col = 0;  // its grid cell
+  Box box;                   // the article's pixels
+  Box cell;                  // the whole grid cell it sits in
+};
+
+struct CaptionedImage {
+  int64_t id = 0;                     // COCO image id; Flickr: the line order of first appearance
+  std::string file_name;              // as the caption file gives it
+  std::string path;                   // image folder + file_name
+  std::vector<std::string> captions;  // in file order (COCO: annotation order)
+  // Generated scenes only ("vitk_scene"): grid side (2 or 3) and the articles; grid 0 and no
+  // objects for every other image.
+  int64_t grid = 0;
+  std::vector<SceneObject> objects;
+};
+
+struct CaptionReadOptions {
+  // An image entry whose file is not in the image folder: skipped and counted (true), or a
+  // vitk::Error naming the file (false).
+  bool skip_missing_images = true;
+  bool check_images = true;  // false: do not look at the image folder at all (tests, `vitk bleu`)
+};
+
+struct CaptionSet {
+  std::string source;  // the caption file
+  std::string image_dir;
+  std::vector<CaptionedImage> images;  // those with at least one caption, in file order
+  // Counted skips, reported by the commands that read a set.
+  int64_t unknown_image_captions = 0;  // annotations whose image_id no image entry has
+  int64_t missing_images = 0;          // image entries whose file is not in the folder
+  int64_t images_without_captions = 0;
+  int64_t captions() const;  // in all images
+};
+
+// COCO captions JSON. vitk::Error naming the file and where (byte, line, column for malformed
+// JSON; the JSON path such as "annotations[12].caption" for a value of the wrong kind, a missing
+// key, a duplicate image id or file name, an empty caption).
+CaptionSet read_coco_captions(const std::string& json_path, const std::string& image_dir,
+                              const CaptionReadOptions& options = {});
+// Flickr8k token file or Flickr30k results.csv (told apart by content). vitk::Error naming the
+// file and line of a malformed line.
+CaptionSet read_flickr_captions(const std::string& path, const std::string& image_dir,
+                                const CaptionReadOptions& options = {});
+// Either, by the file: a .json file is COCO, anything else Flickr.
+CaptionSet read_captions(const std::string& path, const std::string& image_dir,
+                         const CaptionReadOptions& options = {});
+
+// Lower case, punctuation other than '-' and '\'' dropped, runs of spaces made one: the form
+// captions are tokenized and scored in (COCO's evaluation tokenizer does likewise).
+std::string normalize_caption(const std::string& text);
+
+}  // namespace vitk::datasets

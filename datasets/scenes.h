@@ -1,0 +1,60 @@
+#pragma once
+// Captioning scenes made from Fashion-MNIST (`vitk make-scenes`): 2 to 4 articles placed on a 2×2
+// or 3×3 grid of an 84×84 grey canvas, each image with several captions from a small grammar,
+// written as COCO captions files with PNG images (datasets/captions.h reads them back).
+//
+// The canvas is 3·28 pixels. On a 3×3 grid each cell is 28×28 and holds one article at its own
+// size; on a 2×2 grid each cell is 42×42 and the 28×28 article sits at a seeded offset inside
+// it. Articles are never scaled, so an article looks the same in every scene.
+//
+// Grammar. The articles of a scene, in some order o1..on, give the caption
+//   "a <o1> <rel(o1,o2)> a <o2>" + for k = 3..n: " and a <ok> <rel(ok,o(k-1))> it"
+// where rel(a, b) is "above" / "below" when a's row is smaller / larger than b's, else "to the
+// left of" / "to the right of" by column: always true of the scene. The captions of an image are
+// distinct orders (up to captions_per_image). The nouns are the Fashion-MNIST classes as words:
+// t-shirt, trouser, pullover, dress, coat, sandal, shirt, sneaker, bag, ankle boot; the articles
+// of a scene are of distinct classes, so a noun names one article.
+//
+// Splits. train and val scenes take their articles from Fashion-MNIST's training split (disjoint
+// article indices: the first 50,000 for train, the last 10,000 for val), test scenes from its
+// test split, so no test article was seen in training.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "datasets/captions.h"
+
+namespace vitk::datasets {
+
+struct SceneOptions {
+  std::string fashion_mnist;  // the IDX directory (/usr/share/datasets/fashion-mnist)
+  std::string output;         // the folder to write (created; an existing non-empty one refused)
+  int64_t train = 20000, val = 1000, test = 2000;  // scenes per split
+  int64_t captions_per_image = 5;
+  int64_t min_objects = 2, max_objects = 4;
+  uint64_t seed = 1;
+};
+
+// Writes output/captions_{train,val,test}.json and output/images/{train,val,test}/NNNNNN.png,
+// each file atomically; the same options give the same bytes. vitk::UsageError for bad options,
+// vitk::Error for unreadable Fashion-MNIST files.
+void make_scenes(const SceneOptions& options);
+
+// The caption nouns of the ten Fashion-MNIST classes, in class order.
+const std::vector<std::string>& scene_nouns();
+
+// Does `caption` describe the scene exactly: parsed by the grammar above (after
+// normalize_caption), it names every article of `objects` once and no other, and every relation
+// it states is true of the scene? false for anything the grammar does not produce.
+bool caption_matches_scene(const std::string& caption, const std::vector<SceneObject>& objects);
+
+// The article nouns a caption names, in order, with the index of the word each starts at in the
+// caption's words (split on spaces after normalize_caption): for attention-in-cell, which looks
+// at the word that names an article (the noun's last word, "boot" of "ankle boot").
+struct NamedArticle {
+  std::string name;
+  int64_t word = 0;  // index of the noun's last word
+};
+std::vector<NamedArticle> named_articles(const std::string& caption);
+
+}  // namespace vitk::datasets
