@@ -373,6 +373,48 @@ TEST_P(MhaScore, BackwardWithDropoutMatchesFiniteDifferencesForTheSameMask) {
   }
 }
 
+// A loss term on the kept weights (captioning's attention penalty) reaches x, the memory and
+// every parameter through dweights: loss = Σ dy ⊙ y + Σ R ⊙ weights, R random.
+TEST_P(MhaScore, BackwardWithAWeightsTermMatchesFiniteDifferences) {
+  std::mt19937 gen(15);
+  for (bool cross : {false, true}) {
+    SCOPED_TRACE(cross ? "cross" : "self");
+    Layer layer("attn", small_config(GetParam(), cross), 12);
+    GradCase gc = grad_case(cross, gen);
+    const AttentionMask mask{lengths_tensor(gc.lengths), gc.causal, gc.diagonal};
+    const int64_t Tk = cross ? gc.memory.dim(1) : gc.x.dim(1);
+    const Tensor r = random_tensor({gc.x.dim(0), layer.config.heads, gc.x.dim(1), Tk}, gen);
+    layer.attn->keep_weights = true;
+    layer.params.zero_grad();
+    Arena arena;
+    Context ctx{true, &arena, nullptr};
+    layer.attn->forward(ctx, gc.x, gc.memory, mask);
+    layer.attn->dweights = r.clone();
+    Tensor dmemory;
+    const Tensor dx = layer.attn->backward(ctx, gc.dy, cross ? &dmemory : nullptr).clone();
+    EXPECT_TRUE(layer.attn->dweights.empty()) << "backward consumes dweights";
+    auto loss = [&]() {
+      Arena a;
+      Context c{true, &a, nullptr};
+      const Tensor y = layer.attn->forward(c, gc.x, gc.memory, mask);
+      return test::weighted_sum(y, gc.dy) + test::weighted_sum(layer.attn->weights(), r);
+    };
+    test::FdOptions opt;
+    opt.h = 3e-3;
+    opt.atol = 1e-3;
+    opt.rtol = 1e-2;
+    EXPECT_GRAD_OK(check_gradient("x", gc.x, dx, loss, opt));
+    if (cross) {
+      dmemory = dmemory.clone();
+      EXPECT_GRAD_OK(check_gradient("memory", gc.memory, dmemory, loss, opt));
+    }
+    for (auto& p : layer.params.params()) {
+      Tensor grad = p.grad.clone();
+      EXPECT_GRAD_OK(check_gradient(p.name, p.value, grad, loss, opt));
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Scores, MhaScore, ::testing::ValuesIn(kScores),
                          [](const ::testing::TestParamInfo<Score>& param_info) {
                            return std::string(score_name(param_info.param));

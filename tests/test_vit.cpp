@@ -357,7 +357,11 @@ TEST(VitErrorsTest, BadConfigurationsNameTheOption) {
   c.layers = 0;
   expect_usage_error(c, "layers");
   c = good;
+  c.num_classes = -1;
+  expect_usage_error(c, "num_classes");
+  c = good;  // no head (a captioning encoder) reads every token: pool "token" only
   c.num_classes = 0;
+  c.pool = "avg";
   expect_usage_error(c, "num_classes");
 }
 

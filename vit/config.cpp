@@ -169,7 +169,8 @@ void VitConfig::validate() const {
            " (the product of its stem_strides) does not divide patch_size " +
            std::to_string(patch_size));
   need(channels == 1 || channels == 3, "channels must be 1 or 3, got " + std::to_string(channels));
-  need(num_classes >= 1, "num_classes must be at least 1");
+  need(num_classes >= 0, "num_classes must be at least 0 (0: no head)");
+  need(num_classes > 0 || pool == "token", "num_classes 0 (no head) needs pool \"token\"");
   need(d_model > 0 && heads > 0 && d_model % heads == 0,
        "d_model " + std::to_string(d_model) + " must be a positive multiple of heads " +
            std::to_string(heads));

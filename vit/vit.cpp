@@ -119,7 +119,8 @@ struct VisionTransformer::Impl {
   Tensor patches;  // [B, N, K]
   Tensor kept;     // patch dropout: int32 [B, kept_patches()], empty when nothing was dropped
   Tensor forced;   // force_kept_patches(): the next training forward's kept patches
-  int64_t last_rows = 0;  // the rows of the last block's output: 1 (the class token) or all
+  int64_t last_rows = 0;          // the rows of the last block's output: 1 (the class token) or all
+  bool features_trained = false;  // the last training forward was features()
   ops::Precision precision = ops::Precision::f32;
 };
 
@@ -165,7 +166,7 @@ VisionTransformer::Impl::Impl(ParamStore& params, const VitConfig& c)
     norm.emplace(params, "norm", d, c.norm_eps);
   else
     fc_norm.emplace(params, "fc_norm", d, c.norm_eps);
-  head.emplace(params, "head", d, c.num_classes);
+  if (c.num_classes > 0) head.emplace(params, "head", d, c.num_classes);
   end_param = params.params().size();
 }
 
@@ -388,7 +389,8 @@ void VisionTransformer::force_kept_patches(const Tensor& indices) {
   impl_->forced = indices.clone();
 }
 
-Tensor VisionTransformer::forward(nn::Context& ctx, const Tensor& images) {
+Tensor VisionTransformer::run_blocks(nn::Context& ctx, const Tensor& images,
+                                     bool class_row_allowed) {
   Impl& m = *impl_;
   const VitConfig& c = config_;
   if (images.dtype() != DType::f32 || images.rank() != 4 || images.dim(0) < 1 ||
@@ -458,7 +460,8 @@ Tensor VisionTransformer::forward(nn::Context& ctx, const Tensor& images) {
   // or when attention maps read the block's weights.
   const size_t last = m.blocks.size() - 1;
   const bool class_row_only =
-      c.pool == "token" && !c.diag_mask && !m.blocks[last].attention().keep_weights &&
+      class_row_allowed && c.pool == "token" && !c.diag_mask &&
+      !m.blocks[last].attention().keep_weights &&
       (m.pos_convs.empty() || m.pos_convs.back().after_block != static_cast<int64_t>(last));
   // free_block_activations: each block's output goes to `carry`, and what the block allocated
   // after `mark` (its activations and its output) is handed back before the next block.
@@ -491,31 +494,60 @@ Tensor VisionTransformer::forward(nn::Context& ctx, const Tensor& images) {
     }
   }
 
-  const bool avg = c.pool == "avg";
-  Tensor pooled = ctx.alloc({B, d});  // [B, d]
-  pool_forward(avg, x, pooled);
-  pooled = avg ? m.fc_norm->forward(ctx, pooled) : m.norm->forward(ctx, pooled);
-  Tensor logits = m.head->forward(ctx, pooled);  // [B, classes]
-
   m.trained = ctx.training;
   m.precision = ctx.precision;
   m.batch = B;
   m.patches = ctx.training ? patches : Tensor();
   m.kept = kept;
   m.last_rows = x.dim(1);
-  return logits;
+  return x;
+}
+
+Tensor VisionTransformer::forward(nn::Context& ctx, const Tensor& images) {
+  Impl& m = *impl_;
+  if (!m.head) throw Error("vit: the model has no head (num_classes 0): use features()");
+  m.features_trained = false;
+  const int64_t d = config_.d_model;
+  Tensor x = run_blocks(ctx, images, /*class_row_allowed=*/true);  // [B, T' or 1, d]
+  const bool avg = config_.pool == "avg";
+  Tensor pooled = ctx.alloc({images.dim(0), d});  // [B, d]
+  pool_forward(avg, x, pooled);
+  pooled = avg ? m.fc_norm->forward(ctx, pooled) : m.norm->forward(ctx, pooled);
+  return m.head->forward(ctx, pooled);  // [B, classes]
+}
+
+Tensor VisionTransformer::features(nn::Context& ctx, const Tensor& images) {
+  Impl& m = *impl_;
+  if (!m.norm) throw Error("vit: features() needs pool \"token\" (its norm covers every token)");
+  m.features_trained = false;
+  Tensor x = run_blocks(ctx, images, /*class_row_allowed=*/false);  // [B, T', d]
+  Tensor y = m.norm->forward(ctx, x);                               // [B, T', d]
+  m.features_trained = ctx.training;
+  return y;
+}
+
+void VisionTransformer::features_backward(nn::Context& ctx, const Tensor& dfeatures,
+                                          Tensor* dimages) {
+  Impl& m = *impl_;
+  if (!m.trained || !m.features_trained)
+    throw Error("vit: features_backward without a training features()");
+  const Shape want{m.batch, m.last_rows, config_.d_model};
+  if (dfeatures.dtype() != DType::f32 || dfeatures.shape() != want)
+    throw Error("vit: dfeatures " + shape_str(dfeatures.shape()) + " should be f32 " +
+                shape_str(want) + " like the features of the last forward");
+  blocks_backward(ctx, m.norm->backward(ctx, dfeatures), dimages);
 }
 
 void VisionTransformer::backward(nn::Context& ctx, const Tensor& dlogits, Tensor* dimages) {
   Impl& m = *impl_;
   const VitConfig& c = config_;
   if (!m.trained) throw Error("vit: backward without a training forward");
-  const int64_t B = m.batch, N = c.patches(), T = c.tokens(), d = c.d_model;
-  const int64_t K = c.proj_channels() * c.proj_kernel() * c.proj_kernel();
+  const int64_t B = m.batch, d = c.d_model;
   if (dlogits.dtype() != DType::f32 || dlogits.shape() != Shape{B, c.num_classes})
     throw Error("vit: dlogits " + shape_str(dlogits.shape()) + " should be f32 " +
                 shape_str({B, c.num_classes}) + " like the logits of the last forward");
 
+  if (m.features_trained) throw Error("vit: backward after features(): use features_backward");
   const bool avg = c.pool == "avg";
   Tensor dpooled = m.head->backward(ctx, dlogits);  // [B, d]
   dpooled = avg ? m.fc_norm->backward(ctx, dpooled) : m.norm->backward(ctx, dpooled);
@@ -523,6 +555,14 @@ void VisionTransformer::backward(nn::Context& ctx, const Tensor& dlogits, Tensor
   // where the pooling did not look
   Tensor dx = ctx.alloc({B, m.last_rows, d});
   pool_backward(avg, dpooled, dx);
+  blocks_backward(ctx, dx, dimages);
+}
+
+void VisionTransformer::blocks_backward(nn::Context& ctx, Tensor dx, Tensor* dimages) {
+  Impl& m = *impl_;
+  const VitConfig& c = config_;
+  const int64_t B = m.batch, N = c.patches(), T = c.tokens(), d = c.d_model;
+  const int64_t K = c.proj_channels() * c.proj_kernel() * c.proj_kernel();
   auto pc = m.pos_convs.rbegin();
   for (size_t i = m.blocks.size(); i-- > 0;) {
     if (pc != m.pos_convs.rend() && pc->after_block == static_cast<int64_t>(i)) {

@@ -60,7 +60,7 @@ struct VitConfig {
   std::vector<int64_t> stem_channels;  // empty: no stem (the projection sees the pixels)
   std::vector<int64_t> stem_strides;   // each stage's stride, 1 or 2; empty: all 2
   int64_t channels = 3;
-  int64_t num_classes = 1000;
+  int64_t num_classes = 1000;  // 0: no head (timm's num_classes=0): features() only, pool "token"
   int64_t d_model = 768;
   int64_t heads = 12;
   int64_t d_ff = 3072;
@@ -154,6 +154,15 @@ class VisionTransformer {
   // it, that product is skipped.
   void backward(nn::Context& ctx, const Tensor& dlogits, Tensor* dimages = nullptr);
 
+  // The encoder's output for a model that reads every token (captioning's memory), timm's
+  // forward_features: images [B, C, H, W] -> the final norm of every token [B, T', d], the class
+  // token first (T' = kept_patches() + 1 in training with patch_drop, else tokens()). Needs pool
+  // "token" (the avg-pool models' fc_norm applies after pooling). features_backward takes
+  // d(features) [B, T', d] of the last training features() and ADDS the parameter gradients (and
+  // writes d(images) as backward does).
+  Tensor features(nn::Context& ctx, const Tensor& images);
+  void features_backward(nn::Context& ctx, const Tensor& dfeatures, Tensor* dimages = nullptr);
+
   const VitConfig& config() const { return config_; }
   // Patch dropout: the patches the last training forward kept, int32 [B, kept_patches()] indices
   // in [0, N) in the order their tokens follow the class token (empty when none were dropped).
@@ -167,6 +176,12 @@ class VisionTransformer {
   std::vector<nn::EncoderLayer>& blocks();
 
  private:
+  // Patch embedding, positions and the blocks -> the last block's output [B, T', d] ([B, 1, d]
+  // when class_row_allowed and pool "token" let the last block compute the class row alone);
+  // and its backward from that output's gradient.
+  Tensor run_blocks(nn::Context& ctx, const Tensor& images, bool class_row_allowed);
+  void blocks_backward(nn::Context& ctx, Tensor dx, Tensor* dimages);
+
   struct Impl;
   std::shared_ptr<Impl> impl_;
   VitConfig config_;

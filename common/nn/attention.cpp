@@ -241,6 +241,8 @@ AttentionPath MultiHeadAttention::Impl::choose_path(const Context& ctx, const at
                                                     bool keep_weights) const {
   const AttentionKernel want = ctx.attention_kernel;
   if (!score.is_dot() || want == AttentionKernel::reference) return AttentionPath::reference;
+  // Weights kept in training are for a loss term on them (dweights): the path that takes it.
+  if (keep_weights && ctx.training) return AttentionPath::reference;
   const bool drops = ctx.training && dropout.p > 0.f;
   if (!keep_weights && !mask.diagonal && want != AttentionKernel::materialized &&
       (want == AttentionKernel::blocked ||
@@ -297,6 +299,14 @@ Tensor MultiHeadAttention::backward(Context& ctx, const Tensor& dy, Tensor* dmem
     throw Error(m.name + ": dy " + shape_str(dy.shape()) + " should be f32 " +
                 shape_str({B, Tq, d}) + " like the forward output");
 
+  if (!dweights.empty()) {
+    if (m.path != AttentionPath::reference)
+      throw Error(m.name + ": dweights needs keep_weights at the training forward");
+    const Shape want{B, m.heads, Tq, m.tk};
+    if (dweights.dtype() != DType::f32 || dweights.shape() != want)
+      throw Error(m.name + ": dweights " + shape_str(dweights.shape()) + " should be f32 " +
+                  shape_str(want) + " like the weights of the last forward");
+  }
   const Tensor dcontext = m.proj->backward(ctx, dy);  // [B, Tq, d]
   // Gradients of the projections, written head by head in place by the path.
   Tensor dqp = ctx.alloc_uninit(m.qp.shape());  // [B, T, 3d] or [B, Tq, d]
@@ -311,7 +321,7 @@ Tensor MultiHeadAttention::backward(Context& ctx, const Tensor& dy, Tensor* dmem
   const attention::Heads in = m.heads_of(m.qp, m.kvp), grad = m.heads_of(dqp, dkvp);
   switch (m.path) {
     case AttentionPath::reference:
-      m.reference.backward(ctx, m.score, m.dropout, in, dcontext, grad);
+      m.reference.backward(ctx, m.score, m.dropout, in, dcontext, grad, dweights);
       break;
     case AttentionPath::fused:
       m.fused.backward(in, dcontext, grad);
@@ -320,6 +330,7 @@ Tensor MultiHeadAttention::backward(Context& ctx, const Tensor& dy, Tensor* dmem
       m.blocked.backward(in, dcontext, grad);
       break;
   }
+  dweights = Tensor();  // consumed
   if (config_.cross) {
     Tensor dmem = m.kv->backward(ctx, dkvp);  // [B, Tk, d]
     if (dmemory) *dmemory = dmem;
@@ -370,8 +381,8 @@ Tensor attention::ReferencePath::forward(Context& ctx, const ScoreParams& score,
 }
 
 void attention::ReferencePath::backward(Context& ctx, const ScoreParams& score, Dropout& dropout,
-                                        const Heads& in, const Tensor& dcontext,
-                                        const Heads& grad) {
+                                        const Heads& in, const Tensor& dcontext, const Heads& grad,
+                                        const Tensor& dprobs) {
   const int64_t B = in.q.dims[0], H = in.q.dims[1], Tq = in.q.dims[2], Tk = in.k.dims[2];
   const int64_t dh = in.q.dims[3];
   const ops::Precision precision = precision_;
@@ -382,7 +393,14 @@ void attention::ReferencePath::backward(Context& ctx, const ScoreParams& score, 
   Tensor dattn = ctx.alloc_uninit({B, H, Tq, Tk});                          // [B, H, Tq, Tk]
   ops::bmm(dctx, v.t(), ops::matrix_view(dattn), 1.f, 0.f, precision);      // dP = dO·Vᵀ
   ops::bmm(attn.t(), dctx, grad.v, 1.f, 0.f, precision);                    // dV = Pᵀ·dO
-  Tensor dscores = dropout.backward(ctx, dattn);    // [B, H, Tq, Tk]: d(probs) ...
+  Tensor dscores = dropout.backward(ctx, dattn);  // [B, H, Tq, Tk]: d(probs) ...
+  if (!dprobs.empty()) {                          // ... plus a loss term's on the weights ...
+    float* g = dscores.f32();
+    const float* e = dprobs.f32();
+    const int64_t n = dscores.numel();
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) g[i] += e[i];
+  }
   ops::softmax_backward(probs_, dscores, dscores);  // ... then d(scores), in place
 
   if (score.is_dot()) {

@@ -93,8 +93,10 @@ class ReferencePath {
   // Returns probs (the weights, for keep_weights).
   Tensor forward(Context& ctx, const ScoreParams& score, Dropout& dropout, const Heads& in,
                  const AttentionMask& mask, const ops::MatrixView& context);
+  // dprobs (may be empty): a further gradient on the weights before dropout [B, H, Tq, Tk], from
+  // a loss term that reads them (MultiHeadAttention::dweights).
   void backward(Context& ctx, const ScoreParams& score, Dropout& dropout, const Heads& in,
-                const Tensor& dcontext, const Heads& grad);
+                const Tensor& dcontext, const Heads& grad, const Tensor& dprobs = Tensor());
 
  private:
   ops::Precision precision_ = ops::Precision::f32;  // of the forward's products

@@ -242,6 +242,11 @@ class MultiHeadAttention {
   // Attention weights [B, H, Tq, Tk] of the last forward, kept when keep_weights is set.
   bool keep_weights = false;
   const Tensor& weights() const { return weights_; }
+  // d(loss)/d(weights) [B, H, Tq, Tk] of a loss term that reads the kept weights of the last
+  // training forward (captioning's doubly stochastic attention penalty), set before backward(),
+  // which adds it and empties it. With keep_weights a training forward takes the reference path,
+  // the one that holds the weights for it.
+  Tensor dweights;
 
   // Incremental decoding (inference only). Self-attention: x [B, 1, d] is the next position; its
   // key and value are appended to cache (allocated on first use for `capacity` positions) and the

@@ -1,0 +1,272 @@
+// The captioning model (vit/caption.h): parity with PyTorch (tests/parity/make_caption_fixture.py:
+// the ViT's features as the memory of nn.TransformerDecoder, cross-entropy plus the doubly
+// stochastic attention penalty), incremental decoding against the teacher-forced forward, a frozen
+// encoder, and the configuration as text.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/nn/nn.h"
+#include "common/ops/ops.h"
+#include "common/params.h"
+#include "fixture_io.h"
+#include "model_fixtures.h"
+#include "op_test_util.h"
+#include "test_util.h"
+#include "vit/caption.h"
+
+using namespace vitk;
+
+namespace {
+
+std::string caption_fixture(const std::string& name) {
+  return std::string(VITK_SOURCE_DIR) + "/tests/fixtures/caption/" + name + ".h5";
+}
+
+vit::CaptionConfig config_of(const test::FixtureFile& f) {
+  std::map<std::string, std::string> m{{"type", "caption"}};
+  for (const char* key :
+       {"image_size", "patch_size", "channels", "d_model", "heads", "d_ff", "layers", "pool",
+        "norm_eps", "stem_channels", "pos_conv_blocks", "vocab_size", "max_length",
+        "decoder_layers", "decoder_heads", "decoder_d_ff", "decoder_dropout", "tie_embeddings",
+        "memory_class_token"})
+    m[key] = f.attr_string(key);
+  m["mean"] = m["std"] = m["channels"] == "1" ? "0.5" : "0.5,0.5,0.5";  // not read by the model
+  return vit::caption_config_from_map(m, f.path());
+}
+
+std::vector<std::string> sorted_names(const ParamStore& store) {
+  std::vector<std::string> names;
+  for (const auto& p : store.params()) names.push_back(p.name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// A small model with random weights, for the tests that need no fixture.
+struct SmallCaptioner {
+  ParamStore store;
+  vit::CaptionConfig config;
+  std::unique_ptr<vit::CaptionModel> model;
+  explicit SmallCaptioner(bool class_token = true, bool tied = true) {
+    config.encoder.image_height = config.encoder.image_width = 8;
+    config.encoder.patch_size = 4;
+    config.encoder.channels = 1;
+    config.encoder.num_classes = 0;
+    config.encoder.d_model = 16;
+    config.encoder.heads = 2;
+    config.encoder.d_ff = 32;
+    config.encoder.layers = 1;
+    config.encoder.preprocess.mean = {0.5f};
+    config.encoder.preprocess.std = {0.5f};
+    config.vocab_size = 9;
+    config.max_length = 6;
+    config.decoder_heads = 2;
+    config.decoder_dropout = 0.f;
+    config.memory_class_token = class_token;
+    config.tie_embeddings = tied;
+    model = std::make_unique<vit::CaptionModel>(store, config);
+    store.finalize();
+    ops::Rng rng(5);
+    model->init(rng);
+  }
+};
+
+Tensor random_images(int64_t B, std::mt19937& gen) {
+  Tensor t({B, 1, 8, 8});
+  std::normal_distribution<float> n;
+  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = n(gen);
+  return t;
+}
+
+}  // namespace
+
+class CaptionParity : public ::testing::TestWithParam<std::tuple<std::string, ops::Precision>> {};
+
+// Logits, cross-entropy, penalty and every gradient (the parameters' and the images') against
+// the float64 reference; with bf16 products the logits within bf16's bound and further from the
+// reference than f32's tolerance (skipped on CPUs without AVX512_BF16).
+TEST_P(CaptionParity, MatchesPyTorch) {
+  const auto& [name, precision] = GetParam();
+  SKIP_UNLESS_SUPPORTED(precision);
+  const test::OneThread one_thread;
+  const test::FixtureFile f(caption_fixture(name));
+  const vit::CaptionConfig c = config_of(f);
+  ParamStore store;
+  vit::CaptionModel model(store, c);
+  store.finalize();
+  std::vector<std::string> file_names = f.names("param");
+  std::sort(file_names.begin(), file_names.end());
+  ASSERT_EQ(file_names, sorted_names(store)) << "vitk's names are the fixture's";
+  for (auto& p : store.params()) {
+    const Tensor v = f.read_f32("param/" + p.name);
+    ASSERT_EQ(v.shape(), p.shape) << p.name;
+    p.value.copy_from(v);
+  }
+  store.mark_changed();
+  const Tensor images = f.read_f32("input/images");
+  const Tensor target_in = f.read_i32("input/target_in"),
+               target_out = f.read_i32("input/target_out");
+  const Tensor target_lengths = f.read_i32("input/target_lengths");
+  const float lambda = static_cast<float>(f.attr_float("penalty"));
+  const int64_t B = images.dim(0);
+
+  Arena arena;
+  nn::Context ctx{true, &arena, nullptr};
+  ctx.precision = precision;
+  store.zero_grad();
+  model.keep_penalty_weights = true;
+  const Tensor logits = model.forward(ctx, images, target_in, target_lengths);
+  const Tensor want_logits = f.read_f32("output/logits");
+  if (precision != ops::Precision::f32) {
+    const int products = 6 * c.encoder.layers + 11 * c.decoder_layers + 2;
+    const test::OutputDiff d = test::output_diff(logits, want_logits);
+    EXPECT_LE(d.max_abs, 2 * test::kBf16Roundoff * products * d.scale);
+    EXPECT_FALSE(test::all_close(logits, want_logits, 2e-5, 1e-5)) << "were the products rounded?";
+    return;
+  }
+  EXPECT_TRUE(test::all_close(logits, want_logits, 2e-5, 1e-5));
+  Tensor dlogits = ctx.alloc_uninit(logits.shape());
+  const ops::CrossEntropyStats ce = ops::cross_entropy_forward_backward(
+      logits, target_out, static_cast<float>(f.attr_float("label_smoothing")), Vocabulary::kPad,
+      1.f, dlogits);
+  EXPECT_NEAR(ce.loss, f.read_f32("output/loss").f32()[0], 1e-5);
+  const double penalty = model.attention_penalty(lambda, 1.f / static_cast<float>(B)) / B;
+  EXPECT_NEAR(penalty, f.read_f32("output/penalty").f32()[0], 1e-5);
+  model.backward(ctx, dlogits);
+  for (auto& p : store.params())
+    EXPECT_TRUE(test::all_close(p.grad, f.read_f32("grad/param/" + p.name), 1e-6, 1e-4)) << p.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Caption, CaptionParity,
+                         ::testing::Combine(::testing::Values("01_rgb_tied_class_token",
+                                                              "02_gray_stem_untied_patches"),
+                                            ::testing::ValuesIn(test::kPrecisions)),
+                         [](const auto& p) {
+                           const ops::Precision precision = std::get<1>(p.param);
+                           return "Case" + std::get<0>(p.param) +
+                                  (precision == ops::Precision::f32
+                                       ? ""
+                                       : std::string("_") + ops::precision_name(precision));
+                         });
+
+// Decoding one token at a time on the cached decoder gives the teacher-forced logits of every
+// position, with and without the class token in the memory.
+TEST(CaptionModel, StepsEqualTheTeacherForcedForward) {
+  for (bool class_token : {true, false}) {
+    SCOPED_TRACE(class_token ? "class token" : "patches only");
+    SmallCaptioner s(class_token, /*tied=*/class_token);
+    std::mt19937 gen(3);
+    const int64_t B = 2, T = 5;
+    const Tensor images = random_images(B, gen);
+    Tensor target_in({B, T}, DType::i32), lengths({B}, DType::i32);
+    for (int64_t i = 0; i < B * T; ++i) target_in.i32()[i] = i % T == 0 ? 2 : 4 + (i * 7) % 5;
+    lengths.i32()[0] = lengths.i32()[1] = static_cast<int32_t>(T);
+    Arena arena;
+    nn::Context ctx{false, &arena, nullptr};
+    const Tensor full = s.model->forward(ctx, images, target_in, lengths).clone();  // [B, T, V]
+    const Tensor memory = s.model->encode(ctx, images);
+    EXPECT_EQ(memory.dim(1), s.config.memory_tokens());
+    Tensor memory_lengths({B}, DType::i32);
+    memory_lengths.i32()[0] = memory_lengths.i32()[1] = static_cast<int32_t>(memory.dim(1));
+    nn::Decoder::State state;
+    s.model->start(ctx, memory, memory_lengths, T, state);
+    const int64_t V = s.config.vocab_size;
+    for (int64_t t = 0; t < T; ++t) {
+      Tensor tokens({B}, DType::i32);
+      for (int64_t b = 0; b < B; ++b) tokens.i32()[b] = target_in.i32()[b * T + t];
+      const Tensor logits = s.model->step(ctx, tokens, state);  // [B, V]
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t v = 0; v < V; ++v)
+          EXPECT_NEAR(logits.f32()[b * V + v], full.f32()[(b * T + t) * V + v], 1e-4)
+              << "b " << b << " t " << t << " v " << v;
+    }
+  }
+}
+
+// A frozen encoder (train_encoder false) gets no gradient and the decoder the same one as with
+// a training encoder; the cross-attention weights of the forced forward sum to one per row.
+TEST(CaptionModel, AFrozenEncoderGetsNoGradientAndTheDecoderTheSame) {
+  SmallCaptioner s;
+  std::mt19937 gen(4);
+  const Tensor images = random_images(2, gen);
+  Tensor target_in({2, 3}, DType::i32), target_out({2, 3}, DType::i32), lengths({2}, DType::i32);
+  const int32_t in[] = {2, 5, 6, 2, 7, 0}, out[] = {5, 6, 3, 7, 3, 0};
+  std::copy(in, in + 6, target_in.i32());
+  std::copy(out, out + 6, target_out.i32());
+  lengths.i32()[0] = 3, lengths.i32()[1] = 2;
+  auto grads = [&](bool train_encoder) {
+    s.model->train_encoder = train_encoder;
+    s.store.zero_grad();
+    Arena arena;
+    nn::Context ctx{true, &arena, nullptr};
+    const Tensor logits = s.model->forward(ctx, images, target_in, lengths);
+    Tensor dlogits = ctx.alloc_uninit(logits.shape());
+    ops::cross_entropy_forward_backward(logits, target_out, 0.f, 0, 1.f, dlogits);
+    s.model->backward(ctx, dlogits);
+    return s.store.grads().clone();
+  };
+  const Tensor trained = grads(true), frozen = grads(false);
+  const auto [first, end] = s.model->encoder_params();
+  int64_t nonzero_encoder = 0;
+  for (size_t i = 0; i < s.store.params().size(); ++i) {
+    const Parameter& p = s.store.params()[i];
+    const bool encoder = i >= first && i < end;
+    for (int64_t j = 0; j < p.numel(); ++j) {
+      const float a = trained.f32()[p.offset + j], b = frozen.f32()[p.offset + j];
+      if (encoder) {
+        EXPECT_EQ(b, 0.f) << p.name;
+        nonzero_encoder += a != 0.f;
+      } else {
+        EXPECT_FLOAT_EQ(a, b) << p.name;
+      }
+    }
+  }
+  EXPECT_GT(nonzero_encoder, 0) << "a training encoder does get gradients";
+
+  Tensor first_image({1, 1, 8, 8});
+  std::copy_n(images.f32(), 64, first_image.f32());
+  Arena arena;
+  nn::Context ctx{false, &arena, nullptr};
+  const Tensor w = s.model->cross_attention(ctx, first_image, {5, 6}, /*with_eos=*/true);
+  ASSERT_EQ(w.shape(), (Shape{3, s.config.memory_tokens()}));
+  for (int64_t t = 0; t < 3; ++t) {
+    double sum = 0;
+    for (int64_t i = 0; i < w.dim(1); ++i) sum += w.f32()[t * w.dim(1) + i];
+    EXPECT_NEAR(sum, 1.0, 1e-5) << "row " << t;
+  }
+  EXPECT_THROW(s.model->cross_attention(ctx, first_image, {5}, true, /*layer=*/2), UsageError);
+}
+
+// The configuration reads back from its text exactly, and a bad value names the key.
+TEST(CaptionConfig, RoundTripsThroughTextAndNamesBadKeys) {
+  SmallCaptioner s(/*class_token=*/false, /*tied=*/false);
+  const auto map = vit::to_config_map(s.config);
+  EXPECT_EQ(map.at("type"), "caption");
+  EXPECT_EQ(map.count("num_classes"), 0u);
+  const vit::CaptionConfig back = vit::caption_config_from_map(map, "x.h5");
+  EXPECT_EQ(vit::to_config_map(back), map);
+  auto bad = map;
+  bad["decoder_heads"] = "3";
+  EXPECT_THROW(
+      {
+        try {
+          vit::caption_config_from_map(bad, "x.h5");
+        } catch (const Error& e) {
+          EXPECT_TRUE(test::contains(e.what(), "x.h5")) << e.what();
+          EXPECT_TRUE(test::contains(e.what(), "decoder_heads")) << e.what();
+          throw;
+        }
+      },
+      Error);
+  bad = map;
+  bad["tie_embeddings"] = "yes";
+  EXPECT_THROW(vit::caption_config_from_map(bad, "x.h5"), Error);
+  bad = map;
+  bad["type"] = "vit";
+  EXPECT_THROW(vit::caption_config_from_map(bad, "x.h5"), Error);
+}

@@ -1,0 +1,473 @@
+// The captioning model (vit/caption.h): the ViT's features as the memory of the core's decoder.
+// Forward, hand-written backward, the attention penalty and incremental decoding.
+#include "vit/caption.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <string>
+
+#include "common/error.h"
+
+namespace vitk::vit {
+
+nn::LayerConfig CaptionConfig::decoder_layer_config() const {
+  nn::LayerConfig l;
+  l.d_model = d_model();
+  l.heads = decoder_heads;
+  l.d_ff = d_ff();
+  l.activation = ops::Activation::gelu;
+  l.pre_norm = true;
+  l.dropout = decoder_dropout;
+  l.attention_dropout = decoder_attention_dropout;
+  l.norm_eps = 1e-5f;  // PyTorch's nn.TransformerDecoderLayer default
+  return l;
+}
+
+void CaptionConfig::validate() const {
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) throw UsageError("model." + what);
+  };
+  encoder.validate();
+  need(encoder.num_classes == 0, "num_classes: a captioning encoder has no head (0)");
+  need(vocab_size >= 5 && vocab_size <= (1 << 24),
+       "vocab_size must be in [5, 16777216], got " + std::to_string(vocab_size));
+  need(max_length >= 2 && max_length <= 4096,
+       "max_length must be in [2, 4096], got " + std::to_string(max_length));
+  need(decoder_layers >= 1 && decoder_layers <= 1000,
+       "decoder_layers must be in [1, 1000], got " + std::to_string(decoder_layers));
+  need(decoder_heads >= 1 && d_model() % decoder_heads == 0,
+       "decoder_heads " + std::to_string(decoder_heads) + " must divide d_model " +
+           std::to_string(d_model()));
+  need(decoder_d_ff >= 0 && decoder_d_ff <= (1 << 20), "decoder_d_ff must be in [0, 1048576]");
+  need(decoder_dropout >= 0.f && decoder_dropout < 1.f, "decoder_dropout must be in [0, 1)");
+  need(decoder_attention_dropout >= 0.f && decoder_attention_dropout < 1.f,
+       "decoder_attention_dropout must be in [0, 1)");
+  need(encoder.patch_drop == 0.f || memory_class_token,
+       "patch_drop: the memory without the class token needs every patch");
+}
+
+namespace {
+
+const char* const kCaptionKeys[] = {"vocab_size",
+                                    "max_length",
+                                    "decoder_layers",
+                                    "decoder_heads",
+                                    "decoder_d_ff",
+                                    "decoder_dropout",
+                                    "decoder_attention_dropout",
+                                    "tie_embeddings",
+                                    "memory_class_token"};
+
+std::string float_text(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
+  return buf;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> to_config_map(const CaptionConfig& c) {
+  std::map<std::string, std::string> m = to_config_map(c.encoder);
+  m.erase("num_classes");
+  m["type"] = "caption";
+  m["vocab_size"] = std::to_string(c.vocab_size);
+  m["max_length"] = std::to_string(c.max_length);
+  m["decoder_layers"] = std::to_string(c.decoder_layers);
+  m["decoder_heads"] = std::to_string(c.decoder_heads);
+  m["decoder_d_ff"] = std::to_string(c.decoder_d_ff);
+  m["decoder_dropout"] = float_text(c.decoder_dropout);
+  m["decoder_attention_dropout"] = float_text(c.decoder_attention_dropout);
+  m["tie_embeddings"] = c.tie_embeddings ? "true" : "false";
+  m["memory_class_token"] = c.memory_class_token ? "true" : "false";
+  return m;
+}
+
+CaptionConfig caption_config_from_map(const std::map<std::string, std::string>& map,
+                                      const std::string& source) {
+  auto bad = [&](const std::string& key, const std::string& value, const std::string& want) {
+    return Error(source + ": model." + key + " = '" + value + "': " + want);
+  };
+  const auto type = map.find("type");
+  if (type == map.end() || type->second != "caption")
+    throw Error(source + ": model.type is '" + (type == map.end() ? "" : type->second) +
+                "', not a captioning model ('caption')");
+  std::map<std::string, std::string> encoder = map;
+  encoder["type"] = "vit";
+  encoder["num_classes"] = "0";
+  encoder["pool"] = map.count("pool") ? map.at("pool") : "token";
+  CaptionConfig c;
+  for (const char* key : kCaptionKeys) encoder.erase(key);
+  c.encoder = from_config_map(encoder, source);
+  auto integer = [&](const std::string& key, int64_t& out) {
+    const auto it = map.find(key);
+    if (it == map.end()) return;
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(it->second, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != it->second.size()) throw bad(key, it->second, "expected an integer");
+    out = v;
+  };
+  auto real = [&](const std::string& key, float& out) {
+    const auto it = map.find(key);
+    if (it == map.end()) return;
+    size_t used = 0;
+    float v = 0;
+    try {
+      v = std::stof(it->second, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != it->second.size() || !std::isfinite(v))
+      throw bad(key, it->second, "expected a number");
+    out = v;
+  };
+  auto boolean = [&](const std::string& key, bool& out) {
+    const auto it = map.find(key);
+    if (it == map.end()) return;
+    if (it->second == "true")
+      out = true;
+    else if (it->second == "false")
+      out = false;
+    else
+      throw bad(key, it->second, "expected true or false");
+  };
+  int64_t layers = c.decoder_layers;
+  integer("vocab_size", c.vocab_size);
+  integer("max_length", c.max_length);
+  integer("decoder_layers", layers);
+  if (layers < 1 || layers > 1000)
+    throw bad("decoder_layers", map.at("decoder_layers"), "expected 1 to 1000");
+  c.decoder_layers = static_cast<int>(layers);
+  integer("decoder_heads", c.decoder_heads);
+  integer("decoder_d_ff", c.decoder_d_ff);
+  real("decoder_dropout", c.decoder_dropout);
+  real("decoder_attention_dropout", c.decoder_attention_dropout);
+  boolean("tie_embeddings", c.tie_embeddings);
+  boolean("memory_class_token", c.memory_class_token);
+  try {
+    c.validate();
+  } catch (const UsageError& e) {
+    throw Error(source + ": " + e.what());
+  }
+  return c;
+}
+
+// ---- the model ----
+
+struct CaptionModel::Impl {
+  Impl(ParamStore& params, const CaptionConfig& c)
+      : store(params),
+        first_param(params.params().size()),
+        vit(params, c.encoder),
+        encoder_end(params.params().size()),
+        embed(&params.add("decoder.embed_tokens.weight", {c.vocab_size, c.d_model()})),
+        positions(&params.add("decoder.embed_positions.weight", {c.max_length, c.d_model()},
+                              /*decay=*/false)),
+        decoder(params, "decoder", c.decoder_layer_config(), c.decoder_layers,
+                /*final_norm=*/true),
+        output(c.tie_embeddings
+                   ? embed
+                   : &params.add("output_projection.weight", {c.vocab_size, c.d_model()})),
+        end_param(params.params().size()),
+        drop(c.decoder_dropout) {}
+
+  ParamStore& store;
+  size_t first_param;
+  VisionTransformer vit;
+  size_t encoder_end;
+  Parameter* embed;      // [V, d]
+  Parameter* positions;  // [max_length, d]
+  nn::Decoder decoder;
+  Parameter* output;  // [V, d] (embed when tied)
+  size_t end_param;
+  nn::Dropout drop;
+
+  // Kept by a training forward.
+  bool trained = false;
+  bool encoder_ran_training = false;
+  Tensor target_in, target_lengths;  // the ids, for the embedding gradient and the penalty
+  Tensor hidden;                     // decoder output [B, Tt, d]
+  int64_t batch = 0, features_rows = 0;
+  ops::Precision precision = ops::Precision::f32;
+};
+
+CaptionModel::CaptionModel(ParamStore& params, const CaptionConfig& config) : config_(config) {
+  config.validate();
+  impl_ = std::make_shared<Impl>(params, config);
+}
+
+VisionTransformer& CaptionModel::encoder() {
+  return impl_->vit;
+}
+
+nn::Decoder& CaptionModel::decoder() {
+  return impl_->decoder;
+}
+
+std::pair<size_t, size_t> CaptionModel::encoder_params() const {
+  return {impl_->first_param, impl_->encoder_end};
+}
+
+void CaptionModel::init(ops::Rng& rng) {
+  Impl& m = *impl_;
+  if (!m.store.finalized()) throw Error("caption: init() needs ParamStore::finalize() first");
+  m.vit.init(rng);
+  for (size_t i = m.encoder_end; i < m.end_param; ++i) {
+    Parameter& p = m.store.params()[i];
+    const bool weight = p.name.size() > 7 && p.name.compare(p.name.size() - 7, 7, ".weight") == 0;
+    if (&p == m.embed || &p == m.positions || &p == m.output || (weight && p.shape.size() == 2)) {
+      nn::init_trunc_normal(p.value, 0.02f, rng);
+      if (&p == m.embed) {
+        const int64_t d = config_.d_model();
+        std::fill_n(p.value.f32() + Vocabulary::kPad * d, d, 0.f);
+      }
+    } else if (weight) {
+      p.value.fill(1.f);  // LayerNorm gains
+    } else {
+      p.value.zero();  // biases
+    }
+  }
+  m.store.mark_changed();
+}
+
+namespace {
+
+// features [B, 1 + N, d] -> memory: itself, or a copy of rows 1.. [B, N, d].
+Tensor memory_of(nn::Context& ctx, const Tensor& features, bool class_token) {
+  if (class_token) return features;
+  const int64_t B = features.dim(0), T = features.dim(1), d = features.dim(2);
+  Tensor memory = ctx.alloc_uninit({B, T - 1, d});
+  for (int64_t b = 0; b < B; ++b)
+    std::copy_n(features.f32() + (b * T + 1) * d, (T - 1) * d, memory.f32() + b * (T - 1) * d);
+  return memory;
+}
+
+// x [B, T, d] = table[ids] + positions[first + t].
+Tensor embed_ids(nn::Context& ctx, const Tensor& ids, const Tensor& table, const Tensor& positions,
+                 int64_t first) {
+  const int64_t B = ids.dim(0), T = ids.numel() / B, d = table.dim(1);
+  Tensor x = ctx.alloc_uninit({B, T, d});  // [B, T, d]
+  ops::embedding_forward(ids, table, x, 1.f);
+  const float* pe = positions.f32() + first * d;
+  float* out = x.f32();
+#pragma omp parallel for schedule(static) if (B * T * d > 65536)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      float* row = out + (b * T + t) * d;
+#pragma omp simd
+      for (int64_t j = 0; j < d; ++j) row[j] += pe[t * d + j];
+    }
+  return x;
+}
+
+void check_targets(const Tensor& target_in, const Tensor& target_lengths, int64_t batch,
+                   int64_t max_length) {
+  if (target_in.dtype() != DType::i32 || target_in.rank() != 2 || target_in.dim(0) != batch ||
+      target_in.dim(1) < 1)
+    throw Error("caption: target_in " + shape_str(target_in.shape()) + " should be i32 [" +
+                std::to_string(batch) + ", Tt]");
+  const int64_t Tt = target_in.dim(1);
+  if (Tt > max_length)
+    throw Error("caption: target_in has " + std::to_string(Tt) +
+                " positions, more than model.max_length " + std::to_string(max_length));
+  if (target_lengths.dtype() != DType::i32 || target_lengths.rank() != 1 ||
+      target_lengths.dim(0) != batch)
+    throw Error("caption: target_lengths " + shape_str(target_lengths.shape()) +
+                " should be i32 [" + std::to_string(batch) + "]");
+  for (int64_t b = 0; b < batch; ++b)
+    if (target_lengths.i32()[b] < 1 || target_lengths.i32()[b] > Tt)
+      throw Error("caption: target_lengths[" + std::to_string(b) +
+                  "] = " + std::to_string(target_lengths.i32()[b]) + " is outside [1, " +
+                  std::to_string(Tt) + "]");
+}
+
+}  // namespace
+
+Tensor CaptionModel::encode(nn::Context& ctx, const Tensor& images) {
+  Impl& m = *impl_;
+  Tensor features = m.vit.features(ctx, images);  // [B, 1 + N, d]
+  m.features_rows = features.dim(1);
+  return memory_of(ctx, features, config_.memory_class_token);  // [B, Tm, d]
+}
+
+Tensor CaptionModel::forward(nn::Context& ctx, const Tensor& images, const Tensor& target_in,
+                             const Tensor& target_lengths) {
+  Impl& m = *impl_;
+  m.trained = false;  // until this forward has succeeded
+  const int64_t B = images.rank() == 4 ? images.dim(0) : -1, V = config_.vocab_size;
+  check_targets(target_in, target_lengths, B, config_.max_length);
+  const int64_t Tt = target_in.dim(1);
+
+  // A frozen encoder runs as at inference: nothing kept, no dropout or stochastic depth.
+  nn::Context enc = ctx;
+  enc.training = ctx.training && train_encoder;
+  Tensor memory = encode(enc, images);  // [B, Tm, d]
+  m.encoder_ran_training = enc.training;
+
+  Tensor x = embed_ids(ctx, target_in, m.embed->value, m.positions->value, 0);  // [B, Tt, d]
+  x = m.drop.forward(ctx, x);
+  // The penalty reads the last layer's weights (cross_attention() sets keep_weights itself).
+  nn::MultiHeadAttention& last = m.decoder.layers().back().cross_attention();
+  const bool kept = last.keep_weights;
+  if (ctx.training) last.keep_weights = keep_penalty_weights;
+  Tensor h = m.decoder.forward(ctx, x, memory, nn::AttentionMask{target_lengths, true},
+                               nn::AttentionMask{});  // [B, Tt, d]
+  last.keep_weights = kept;
+  Tensor logits = ctx.alloc_uninit({B, Tt, V});  // [B, Tt, V]
+  ops::linear_forward(h, nn::weight_of(*m.output, ctx), Tensor(), logits, ctx.precision);
+
+  m.trained = ctx.training;
+  m.precision = ctx.precision;
+  m.batch = B;
+  if (ctx.training) {
+    m.target_in = target_in, m.target_lengths = target_lengths, m.hidden = h;
+  } else {
+    m.target_in = m.target_lengths = m.hidden = Tensor();
+  }
+  return logits;
+}
+
+double CaptionModel::attention_penalty(float lambda, float grad_scale) {
+  Impl& m = *impl_;
+  nn::MultiHeadAttention& last = m.decoder.layers().back().cross_attention();
+  const Tensor& w = last.weights();  // [B, H, Tt, Tm]
+  if (!m.trained || w.empty())
+    throw Error("caption: attention_penalty needs a training forward with keep_penalty_weights");
+  const int64_t B = w.dim(0), H = w.dim(1), Tt = w.dim(2), Tm = w.dim(3);
+  Tensor dw({B, H, Tt, Tm});  // zero-filled: pad positions get no gradient
+  double total = 0;
+  std::vector<double> coverage(static_cast<size_t>(Tm));
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t len = m.target_lengths.i32()[b];
+    // coverage_i = Σ_t α_ti, α the mean over the heads
+    std::fill(coverage.begin(), coverage.end(), 0.0);
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < len; ++t) {
+        const float* row = w.f32() + ((b * H + h) * Tt + t) * Tm;
+        for (int64_t i = 0; i < Tm; ++i) coverage[static_cast<size_t>(i)] += row[i] / H;
+      }
+    for (int64_t i = 0; i < Tm; ++i) {
+      const double gap = 1.0 - coverage[static_cast<size_t>(i)];
+      total += lambda * gap * gap;
+      // d/dα_ti of λ(1 − c_i)² is −2λ(1 − c_i), for every t; α is the mean of H heads
+      const float g = static_cast<float>(-2.0 * lambda * gap / H * grad_scale);
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t t = 0; t < len; ++t) dw.f32()[((b * H + h) * Tt + t) * Tm + i] = g;
+    }
+  }
+  last.dweights = dw;
+  return total;
+}
+
+void CaptionModel::backward(nn::Context& ctx, const Tensor& dlogits) {
+  Impl& m = *impl_;
+  if (!m.trained) throw Error("caption: backward without a training forward");
+  const int64_t B = m.hidden.dim(0), Tt = m.hidden.dim(1), d = config_.d_model();
+  const Shape want{B, Tt, config_.vocab_size};
+  if (dlogits.dtype() != DType::f32 || dlogits.shape() != want)
+    throw Error("caption: dlogits " + shape_str(dlogits.shape()) + " should be f32 " +
+                shape_str(want) + " like the logits of the last forward");
+  Tensor dh = ctx.alloc_uninit({B, Tt, d});  // [B, Tt, d]
+  Tensor no_bias;
+  nn::Context at_forward = ctx;
+  at_forward.precision = m.precision;
+  ops::linear_backward(m.hidden, nn::weight_of(*m.output, at_forward), dlogits, dh, m.output->grad,
+                       no_bias, m.precision);
+  Tensor dmemory;  // [B, Tm, d]
+  Tensor dx = m.decoder.backward(ctx, dh, m.encoder_ran_training ? &dmemory : nullptr);
+  dx = m.drop.backward(ctx, dx);  // [B, Tt, d]
+  ops::embedding_backward(m.target_in, dx, m.embed->grad, 1.f);
+  float* dpos = m.positions->grad.f32();
+  const float* g = dx.f32();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < Tt; ++t)
+      for (int64_t j = 0; j < d; ++j) dpos[t * d + j] += g[(b * Tt + t) * d + j];
+  if (!m.encoder_ran_training) return;
+  Tensor dfeatures = dmemory;  // [B, 1 + N, d]
+  if (!config_.memory_class_token) {
+    const int64_t T = m.features_rows;
+    dfeatures = ctx.alloc({B, T, d});  // the class token's row: no gradient
+    for (int64_t b = 0; b < B; ++b)
+      std::copy_n(dmemory.f32() + b * (T - 1) * d, (T - 1) * d, dfeatures.f32() + (b * T + 1) * d);
+  }
+  m.vit.features_backward(ctx, dfeatures);
+}
+
+void CaptionModel::start(nn::Context& ctx, const Tensor& memory, const Tensor& memory_lengths,
+                         int64_t capacity, nn::Decoder::State& state) {
+  if (capacity > config_.max_length)
+    throw Error("caption: decoding capacity " + std::to_string(capacity) +
+                " is more than model.max_length " + std::to_string(config_.max_length));
+  if (memory.rank() != 3 || memory.dim(2) != config_.d_model())
+    throw Error("caption: memory " + shape_str(memory.shape()) + " should be [B, Tm, " +
+                std::to_string(config_.d_model()) + "]");
+  impl_->decoder.start(ctx, memory, memory_lengths, capacity, state);
+}
+
+Tensor CaptionModel::step(nn::Context& ctx, const Tensor& tokens, nn::Decoder::State& state) {
+  Impl& m = *impl_;
+  const int64_t B = state.batch(), V = config_.vocab_size, d = config_.d_model();
+  if (B == 0) throw Error("caption: step() before start()");
+  if (tokens.dtype() != DType::i32 || tokens.numel() != B)
+    throw Error("caption: step tokens " + shape_str(tokens.shape()) + " should be i32 [" +
+                std::to_string(B) + "], one per row of the decoding state");
+  const int64_t position = state.position();
+  if (position >= state.capacity)
+    throw Error("caption: decoding step at position " + std::to_string(position) +
+                " is past the capacity " + std::to_string(state.capacity) + " given to start()");
+  nn::Context inference = ctx;
+  inference.training = false;
+  Tensor x = embed_ids(inference, tokens.reshaped({B, 1}), m.embed->value, m.positions->value,
+                       position);                  // [B, 1, d]
+  Tensor h = m.decoder.step(inference, x, state);  // [B, 1, d]
+  Tensor logits = inference.alloc_uninit({B, V});  // [B, V]
+  ops::linear_forward(h.reshaped({B, d}), nn::weight_of(*m.output, inference), Tensor(), logits,
+                      inference.precision);
+  return logits;
+}
+
+Tensor CaptionModel::cross_attention(nn::Context& ctx, const Tensor& image,
+                                     const std::vector<int32_t>& tokens, bool with_eos, int layer,
+                                     int head) {
+  Impl& m = *impl_;
+  const int layers = config_.decoder_layers;
+  if (layer < -1 || layer >= layers)
+    throw UsageError("--attention-layer " + std::to_string(layer) + ": the decoder has " +
+                     std::to_string(layers) + " layers (0.." + std::to_string(layers - 1) +
+                     ", or -1 for the last)");
+  if (head < -1 || head >= config_.decoder_heads)
+    throw UsageError("--attention-head " + std::to_string(head) + ": the decoder has " +
+                     std::to_string(config_.decoder_heads) + " heads");
+  const int64_t rows = static_cast<int64_t>(tokens.size()) + (with_eos ? 1 : 0);
+  if (rows < 1 || rows > config_.max_length)
+    throw Error("caption: " + std::to_string(rows) + " attention rows for a model of " +
+                std::to_string(config_.max_length) + " positions");
+  Tensor target_in({1, rows}, DType::i32);
+  target_in.i32()[0] = Vocabulary::kBos;
+  for (int64_t t = 1; t < rows; ++t) target_in.i32()[t] = tokens[static_cast<size_t>(t - 1)];
+  Tensor lengths({1}, DType::i32);
+  lengths.i32()[0] = static_cast<int32_t>(rows);
+  nn::Context inference = ctx;
+  inference.training = false;
+  nn::MultiHeadAttention& attn =
+      m.decoder.layers()[static_cast<size_t>(layer < 0 ? layers - 1 : layer)].cross_attention();
+  attn.keep_weights = true;
+  forward(inference, image, target_in, lengths);
+  attn.keep_weights = false;
+  const Tensor& w = attn.weights();  // [1, H, rows, Tm]
+  const int64_t H = w.dim(1), Tm = w.dim(3);
+  Tensor out({rows, Tm});
+  for (int64_t h = 0; h < H; ++h) {
+    if (head >= 0 && h != head) continue;
+    const float scale = head >= 0 ? 1.f : 1.f / static_cast<float>(H);
+    for (int64_t i = 0; i < rows * Tm; ++i) out.f32()[i] += scale * w.f32()[h * rows * Tm + i];
+  }
+  return out;
+}
+
+}  // namespace vitk::vit

@@ -1,0 +1,122 @@
+#pragma once
+// Image captioning in the manner of Show, Attend and Tell (Xu et al., 2015), built from the shared
+// core: a ViT encoder (vit/vit.h, without a head) turns an image into patch tokens, and the core's
+// nn::Decoder, with token embeddings and learned positions, generates the caption while each of
+// its layers cross-attends to those tokens, so that each word looks at the part of the image it
+// names. The same composition CTranslate2 uses to build Whisper from its text model's layers.
+//
+//   memory  = vit.features(images)        [B, 1 + N, d]  (timm's forward_features)
+//             without the class token when memory_class_token is false: [B, N, d]
+//   x       = E[target_in] + P[0:Tt]      [B, Tt, d]     (dropout in training)
+//   h       = decoder(x, memory, self: causal + target lengths)   [B, Tt, d]  (pre-norm, GELU,
+//             final norm)
+//   logits  = h · Wᵀ                      [B, Tt, V]     (W = E when tied; no bias)
+//
+// Parameter names: the encoder keeps timm's ViT names (cls_token, pos_embed, patch_embed.*,
+// blocks.<i>.*, norm), so a ViT checkpoint's encoder loads by name (--encoder-from); the decoder:
+//   decoder.embed_tokens.weight [V, d]   decoder.embed_positions.weight [max_length, d]
+//   decoder.layers.<i>.{norm1, self_attn.qkv, self_attn.proj, norm2, cross_attn.q, cross_attn.kv,
+//                       cross_attn.proj, norm3, mlp.fc1, mlp.fc2}   decoder.norm
+//   output_projection.weight [V, d]   (untied only)
+//
+// The doubly stochastic attention penalty (the paper's §4.2.1): with α_ti the cross-attention
+// weight of target position t on memory token i (the mean over the heads of the last decoder
+// layer), each image adds λ · Σ_i (1 − Σ_t α_ti)² to the loss, t over its caption's positions
+// (BOS and the words; the position that predicts EOS included): over the whole caption, every part
+// of the image should get about one word's worth of attention.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/nn/nn.h"
+#include "common/vocabulary.h"
+#include "vit/vit.h"
+
+namespace vitk::vit {
+
+struct CaptionConfig {
+  VitConfig encoder;  // num_classes 0 and pool "token" (set by validate's caller)
+  int64_t vocab_size = 1000;
+  int64_t max_length = 40;  // target positions (BOS included)
+  int decoder_layers = 2;
+  int64_t decoder_heads = 4;
+  int64_t decoder_d_ff = 0;      // 0: the encoder's d_ff
+  float decoder_dropout = 0.1f;  // after embeddings + positions, residual branches, FFN
+  float decoder_attention_dropout = 0.f;
+  bool tie_embeddings = true;      // output layer = token embedding matrix
+  bool memory_class_token = true;  // the class token's row is part of the decoder's memory
+
+  int64_t d_model() const { return encoder.d_model; }
+  int64_t d_ff() const { return decoder_d_ff > 0 ? decoder_d_ff : encoder.d_ff; }
+  int64_t memory_tokens() const { return encoder.patches() + (memory_class_token ? 1 : 0); }
+  nn::LayerConfig decoder_layer_config() const;
+  void validate() const;  // vitk::UsageError naming the model option at fault
+};
+
+// As text, for checkpoint attributes and a config file's [model] section: "type" = "caption",
+// every key of the ViT's configuration but "type" and "num_classes" (the encoder's), and
+// "vocab_size", "max_length", "decoder_layers", "decoder_heads", "decoder_d_ff",
+// "decoder_dropout", "decoder_attention_dropout", "tie_embeddings", "memory_class_token".
+std::map<std::string, std::string> to_config_map(const CaptionConfig& config);
+// The reverse; vitk::Error naming `source` and the key for an unknown key, a bad value or a type
+// other than "caption". Missing keys keep their defaults.
+CaptionConfig caption_config_from_map(const std::map<std::string, std::string>& map,
+                                      const std::string& source);
+
+class CaptionModel {
+ public:
+  // Registers every parameter in params (not yet finalized).
+  CaptionModel(ParamStore& params, const CaptionConfig& config);
+  // After params.finalize(): the encoder as VisionTransformer::init (timm's), the decoder's
+  // Linear weights and embeddings trunc_normal(std 0.02) as timm and BLIP initialise text
+  // decoders, the pad row of the embedding zero, biases 0, norms 1 and 0.
+  void init(ops::Rng& rng);
+
+  // images f32 [B, C, H, W] -> memory [B, Tm, d] (in ctx.arena).
+  Tensor encode(nn::Context& ctx, const Tensor& images);
+  // Teacher forcing: images, target_in i32 [B, Tt] (BOS and the words), target_lengths i32 [B]
+  // -> logits f32 [B, Tt, V]. The id tensors must stay alive until backward().
+  Tensor forward(nn::Context& ctx, const Tensor& images, const Tensor& target_in,
+                 const Tensor& target_lengths);
+  // The doubly stochastic penalty of the last training forward: returns Σ over its images of
+  // λ · Σ_i (1 − Σ_t α_ti)², and makes the next backward() add grad_scale times its gradient.
+  // The forward must have been run with keep_penalty_weights set.
+  double attention_penalty(float lambda, float grad_scale);
+  bool keep_penalty_weights = false;  // the next training forward keeps what the penalty reads
+  // dlogits [B, Tt, V] -> ADDS every parameter's gradient (the encoder's only where it trains:
+  // train_encoder false skips the encoder's backward altogether, a frozen encoder).
+  void backward(nn::Context& ctx, const Tensor& dlogits);
+  bool train_encoder = true;
+
+  // Incremental decoding (the interface of decode::StepModel): start() prepares the caches from
+  // a memory of encode(); step() feeds one token per row and returns next-token logits [B, V].
+  int64_t vocab_size() const { return config_.vocab_size; }
+  int64_t max_length() const { return config_.max_length; }
+  void start(nn::Context& ctx, const Tensor& memory, const Tensor& memory_lengths, int64_t capacity,
+             nn::Decoder::State& state);
+  Tensor step(nn::Context& ctx, const Tensor& tokens, nn::Decoder::State& state);
+
+  // The cross-attention weights [rows, Tm] of decoder `layer` (-1: the last), mean over the heads
+  // (head -1) or one head, while the model reads `tokens` (the caption's ids without BOS and EOS)
+  // for one image [1, C, H, W]: row t is the position that predicts tokens[t], and with_eos adds
+  // the row that predicts EOS. A teacher-forced forward: decoding is deterministic, so it attends
+  // as the search did on its way to that caption.
+  Tensor cross_attention(nn::Context& ctx, const Tensor& image, const std::vector<int32_t>& tokens,
+                         bool with_eos, int layer = -1, int head = -1);
+
+  const CaptionConfig& config() const { return config_; }
+  VisionTransformer& encoder();
+  nn::Decoder& decoder();
+  // The parameters of the encoder, in registration order, [first, end) of the store: for a
+  // learning-rate scale or a frozen encoder.
+  std::pair<size_t, size_t> encoder_params() const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+  CaptionConfig config_;
+};
+
+}  // namespace vitk::vit
