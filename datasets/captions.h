@@ -7,6 +7,30 @@
 // The scenes vitk makes from Fashion-MNIST (`vitk make-scenes`, datasets/scenes.h) are COCO files
 // whose image entries carry one more key, "vitk_scene": the grid and where each article is, so
 // that a caption can be checked against the scene and attention against the article's cell.
+//
+// COCO (captions_train2017.json):
+//   {"images": [{"id": 42, "file_name": "000042.png", "width": 84, "height": 84, ...}, ...],
+//    "annotations": [{"id": 7, "image_id": 42, "caption": "a bag above a sandal"}, ...], ...}
+//   Other top-level keys (info, licenses) and other keys of an entry are ignored. Image ids and
+//   file names are unique; file names are relative and without ".." (an absolute name or one that
+//   could leave the image folder is an error). An annotation of an image id no entry has is
+//   skipped and counted. "vitk_scene", when an image entry has it:
+//     {"grid": 2, "objects": [{"name": "sandal", "row": 0, "col": 1, "box": [49, 3, 28, 28],
+//                              "cell": [42, 0, 42, 42]}, ...]}
+//   grid 2 or 3; at least one object, each in its own cell (row, col < grid); boxes [x, y, width,
+//   height] of non-negative integers, width and height positive; the box inside the cell.
+// Flickr8k (Flickr8k.token.txt; also Flickr30k's results_20130124.token):
+//   1000268201_693b08cb0e.jpg#0<TAB>A child in a pink dress is climbing up a set of stairs .
+// Flickr30k (results.csv), the header optional:
+//   image_name| comment_number| comment
+//   1000092795.jpg| 0| Two young guys with shaggy hair look at their hands .
+//   split at the first two bars (a caption may hold one); the one published line that lacks its
+//   second bar ("2199200615.jpg| 4 A dog runs ...") is read as meant.
+//   The format is told by the first non-blank line (the header or a tab). CRLF line ends, a UTF-8
+//   byte order mark and blank lines are accepted; captions must be UTF-8. Captions of an image are
+//   grouped in file order, images in order of first appearance.
+// Every caption is kept trimmed of surrounding whitespace; an empty one is an error. A caption
+// file over 2 GB is refused before it is read.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -30,7 +54,7 @@ struct SceneObject {
 };
 
 struct CaptionedImage {
-  int64_t id = 0;                     // COCO image id; Flickr: the line order of first appearance
+  int64_t id = 0;  // COCO image id; Flickr: 0, 1, ... in order of first appearance in the file
   std::string file_name;              // as the caption file gives it
   std::string path;                   // image folder + file_name
   std::vector<std::string> captions;  // in file order (COCO: annotation order)
@@ -41,8 +65,9 @@ struct CaptionedImage {
 };
 
 struct CaptionReadOptions {
-  // An image entry whose file is not in the image folder: skipped and counted (true), or a
-  // vitk::Error naming the file (false).
+  // An image entry whose file is not in the image folder (or is no regular file): skipped and
+  // counted (true), or a vitk::Error naming the file (false). Only images with captions are
+  // looked for.
   bool skip_missing_images = true;
   bool check_images = true;  // false: do not look at the image folder at all (tests, `vitk bleu`)
 };

@@ -16,7 +16,7 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD
-parsers_all=(safetensors json metrics_csv idx image parallel tokenizer checkpoint ini)
+parsers_all=(safetensors json metrics_csv idx image parallel captions tokenizer checkpoint ini)
 
 seconds=${1:-60}
 [[ $seconds =~ ^[0-9]+$ && $seconds -gt 0 ]] || { echo "fuzz.sh: SECONDS must be a positive integer, got '$seconds'" >&2; exit 2; }

@@ -1,8 +1,8 @@
 // Writes the seed corpora of the fuzz harnesses (tests/fuzz/corpus/<parser>/) with vitk's own
 // writers: tiny checkpoints of both models (io::save_checkpoint, seq2seq::save_translation; one
 // quantised to int8), a trained tokenizer, safetensors files, IDX files (plain and gzip), images
-// of every format the header check knows, corpora, INI and metrics files. Deterministic; run it
-// after a format changes: `cmake --build build --target fuzz_make_seeds &&
+// of every format the header check knows, corpora, caption files, INI and metrics files.
+// Deterministic; run it after a format changes: `cmake --build build --target fuzz_make_seeds &&
 // build/tests/fuzz/fuzz_make_seeds tests/fuzz/corpus .` (from the source root). Each seed is small
 // (a few KB; HDF5 checkpoints a little more), so that the fuzzer mutates structure rather than bulk
 // data.
@@ -154,6 +154,19 @@ void parallel() {
   put("parallel", "limit", std::string("\x10\x00", 2) + "short\tcorto\na much longer line\tx\n");
 }
 
+void captions(const fs::path& source) {
+  // The reader's fixture (three images, a scene) and a scene of each grid size.
+  put("captions", "coco.json", slurp(source / "tests/fixtures/captions/coco.json"));
+  put("captions", "scene3.json",
+      "{\"images\": [{\"id\": 0, \"file_name\": \"train/000000.png\", \"width\": 84, "
+      "\"height\": 84, \"vitk_scene\": {\"grid\": 3, \"objects\": [{\"name\": \"bag\", "
+      "\"row\": 0, \"col\": 2, \"box\": [56, 0, 28, 28], \"cell\": [56, 0, 28, 28]}, "
+      "{\"name\": \"t-shirt\", \"row\": 2, \"col\": 0, \"box\": [0, 56, 28, 28], "
+      "\"cell\": [0, 56, 28, 28]}]}}], \"annotations\": [{\"id\": 0, \"image_id\": 0, "
+      "\"caption\": \"a bag above a t-shirt\"}, {\"id\": 1, \"image_id\": 0, "
+      "\"caption\": \"a t-shirt below a bag\"}]}\n");
+}
+
 void ini(const fs::path& source) {
   // [subcommand index] then the file (fuzz_ini.cpp; the order of tools/main.cpp's table).
   put("ini", "env", std::string(1, '\x00') + "\xEF\xBB\xBF# env\nseed = 7\nname = caf\xC3\xA9\n");
@@ -257,6 +270,7 @@ int main(int argc, char** argv) {
   idx();
   images(source);
   parallel();
+  captions(source);
   ini(source);
   const vitk::datasets::Tokenizer tok = tokenizer();
   put("tokenizer", "spm.model", tok.bytes());
