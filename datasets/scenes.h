@@ -36,8 +36,9 @@ struct SceneOptions {
 };
 
 // Writes output/captions_{train,val,test}.json and output/images/{train,val,test}/NNNNNN.png,
-// each file atomically; the same options give the same bytes. vitk::UsageError for bad options,
-// vitk::Error for unreadable Fashion-MNIST files.
+// each file atomically; the same options give the same bytes. Each object of an image's
+// "vitk_scene" also gives "article", its index in the Fashion-MNIST file the split draws from.
+// vitk::UsageError for bad options, vitk::Error for unreadable Fashion-MNIST files.
 void make_scenes(const SceneOptions& options);
 
 // The caption nouns of the ten Fashion-MNIST classes, in class order.
@@ -48,7 +49,7 @@ const std::vector<std::string>& scene_nouns();
 // it states is true of the scene? false for anything the grammar does not produce.
 bool caption_matches_scene(const std::string& caption, const std::vector<SceneObject>& objects);
 
-// The article nouns a caption names, in order, with the index of the word each starts at in the
+// The article nouns a caption names, in order, each with the index of its last word in the
 // caption's words (split on spaces after normalize_caption): for attention-in-cell, which looks
 // at the word that names an article (the noun's last word, "boot" of "ankle boot").
 struct NamedArticle {

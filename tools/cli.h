@@ -159,6 +159,8 @@ void register_translate_commands(Registry& registry);
 void register_mt_train_commands(Registry& registry);
 // `vitk plot positions|mask|metrics` (tools/cmd_plot.cpp).
 void register_plot_commands(Registry& registry);
+// `vitk make-scenes` (tools/cmd_make_scenes.cpp).
+void register_make_scenes_commands(Registry& registry);
 
 // ---- Implementation of value_in ----------------------------------------------------------------
 

@@ -21,6 +21,7 @@ constexpr void (*kRegistrations[])(vitk::tools::Registry&) = {
     vitk::tools::register_quantize_commands,
     vitk::tools::register_import_commands,
     vitk::tools::register_export_commands,
+    vitk::tools::register_make_scenes_commands,
     vitk::tools::register_bleu_commands,
     vitk::tools::register_mt_train_commands,
     vitk::tools::register_translate_commands,
