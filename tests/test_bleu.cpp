@@ -12,18 +12,18 @@
 #include <string>
 #include <vector>
 
+#include "common/decode/bleu.h"
 #include "common/error.h"
-#include "common/seq2seq/bleu.h"
 #include "test_util.h"
 #include "vitk_process.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-using vitk::seq2seq::BleuResult;
-using vitk::seq2seq::corpus_bleu;
-using vitk::seq2seq::format_bleu;
-using vitk::seq2seq::tokenize_13a;
+using vitk::decode::BleuResult;
+using vitk::decode::corpus_bleu;
+using vitk::decode::format_bleu;
+using vitk::decode::tokenize_13a;
 
 // sacreBLEU's README example: three segments, two reference sets.
 const std::vector<std::string> kHyps = {"The dog bit the man.", "It wasn't surprising.",
@@ -39,7 +39,7 @@ TEST(Bleu, SacreBleuReadmeExample) {
   EXPECT_EQ(
       format_bleu(r),
       "BLEU = 48.53 82.4/50.0/45.5/37.5 (BP = 0.943 ratio = 0.944 hyp_len = 17 ref_len = 18)");
-  EXPECT_EQ(vitk::seq2seq::bleu_signature(2),
+  EXPECT_EQ(vitk::decode::bleu_signature(2),
             "nrefs:2|case:mixed|eff:no|tok:13a|smooth:exp|version:2.4.0");
   // No order without a match, so 'exp' smoothing changes nothing (test_bleu.py: smooth 'none').
   for (int n = 0; n < 4; ++n) EXPECT_GT(r.counts[n], 0);
@@ -52,7 +52,7 @@ TEST(Bleu, VariableNumberOfReferences) {
   EXPECT_EQ(
       format_bleu(corpus_bleu(kHyps, refs)),
       "BLEU = 29.44 82.4/42.9/27.3/12.5 (BP = 0.889 ratio = 0.895 hyp_len = 17 ref_len = 19)");
-  EXPECT_EQ(vitk::seq2seq::bleu_signature(-1),
+  EXPECT_EQ(vitk::decode::bleu_signature(-1),
             "nrefs:var|case:mixed|eff:no|tok:13a|smooth:exp|version:2.4.0");
   refs[1][0] = "";
   EXPECT_THROW(corpus_bleu(kHyps, refs), vitk::Error);  // no reference left for segment 1
@@ -88,7 +88,7 @@ TEST(Bleu, Statistics) {
 TEST(Bleu, Scoring) {
   // test_bleu.py: test_scoring, from sufficient statistics.
   const int64_t counts[4] = {9, 7, 5, 3}, totals[4] = {10, 8, 6, 4};
-  EXPECT_NEAR(vitk::seq2seq::bleu_from_statistics(counts, totals, 11, 11).score, 83.75922397, 1e-7);
+  EXPECT_NEAR(vitk::decode::bleu_from_statistics(counts, totals, 11, 11).score, 83.75922397, 1e-7);
 }
 
 TEST(Bleu, HandComputed) {

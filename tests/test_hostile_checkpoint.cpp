@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/decode/search.h"
 #include "common/error.h"
 #include "common/io/safetensors.h"
 #include "common/memory.h"
@@ -304,11 +305,12 @@ TEST_F(Hostile, NonFiniteLogitsAreAnErrorNotAScore) {
   vitk::Tensor source({1, 3}, vitk::DType::i32), lengths({1}, vitk::DType::i32);
   for (int i = 0; i < 3; ++i) source.i32()[i] = 5 + i;
   lengths.i32()[0] = 3;
-  for (auto method : {vitk::seq2seq::SearchMethod::beam, vitk::seq2seq::SearchMethod::greedy}) {
-    vitk::seq2seq::SearchOptions o;
+  for (auto method : {vitk::decode::SearchMethod::beam, vitk::decode::SearchMethod::greedy}) {
+    vitk::decode::SearchOptions o;
     o.method = method;
-    vitk::seq2seq::Searcher searcher(model, o);
-    const std::string error = vitk::test::error_of([&] { searcher.search(source, lengths); });
+    vitk::decode::Searcher searcher(model, o);
+    const std::string error = vitk::test::error_of(
+        [&] { vitk::seq2seq::search_source(model, searcher, source, lengths); });
     EXPECT_TRUE(contains(error, "logits are not finite")) << error;
   }
 }

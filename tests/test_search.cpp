@@ -1,8 +1,8 @@
-// Decoding (common/seq2seq/search.h) on random tiny models: the length penalty's values; beam
-// search never below greedy search under the same model and length penalty; beam size 1 equals
-// greedy; scores that agree with forced decoding; n-best lists; batching that changes nothing;
-// sampling that is reproducible and turns into greedy search as the temperature goes to 0;
-// length limits and option errors.
+// Decoding (common/decode/search.h, from source ids with common/seq2seq/search.h) on random tiny
+// translation models: the length penalty's values; beam search never below greedy search under
+// the same model and length penalty; beam size 1 equals greedy; scores that agree with forced
+// decoding; n-best lists; batching that changes nothing; sampling that is reproducible and turns
+// into greedy search as the temperature goes to 0; length limits and option errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,11 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "common/decode/search.h"
 #include "common/error.h"
 #include "common/seq2seq/search.h"
 #include "op_test_util.h"
 
 using namespace vitk;
+using namespace vitk::decode;
 using namespace vitk::seq2seq;
 using namespace vitk::test;
 
@@ -102,7 +104,7 @@ SearchOptions options(SearchMethod method, int beam = 4) {
 std::vector<std::vector<Hypothesis>> run(Transformer& model, const SearchOptions& o,
                                          const Sources& s) {
   Searcher searcher(model, o);
-  return searcher.search(s.source, s.lengths);
+  return search_source(model, searcher, s.source, s.lengths);
 }
 
 }  // namespace
@@ -248,8 +250,8 @@ TEST(Sampling, ReproducibleWithASeedAndGreedyAsTheTemperatureGoesToZero) {
   SearchOptions again = options(SearchMethod::sample);
   again.seed = 123;
   Searcher searcher(*m.model, again);
-  const auto first = searcher.search(s.source, s.lengths);
-  const auto second = searcher.search(s.source, s.lengths);
+  const auto first = search_source(*m.model, searcher, s.source, s.lengths);
+  const auto second = search_source(*m.model, searcher, s.source, s.lengths);
   int differ_next = 0;
   for (size_t i = 0; i < 8; ++i) {
     EXPECT_EQ(first[i][0].tokens, a[i][0].tokens);

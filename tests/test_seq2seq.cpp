@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/decode/search.h"
 #include "common/error.h"
 #include "common/io/checkpoint.h"
 #include "common/nn/model_info.h"
@@ -651,10 +652,10 @@ TaskBatch task_batch(std::mt19937& gen, int64_t B, bool reverse) {
 int exact_matches(Transformer& model, bool reverse, int count, uint64_t seed) {
   std::mt19937 gen(static_cast<unsigned>(seed));
   TaskBatch t = task_batch(gen, count, reverse);
-  SearchOptions o;
-  o.method = SearchMethod::greedy;
-  Searcher searcher(model, o);
-  const auto result = searcher.search(t.source, t.source_lengths);
+  decode::SearchOptions o;
+  o.method = decode::SearchMethod::greedy;
+  decode::Searcher searcher(model, o);
+  const auto result = search_source(model, searcher, t.source, t.source_lengths);
   int ok = 0;
   for (int b = 0; b < count; ++b)
     ok += result[static_cast<size_t>(b)][0].finished &&

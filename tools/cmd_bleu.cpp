@@ -1,12 +1,12 @@
 // `vitk bleu --ref REF [--ref REF2 ...] HYP`: corpus BLEU as sacreBLEU prints it. Wiring only;
-// the metric lives in common/seq2seq/bleu.
+// the metric lives in common/decode/bleu.
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 
+#include "common/decode/bleu.h"
 #include "common/error.h"
 #include "common/io/input_file.h"
-#include "common/seq2seq/bleu.h"
 #include "tools/cli.h"
 
 namespace vitk::tools {
@@ -56,13 +56,13 @@ int run_bleu(const po::variables_map& vm) {
     }
     variable |= present != refs.size();
   }
-  const auto result = seq2seq::corpus_bleu(hyps, refs);
+  const auto result = decode::corpus_bleu(hyps, refs);
   if (vm["score-only"].as<bool>()) {
     std::printf("%.2f\n", result.score);
     return kExitOk;
   }
-  std::cout << seq2seq::format_bleu(result) << "\n"
-            << seq2seq::bleu_signature(variable ? -1 : static_cast<int>(refs.size())) << "\n";
+  std::cout << decode::format_bleu(result) << "\n"
+            << decode::bleu_signature(variable ? -1 : static_cast<int>(refs.size())) << "\n";
   return kExitOk;
 }
 

@@ -16,6 +16,7 @@
 #include <optional>
 #include <sstream>
 
+#include "common/decode/search.h"
 #include "common/error.h"
 #include "common/io/atomic_file.h"
 #include "common/io/input_file.h"
@@ -69,16 +70,16 @@ T get(const po::variables_map& vm, const char* name) {
 }
 
 // The search the options ask for, each option checked by name.
-seq2seq::SearchOptions search_options(const po::variables_map& vm) {
+decode::SearchOptions search_options(const po::variables_map& vm) {
   const bool greedy = get<bool>(vm, "greedy"), sample = get<bool>(vm, "sample");
   if (greedy && sample) throw UsageError("--greedy and --sample exclude each other");
   for (const char* name : {"temperature", "top-k", "seed"})
     if (!vm[name].defaulted() && !sample)
       throw UsageError(std::string("--") + name + " needs --sample");
-  seq2seq::SearchOptions o;
-  o.method = sample   ? seq2seq::SearchMethod::sample
-             : greedy ? seq2seq::SearchMethod::greedy
-                      : seq2seq::SearchMethod::beam;
+  decode::SearchOptions o;
+  o.method = sample   ? decode::SearchMethod::sample
+             : greedy ? decode::SearchMethod::greedy
+                      : decode::SearchMethod::beam;
   o.beam_size = get<int>(vm, "beam-size");
   o.nbest = get<int>(vm, "nbest");
   o.length_penalty = get<float>(vm, "length-penalty");
@@ -91,7 +92,7 @@ seq2seq::SearchOptions search_options(const po::variables_map& vm) {
     if (!ok) throw UsageError(what);
   };
   need(o.beam_size >= 1, "--beam-size must be at least 1, got " + std::to_string(o.beam_size));
-  need(o.nbest == 1 || o.method == seq2seq::SearchMethod::beam,
+  need(o.nbest == 1 || o.method == decode::SearchMethod::beam,
        "--nbest needs beam search (not --greedy or --sample)");
   need(o.nbest <= o.beam_size, "--nbest " + std::to_string(o.nbest) + " is more than --beam-size " +
                                    std::to_string(o.beam_size));
@@ -143,7 +144,7 @@ int64_t write_alignments(const std::string& dir, const std::string& input_name,
   for (size_t i = 0; i < results.size(); ++i) {
     const seq2seq::Translation& r = results[i];
     if (r.hypotheses.empty()) continue;  // an empty line: nothing was translated
-    const seq2seq::Hypothesis& best = r.hypotheses[0];
+    const decode::Hypothesis& best = r.hypotheses[0];
     const std::vector<int> source =
         seq2seq::source_ids(tokenizer, lines[i], model.config().max_length);
     plot::Heatmap h;
@@ -173,7 +174,7 @@ int run_translate(const po::variables_map& vm) {
   const std::string input = get<std::string>(vm, "input"), output = get<std::string>(vm, "output");
   const int64_t batch_size = get<int64_t>(vm, "batch-size");
   check_input_file("--input", input);
-  seq2seq::SearchOptions search = search_options(vm);
+  decode::SearchOptions search = search_options(vm);
   const bool nbest = !vm["nbest"].defaulted();
   const std::string pictures =
       vm.count("attention-dir") ? get<std::string>(vm, "attention-dir") : "";
@@ -260,8 +261,8 @@ int run_translate(const po::variables_map& vm) {
                static_cast<long long>(lines.size()), static_cast<long long>(empty),
                static_cast<long long>(truncated), seconds,
                seconds > 0 ? static_cast<double>(searched) / seconds : 0.0,
-               seq2seq::search_method_name(search.method),
-               search.method == seq2seq::SearchMethod::beam
+               decode::search_method_name(search.method),
+               search.method == decode::SearchMethod::beam
                    ? (" " + std::to_string(search.beam_size)).c_str()
                    : "");
   if (profile)

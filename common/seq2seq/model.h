@@ -15,12 +15,13 @@
 #include <cstdint>
 #include <memory>
 
+#include "common/decode/search.h"
 #include "common/nn/nn.h"
 #include "common/seq2seq/config.h"
 
 namespace vitk::seq2seq {
 
-class Transformer {
+class Transformer : public decode::StepModel {
  public:
   // Registers every parameter in params (not yet finalized). vitk::UsageError for a bad config.
   Transformer(ParamStore& params, const TransformerConfig& config);
@@ -38,15 +39,18 @@ class Transformer {
   // dlogits [B, Tt, V] -> ADDS every parameter's gradient. Needs the last training forward.
   void backward(nn::Context& ctx, const Tensor& dlogits);
 
-  // Incremental decoding (inference only). encode() -> memory [B, Ts, d] (in ctx.arena);
-  // start() prepares the decoder's caches for up to `capacity` target positions; step() feeds
-  // one token per row, tokens i32 [B] (BOS first), at position state.position(), and returns
-  // the next-token logits [B, V] (in ctx.arena). Between steps the caller may reorder the state
-  // (nn::Decoder::State::reorder) and reset ctx.arena: the caches do not live there.
+  // Incremental decoding (inference only), the decode::StepModel that decode::Searcher runs.
+  // encode() -> memory [B, Ts, d] (in ctx.arena); start() prepares the decoder's caches for up
+  // to `capacity` target positions; step() feeds one token per row, tokens i32 [B] (BOS first),
+  // at position state.position(), and returns the next-token logits [B, V] (in ctx.arena).
+  // Between steps the caller may reorder the state (nn::Decoder::State::reorder) and reset
+  // ctx.arena: the caches do not live there.
   Tensor encode(nn::Context& ctx, const Tensor& source, const Tensor& source_lengths);
   void start(nn::Context& ctx, const Tensor& memory, const Tensor& source_lengths, int64_t capacity,
-             nn::Decoder::State& state);
-  Tensor step(nn::Context& ctx, const Tensor& tokens, nn::Decoder::State& state);
+             nn::Decoder::State& state) override;
+  Tensor step(nn::Context& ctx, const Tensor& tokens, nn::Decoder::State& state) override;
+  int64_t vocab_size() const override { return config_.vocab_size; }
+  int64_t max_length() const override { return config_.max_length; }
 
   const TransformerConfig& config() const { return config_; }
   nn::Encoder& encoder();

@@ -8,10 +8,10 @@
 #include <ostream>
 #include <sstream>
 
+#include "common/decode/bleu.h"
 #include "common/error.h"
 #include "common/ops/profile.h"
 #include "common/progress.h"
-#include "common/seq2seq/bleu.h"
 #include "common/seq2seq/checkpoint.h"
 #include "common/seq2seq/translator.h"
 #include "common/timer.h"
@@ -296,9 +296,9 @@ train::Metrics TranslationTask::validate(const train::ValidateContext& v) {
   double loss_sum = 0;
   for (double x : sums) loss_sum += x;
 
-  SearchOptions so;
+  decode::SearchOptions so;
   so.precision = v.precision;
-  so.method = o_.beam_size > 1 ? SearchMethod::beam : SearchMethod::greedy;
+  so.method = o_.beam_size > 1 ? decode::SearchMethod::beam : decode::SearchMethod::greedy;
   so.beam_size = std::max(1, o_.beam_size);
   so.length_penalty = o_.length_penalty;
   Translator translator(*model_, *vocabulary_, so, o_.valid_batch_size);
@@ -318,7 +318,7 @@ train::Metrics TranslationTask::validate(const train::ValidateContext& v) {
   for (size_t i = 0; i < hyps.size(); ++i) exact += hyps[i] == valid_.text.target[i];
   train::Metrics m;
   m.values = {{"loss", tokens ? loss_sum / static_cast<double>(tokens) : 0.0},
-              {"bleu", corpus_bleu(hyps, {valid_.text.target}).score}};
+              {"bleu", decode::corpus_bleu(hyps, {valid_.text.target}).score}};
   m.extra = {{"exact", 100.0 * static_cast<double>(exact) / static_cast<double>(hyps.size())}};
   return m;
 }

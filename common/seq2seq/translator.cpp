@@ -27,7 +27,7 @@ std::vector<int> source_ids(const Vocabulary& tokenizer, const std::string& text
 }
 
 Translator::Translator(seq2seq::Transformer& model, const Vocabulary& tokenizer,
-                       const seq2seq::SearchOptions& options, int64_t batch_size)
+                       const decode::SearchOptions& options, int64_t batch_size)
     : model_(model), tokenizer_(tokenizer), searcher_(model, options), batch_size_(batch_size) {
   if (batch_size < 1) throw UsageError("--batch-size must be at least 1");
   if (tokenizer.size() > model.config().vocab_size)
@@ -72,7 +72,7 @@ std::vector<Translation> Translator::translate(const std::vector<std::string>& l
       std::copy(v.begin(), v.end(), source.i32() + r * width);
       lengths.i32()[r] = static_cast<int32_t>(v.size());
     }
-    auto found = searcher_.search(source, lengths);
+    auto found = search_source(model_, searcher_, source, lengths);
     for (int64_t r = 0; r < rows; ++r) {
       Translation& t = out[order[begin + static_cast<size_t>(r)]];
       t.hypotheses = std::move(found[static_cast<size_t>(r)]);

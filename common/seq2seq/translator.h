@@ -24,17 +24,17 @@ std::vector<int> source_ids(const Vocabulary& tokenizer, const std::string& text
                             int64_t max_length, int64_t* pieces = nullptr);
 
 struct Translation {
-  std::vector<seq2seq::Hypothesis> hypotheses;  // n-best, best first; none for an empty input
-  std::vector<std::string> texts;               // the hypotheses detokenized
-  int64_t source_tokens = 0;                    // pieces before truncation (EOS not counted)
-  bool truncated = false;                       // the source was cut to the model's limit
+  std::vector<decode::Hypothesis> hypotheses;  // n-best, best first; none for an empty input
+  std::vector<std::string> texts;              // the hypotheses detokenized
+  int64_t source_tokens = 0;                   // pieces before truncation (EOS not counted)
+  bool truncated = false;                      // the source was cut to the model's limit
 };
 
 class Translator {
  public:
   // The model and the tokenizer must outlive the translator. batch_size: sentences per search.
   Translator(seq2seq::Transformer& model, const Vocabulary& tokenizer,
-             const seq2seq::SearchOptions& options, int64_t batch_size);
+             const decode::SearchOptions& options, int64_t batch_size);
   // One result per line, in input order. An empty (or all-whitespace) line gets no hypothesis
   // and is not searched. `progress` (may be null) is updated after each batch with the sentences
   // done.
@@ -49,7 +49,7 @@ class Translator {
  private:
   seq2seq::Transformer& model_;
   const Vocabulary& tokenizer_;
-  seq2seq::Searcher searcher_;
+  decode::Searcher searcher_;
   int64_t batch_size_;
 };
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace vitk::seq2seq {
+namespace vitk::decode {
 
 // The sacreBLEU release whose default BLEU this reproduces (its behaviour is unchanged across the
 // 2.x series); printed in the signature.
@@ -43,4 +43,4 @@ std::string bleu_signature(int nrefs);
 // "BLEU = 48.53 82.4/50.0/45.5/37.5 (BP = 0.943 ratio = 0.944 hyp_len = 17 ref_len = 18)"
 std::string format_bleu(const BleuResult& result);
 
-}  // namespace vitk::seq2seq
+}  // namespace vitk::decode

@@ -1,7 +1,7 @@
 // Corpus BLEU as sacreBLEU computes it (see bleu.h). The tokenizer works on UTF-8 bytes: its
 // patterns only name ASCII characters, and a byte-wise scan makes the same non-overlapping
 // matches as Python's code-point scan (a match either starts with or ends before an ASCII byte).
-#include "common/seq2seq/bleu.h"
+#include "common/decode/bleu.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,7 @@
 
 #include "common/error.h"
 
-namespace vitk::seq2seq {
+namespace vitk::decode {
 namespace {
 
 bool is_digit(unsigned char c) {
@@ -274,4 +274,4 @@ std::string format_bleu(const BleuResult& r) {
   return buf;
 }
 
-}  // namespace vitk::seq2seq
+}  // namespace vitk::decode
