@@ -13,6 +13,7 @@
 #include "common/io/input_file.h"
 #include "common/io/json.h"
 #include "common/quoted_name.h"
+#include "datasets/image_io.h"
 
 namespace vitk::datasets {
 namespace {
@@ -440,6 +441,36 @@ std::string normalize_caption(const std::string& text) {
     out += c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : ch;
   }
   return out;
+}
+
+namespace {
+
+class CaptionImages : public Dataset {
+ public:
+  explicit CaptionImages(const CaptionSet& set) : set_(set) {}
+  int64_t size() const override { return static_cast<int64_t>(set_.images.size()); }
+  int label(int64_t index) const override { return static_cast<int>(index); }
+  const std::vector<std::string>& class_names() const override { return none_; }
+  bool load(int64_t index, cv::Mat& image, std::string& error) const override {
+    return decode_image_file(set_.images[static_cast<size_t>(index)].path, image, error);
+  }
+  std::string describe(int64_t index) const override {
+    return set_.images[static_cast<size_t>(index)].path;
+  }
+  std::string source() const override { return set_.source; }
+
+ private:
+  const CaptionSet& set_;
+  std::vector<std::string> none_;
+};
+
+}  // namespace
+
+std::unique_ptr<Dataset> caption_images(const CaptionSet& set) {
+  if (set.images.size() > static_cast<size_t>(std::numeric_limits<int>::max()))
+    throw Error(set.source + ": " + std::to_string(set.images.size()) +
+                " images, more than the loader takes");
+  return std::make_unique<CaptionImages>(set);
 }
 
 }  // namespace vitk::datasets

@@ -32,8 +32,11 @@
 // Every caption is kept trimmed of surrounding whitespace; an empty one is an error. A caption
 // file over 2 GB is refused before it is read.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "datasets/dataset.h"
 
 namespace vitk::datasets {
 
@@ -95,6 +98,11 @@ CaptionSet read_flickr_captions(const std::string& path, const std::string& imag
 // Either, by the file: a .json file is COCO, anything else Flickr.
 CaptionSet read_captions(const std::string& path, const std::string& image_dir,
                          const CaptionReadOptions& options = {});
+
+// The images of a caption set as a Dataset for the threaded loader (datasets/loader.h): sample i
+// is set.images[i] and its label i, so that a batch says which images it holds (give the loader
+// num_classes = the image count); no class names. The set must outlive the dataset.
+std::unique_ptr<Dataset> caption_images(const CaptionSet& set);
 
 // Lower case, punctuation other than '-' and '\'' dropped, runs of spaces made one: the form
 // captions are tokenized and scored in (COCO's evaluation tokenizer does likewise).

@@ -299,28 +299,9 @@ void write_split(const SceneOptions& o, const SplitPlan& split) {
 
 // ---- Caption grammar ---------------------------------------------------------------------------
 
-// normalize_caption's rule (datasets/captions.h), kept here so that the scene generator does not
-// depend on the caption readers.
-std::string normalized(const std::string& text) {
-  std::string out;
-  bool space = false;
-  for (char c : text) {
-    const unsigned char u = static_cast<unsigned char>(c);
-    const bool blank = std::isspace(u) || (u < 0x80 && std::ispunct(u) && c != '-' && c != '\'');
-    if (blank) {
-      space = !out.empty();
-      continue;
-    }
-    if (space) out += ' ';
-    space = false;
-    out += u < 0x80 ? static_cast<char>(std::tolower(u)) : c;
-  }
-  return out;
-}
-
 std::vector<std::string> words_of(const std::string& caption) {
   std::vector<std::string> words;
-  const std::string text = normalized(caption);
+  const std::string text = normalize_caption(caption);
   size_t start = 0;
   while (start < text.size()) {
     size_t end = text.find(' ', start);

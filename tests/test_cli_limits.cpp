@@ -159,7 +159,8 @@ TEST(CliSwitches, EveryBooleanOptionIsASwitch) {
                    register_finetune_commands, register_classify_commands, register_bench_commands,
                    register_inspect_commands, register_import_commands, register_export_commands,
                    register_bleu_commands, register_mt_train_commands, register_translate_commands,
-                   register_plot_commands})
+                   register_plot_commands, register_make_scenes_commands, register_caption_commands,
+                   register_quantize_commands})
     add(registry);
   int switches = 0;
   for (const Subcommand& c : registry.all()) {

@@ -157,6 +157,8 @@ void register_bleu_commands(Registry& registry);
 void register_translate_commands(Registry& registry);
 // `vitk mt-train` (tools/cmd_mt_train.cpp).
 void register_mt_train_commands(Registry& registry);
+// `vitk caption-train`, `vitk caption`, `vitk caption-eval` (tools/cmd_caption.cpp).
+void register_caption_commands(Registry& registry);
 // `vitk plot positions|mask|metrics` (tools/cmd_plot.cpp).
 void register_plot_commands(Registry& registry);
 // `vitk make-scenes` (tools/cmd_make_scenes.cpp).

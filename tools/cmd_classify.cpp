@@ -20,6 +20,7 @@
 #include "common/progress.h"
 #include "tools/classify_output.h"
 #include "tools/cli.h"
+#include "tools/image_inputs.h"
 #include "tools/vit_options.h"
 #include "vit/checkpoint.h"
 #include "vit/classify.h"
@@ -32,95 +33,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kBundledModel = "vit/models/fmnist-vit.h5";
-
-// Where the bundled model may be: beside a build directory inside the source tree (build/vitk),
-// beside the executable, installed under share/, and the source tree this binary was built from.
-std::vector<std::string> bundled_model_candidates() {
-  std::vector<std::string> out;
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    const fs::path dir = exe.parent_path();
-    out.push_back((dir.parent_path() / kBundledModel).string());
-    out.push_back((dir / kBundledModel).string());
-    out.push_back((dir.parent_path() / "share/vitk/models/fmnist-vit.h5").string());
-  }
-#ifdef VITK_SOURCE_DIR
-  out.push_back((fs::path(VITK_SOURCE_DIR) / kBundledModel).string());
-#endif
-  return out;
-}
-
-std::string bundled_model() {
-  const std::vector<std::string> candidates = bundled_model_candidates();
-  std::error_code ec;
-  for (const std::string& c : candidates)
-    if (fs::is_regular_file(c, ec)) return fs::path(c).lexically_normal().string();
-  std::string looked;
-  for (const std::string& c : candidates) looked += (looked.empty() ? "" : ", ") + c;
-  throw Error(std::string("no --model given, and the bundled model (") + kBundledModel +
-              ") is not there (looked in: " + looked +
-              "); pass --model CHECKPOINT, e.g. one written by vitk train");
-}
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-bool has_image_extension(const fs::path& p) {
-  static const std::set<std::string> kExtensions = {".png", ".jpg", ".jpeg", ".jpe",  ".bmp",
-                                                    ".dib", ".tif", ".tiff", ".webp", ".pbm",
-                                                    ".pgm", ".ppm", ".pnm",  ".pam"};
-  return kExtensions.count(lower(p.extension().string())) > 0;
-}
-
-// Image files under dir, recursively, sorted (so runs and tests are repeatable).
-std::vector<std::string> images_under(const std::string& dir) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw Error("--dir " + dir + ": not a directory");
-  std::vector<std::string> out;
-  fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
-  if (ec) throw Error("--dir " + dir + ": " + ec.message());
-  for (; it != end; it.increment(ec)) {
-    if (ec) throw Error("--dir " + dir + ": " + ec.message());
-    std::error_code type_ec;
-    if (it->is_regular_file(type_ec) && has_image_extension(it->path()))
-      out.push_back(it->path().string());
-  }
-  std::sort(out.begin(), out.end());
-  if (out.empty())
-    throw Error("--dir " + dir +
-                ": no image files in it (.png .jpg .jpeg .bmp .tif .tiff .webp "
-                ".pgm .ppm ...)");
-  return out;
-}
-
-// IMAGE words, '-' for a list of paths on standard input (one a line), then --dir folders; each
-// path once, in the order first given.
-std::vector<std::string> input_paths(const po::variables_map& vm) {
-  std::vector<std::string> all;
-  if (vm.count("image")) {
-    for (const std::string& word : vm["image"].as<std::vector<std::string>>()) {
-      if (word != "-") {
-        all.push_back(word);
-        continue;
-      }
-      for (std::string line; std::getline(std::cin, line);) {
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (!line.empty()) all.push_back(line);
-      }
-    }
-  }
-  if (vm.count("dir"))
-    for (const std::string& dir : vm["dir"].as<std::vector<std::string>>())
-      for (std::string& p : images_under(dir)) all.push_back(std::move(p));
-  std::vector<std::string> unique;
-  std::set<std::string> seen;
-  for (std::string& p : all)
-    if (seen.insert(p).second) unique.push_back(std::move(p));
-  return unique;
-}
 
 std::vector<std::string> read_labels(const std::string& path, int64_t classes) {
   std::error_code ec;
@@ -198,29 +110,6 @@ std::string describe(const vit::VitConfig& c) {
          std::to_string(c.num_classes) + " classes";
 }
 
-// The picture's file name for an image: its stem with ".png", "-2", "-3", ... when two inputs share
-// a stem.
-std::string picture_name(const std::string& image_path, std::set<std::string>& used) {
-  std::string stem = fs::path(image_path).stem().string();
-  if (stem.empty()) stem = "image";
-  std::string name = stem + ".png";
-  for (int k = 2; !used.insert(name).second; ++k) name = stem + "-" + std::to_string(k) + ".png";
-  return name;
-}
-
-// Where --attention-dir pictures go, created if missing (vitk::Error naming it otherwise).
-std::string attention_dir(const po::variables_map& vm) {
-  if (!vm.count("attention-dir")) return "";
-  const std::string dir = vm["attention-dir"].as<std::string>();
-  if (dir.empty()) throw UsageError("--attention-dir: empty path");
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (!fs::is_directory(dir))
-    throw Error("--attention-dir " + dir + ": cannot create the directory" +
-                (ec ? " (" + ec.message() + ")" : std::string()));
-  return dir;
-}
-
 int run_classify(const po::variables_map& vm) {
   const bool json = vm["json"].as<bool>(), csv = vm["csv"].as<bool>();
   const bool benchmark = vm["benchmark"].as<bool>();
@@ -237,7 +126,7 @@ int run_classify(const po::variables_map& vm) {
   if (!(benchmark_seconds > 0)) throw UsageError("--benchmark-seconds must be positive");
 
   const vit::HeadFusion fusion = vit::parse_head_fusion(vm["rollout-heads"].as<std::string>());
-  std::vector<std::string> paths = input_paths(vm);
+  std::vector<std::string> paths = input_paths(vm, "image");
   if (vm.count("attention-dir") && paths.empty())
     throw UsageError("--attention-dir draws the attention of images: name some");
   if (paths.empty() && !benchmark)
@@ -251,7 +140,7 @@ int run_classify(const po::variables_map& vm) {
     throw UsageError("--random-weights and --model exclude each other");
   const std::string model_path = random_weights      ? "random weights"
                                  : vm.count("model") ? vm["model"].as<std::string>()
-                                                     : bundled_model();
+                                                     : bundled_file(kBundledModel);
   if (!random_weights) options.precision = precision_from(vm, model_path);
   const Resolution res = resolution_from(vm);
   if (random_weights && res.height > 0)

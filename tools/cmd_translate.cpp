@@ -30,6 +30,7 @@
 #include "common/timer.h"
 #include "datasets/tokenizer.h"
 #include "tools/cli.h"
+#include "tools/search_options.h"
 
 namespace vitk::tools {
 namespace {
@@ -69,54 +70,18 @@ T get(const po::variables_map& vm, const char* name) {
   return vm[name].as<T>();
 }
 
-// The search the options ask for, each option checked by name.
-decode::SearchOptions search_options(const po::variables_map& vm) {
-  const bool greedy = get<bool>(vm, "greedy"), sample = get<bool>(vm, "sample");
-  if (greedy && sample) throw UsageError("--greedy and --sample exclude each other");
-  for (const char* name : {"temperature", "top-k", "seed"})
-    if (!vm[name].defaulted() && !sample)
-      throw UsageError(std::string("--") + name + " needs --sample");
-  decode::SearchOptions o;
-  o.method = sample   ? decode::SearchMethod::sample
-             : greedy ? decode::SearchMethod::greedy
-                      : decode::SearchMethod::beam;
-  o.beam_size = get<int>(vm, "beam-size");
-  o.nbest = get<int>(vm, "nbest");
-  o.length_penalty = get<float>(vm, "length-penalty");
+// The search the options ask for (tools/search_options.h), with translation's length limit.
+decode::SearchOptions translation_search(const po::variables_map& vm) {
+  decode::SearchOptions o = search_options(vm);
   o.max_length_offset = get<int64_t>(vm, "max-length-offset");
-  o.temperature = get<float>(vm, "temperature");
-  o.top_k = get<int64_t>(vm, "top-k");
-  o.seed = get<uint64_t>(vm, "seed");
-  o.precision = precision_from(vm);
-  auto need = [](bool ok, const std::string& what) {
-    if (!ok) throw UsageError(what);
-  };
-  need(o.beam_size >= 1, "--beam-size must be at least 1, got " + std::to_string(o.beam_size));
-  need(o.nbest == 1 || o.method == decode::SearchMethod::beam,
-       "--nbest needs beam search (not --greedy or --sample)");
-  need(o.nbest <= o.beam_size, "--nbest " + std::to_string(o.nbest) + " is more than --beam-size " +
-                                   std::to_string(o.beam_size));
-  need(o.length_penalty >= 0 && std::isfinite(o.length_penalty),
-       "--length-penalty must be finite and >= 0");
-  need(o.temperature >= 0 && std::isfinite(o.temperature), "--temperature must be >= 0");
   return o;
 }
 
 // --attention-layer last|N and --attention-head mean|N.
 seq2seq::AlignmentOptions alignment_options(const po::variables_map& vm) {
-  auto index = [&](const char* option, const char* word) {
-    const std::string text = get<std::string>(vm, option);
-    if (text == word) return -1;
-    char* end = nullptr;
-    const long v = std::strtol(text.c_str(), &end, 10);
-    if (text.empty() || *end != '\0' || v < 0 || v > 100000)
-      throw UsageError(std::string("--") + option + ": expected '" + word +
-                       "' or a number from 0, got '" + text + "'");
-    return static_cast<int>(v);
-  };
   seq2seq::AlignmentOptions o;
-  o.layer = index("attention-layer", "last");
-  o.head = index("attention-head", "mean");
+  o.layer = attention_index(vm, "attention-layer", "last");
+  o.head = attention_index(vm, "attention-head", "mean");
   o.precision = precision_from(vm);
   return o;
 }
@@ -174,7 +139,7 @@ int run_translate(const po::variables_map& vm) {
   const std::string input = get<std::string>(vm, "input"), output = get<std::string>(vm, "output");
   const int64_t batch_size = get<int64_t>(vm, "batch-size");
   check_input_file("--input", input);
-  decode::SearchOptions search = search_options(vm);
+  decode::SearchOptions search = translation_search(vm);
   const bool nbest = !vm["nbest"].defaulted();
   const std::string pictures =
       vm.count("attention-dir") ? get<std::string>(vm, "attention-dir") : "";
@@ -302,19 +267,7 @@ void register_translate_commands(Registry& registry) {
          "sentences, one a line ('-': standard input); an empty line gives an empty line")  //
         ("output", po::value<std::string>()->default_value("-")->value_name("FILE"),
          "translations, one a line ('-': standard output); a file is written whole or not at "
-         "all")                                                                                  //
-        ("beam-size", po::value<int>()->default_value(4)->value_name("K"), "beam search width")  //
-        ("length-penalty", po::value<float>()->default_value(0.6f, "0.6")->value_name("ALPHA"),
-         "GNMT length penalty ((5 + n) / 6)^alpha; 0: raw log-probability")  //
-        ("greedy", switch_value(), "greedy search instead of beam search")   //
-        ("nbest", value_in(1, 1024)->default_value(1)->value_name("N"),
-         "print the N best hypotheses of beam search as 'i ||| hypothesis ||| score' lines")  //
-        ("sample", switch_value(), "draw each token from the model's distribution")           //
-        ("temperature", po::value<float>()->default_value(1.f, "1")->value_name("T"),
-         "--sample: p ~ exp(logit / T); 0 is greedy")  //
-        ("top-k", value_in<int64_t>(0, kMaxVocabulary)->default_value(0)->value_name("K"),
-         "--sample: draw among the K most likely tokens only (0: all)")                       //
-        ("seed", po::value<uint64_t>()->default_value(0)->value_name("S"), "--sample: seed")  //
+         "all")  //
         ("max-length-offset", value_in<int64_t>(0, 65536)->default_value(50)->value_name("N"),
          "at most source length + N target tokens (and never more than the model's limit)")  //
         ("batch-size", value_in<int64_t>(1, kMaxBatchSize)->default_value(32)->value_name("N"),
@@ -329,7 +282,7 @@ void register_translate_commands(Registry& registry) {
         ("profile", switch_value(),
          "at the end, print to stderr where the translation spent its time: exclusive wall time "
          "per op and shape over the whole run");
-    add_precision_option(o);
+    add_search_options(o);
   };
   t.run = run_translate;
   registry.add(std::move(t));

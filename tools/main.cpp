@@ -25,6 +25,7 @@ constexpr void (*kRegistrations[])(vitk::tools::Registry&) = {
     vitk::tools::register_bleu_commands,
     vitk::tools::register_mt_train_commands,
     vitk::tools::register_translate_commands,
+    vitk::tools::register_caption_commands,
     vitk::tools::register_plot_commands,
 };
 // clang-format on

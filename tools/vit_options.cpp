@@ -119,9 +119,10 @@ std::vector<std::string> given_vit_options(const po::variables_map& vm) {
   return keys;
 }
 
-vit::VitConfig vit_config_from(const po::variables_map& vm, vit::VitConfig c, bool validate) {
-  if (given(vm, "type") && get<std::string>(vm, "type") != "vit")
-    throw UsageError("--model.type: only 'vit' is trained by this subcommand, got '" +
+vit::VitConfig vit_config_from(const po::variables_map& vm, vit::VitConfig c, bool validate,
+                               const std::string& type) {
+  if (given(vm, "type") && get<std::string>(vm, "type") != type)
+    throw UsageError("--model.type: only '" + type + "' is trained by this subcommand, got '" +
                      get<std::string>(vm, "type") + "'");
   if (given(vm, "image_size")) {
     try {

@@ -22,9 +22,10 @@ void add_vit_options(po::options_description& options, const vit::VitConfig& def
 
 // `base` with every model option that was given (on the command line or in the config file, not
 // a default) put in. Validates the result unless told not to; a bad value throws
-// vitk::UsageError naming the option.
+// vitk::UsageError naming the option, and so does a --model.type other than `type` (the model
+// the subcommand trains: "caption" for a captioning model's encoder).
 vit::VitConfig vit_config_from(const po::variables_map& vm, vit::VitConfig base,
-                               bool validate = true);
+                               bool validate = true, const std::string& type = "vit");
 
 // The model option keys that were given, without the "model." prefix ("patch_size", ...).
 std::vector<std::string> given_vit_options(const po::variables_map& vm);

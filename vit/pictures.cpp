@@ -173,4 +173,38 @@ cv::Mat position_similarity_picture(const Tensor& similarity, const VitConfig& c
   return plot::with_title(body, title, font);
 }
 
+cv::Mat caption_attention_picture(const float* input, const VitConfig& config,
+                                  const Tensor& attention, bool class_token,
+                                  const std::vector<std::string>& pieces,
+                                  const std::vector<std::string>& title) {
+  const int64_t gh = config.grid_height(), gw = config.grid_width();
+  const int64_t first = class_token ? 1 : 0, rows = static_cast<int64_t>(pieces.size());
+  if (attention.dtype() != DType::f32 || attention.rank() != 2 || attention.dim(0) != rows ||
+      attention.dim(1) != first + gh * gw)
+    throw Error("caption picture: attention " + shape_str(attention.shape()) + " should be [" +
+                std::to_string(rows) + ", " + std::to_string(first + gh * gw) + "]");
+  const plot::Font& font = plot::Font::standard();
+  const cv::Mat image = input_image(input, config, 160);
+  plot::PanelGrid grid;
+  std::vector<Tensor> maps;
+  for (int64_t t = 0; t < rows; ++t) {
+    Tensor map({gh, gw});  // the row's weights on the patches
+    std::copy_n(attention.f32() + t * attention.dim(1) + first, gh * gw, map.f32());
+    maps.push_back(map);
+  }
+  std::tie(grid.bar.vmin, grid.bar.vmax) = joint_range(maps);
+  if (!(grid.bar.vmax > grid.bar.vmin)) grid.bar.vmax = grid.bar.vmin + 1e-6f;
+  grid.bar.label = "attention weight";
+  grid.panels.push_back(image);
+  grid.captions.push_back("input");
+  for (int64_t t = 0; t < rows; ++t) {
+    grid.panels.push_back(
+        plot::overlay(image, maps[static_cast<size_t>(t)], grid.bar.vmin, grid.bar.vmax, 0.6));
+    grid.captions.push_back(pieces[static_cast<size_t>(t)]);
+  }
+  grid.columns = static_cast<int>(std::min<int64_t>(6, rows + 1));
+  return plot::with_title(plot::pad(plot::render_panel_grid(grid, font), 4, 12, 12, 12), title,
+                          font);
+}
+
 }  // namespace vitk::vit

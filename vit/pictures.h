@@ -28,4 +28,13 @@ cv::Mat attention_picture(const ImageAttention& attention, const float* input,
 cv::Mat position_similarity_picture(const Tensor& similarity, const VitConfig& config,
                                     const std::vector<std::string>& title);
 
+// Show, Attend and Tell's figure: the input, then one panel per generated piece (words, and
+// "<eos>" for the end) with that position's cross-attention over the patch grid laid over the
+// image, on one colour scale. attention [pieces.size(), Tm] (Tm: the patches, after the class
+// token when class_token); the class token's share of each row is left out of the map.
+cv::Mat caption_attention_picture(const float* input, const VitConfig& config,
+                                  const Tensor& attention, bool class_token,
+                                  const std::vector<std::string>& pieces,
+                                  const std::vector<std::string>& title);
+
 }  // namespace vitk::vit

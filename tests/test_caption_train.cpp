@@ -1,0 +1,318 @@
+// Training and running a captioning model end to end on tiny generated scenes: a short run learns
+// to caption its scenes, beam search never scores below greedy search, a resumed run is exactly
+// the uninterrupted one, and the commands (caption-train, caption, caption-eval) behave.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/io/checkpoint.h"
+#include "common/io/json.h"
+#include "common/params.h"
+#include "datasets/captions.h"
+#include "datasets/scenes.h"
+#include "scene_data.h"
+#include "test_util.h"
+#include "vit/caption_task.h"
+#include "vit/captioner.h"
+#include "vitk_process.h"
+
+using namespace vitk;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Scenes of two articles with one caption each, and the options of a small, quick model.
+struct TinyScenes {
+  test::TempDir dir;
+  std::string root;
+  TinyScenes() {
+    datasets::SceneOptions o;
+    o.fashion_mnist = vitk::testing::write_fashion_mnist(dir);
+    o.output = (dir / "scenes").string();
+    o.train = 8;
+    o.val = 4;
+    o.test = 4;
+    o.captions_per_image = 1;
+    o.min_objects = o.max_objects = 2;
+    o.seed = 5;
+    datasets::make_scenes(o);
+    root = o.output;
+  }
+
+  vit::CaptionTrainOptions options(const std::string& output) const {
+    vit::CaptionTrainOptions t;
+    t.data = root;
+    t.output = output;
+    t.vocab_size = 40;
+    vit::CaptionConfig& c = t.model;
+    c.encoder.image_height = c.encoder.image_width = 84;
+    c.encoder.patch_size = 14;
+    c.encoder.channels = 1;
+    c.encoder.num_classes = 0;
+    c.encoder.d_model = 32;
+    c.encoder.heads = 2;
+    c.encoder.d_ff = 64;
+    c.encoder.layers = 1;
+    c.encoder.preprocess.resize = "squash";
+    c.encoder.preprocess.crop_fraction = 1.f;
+    c.encoder.preprocess.mean = {0.5f};
+    c.encoder.preprocess.std = {0.5f};
+    c.max_length = 64;  // a 40-piece vocabulary spells most words letter by letter
+    c.decoder_layers = 1;
+    c.decoder_heads = 2;
+    c.decoder_d_ff = 64;
+    c.decoder_dropout = 0.f;
+    t.epochs = 150;
+    t.batch_size = 4;
+    t.lr = 3e-3f;
+    t.warmup_epochs = 2.f;
+    t.smoothing = 0.f;
+    t.val_interval = 0;  // only at the end
+    t.log_interval = 1000;
+    return t;
+  }
+};
+
+vit::CaptionRunOptions greedy_options() {
+  vit::CaptionRunOptions r;
+  r.search.method = decode::SearchMethod::greedy;
+  return r;
+}
+
+}  // namespace
+
+// 300 epochs of eight scenes (600 steps, a few seconds) are enough to caption every training scene
+// exactly; beam search finds captions that score at least as well as greedy search's.
+TEST(CaptionTrain, ATinyRunLearnsItsScenesAndBeamScoresAtLeastGreedy) {
+  TinyScenes s;
+  const std::string out = (s.dir / "run").string();
+  std::ostringstream log;
+  vit::CaptionTrainOptions o = s.options(out);
+  o.model.encoder.d_model = 64;  // the articles differ by faint textures: a little more capacity
+  o.model.encoder.d_ff = 128;
+  o.model.encoder.layers = 2;
+  o.epochs = 300;
+  const train::Result r = vit::train_captions(o, log);
+  ASSERT_EQ(r.end, train::End::finished) << log.str();
+  vit::LoadedCaptioner m = vit::load_captioner(out + "/last.h5");
+  const datasets::CaptionSet train =
+      datasets::read_captions(s.root + "/captions_train.json", s.root + "/images/train");
+  const auto greedy = vit::caption_set(*m.model, m.tokenizer, train, greedy_options());
+  int exact = 0;
+  for (const auto& g : greedy) {
+    ASSERT_TRUE(g.read);
+    const auto& image = train.images[static_cast<size_t>(g.image)];
+    const bool match = datasets::caption_matches_scene(g.texts.front(), image.objects);
+    exact += match ? 1 : 0;
+    if (!match)
+      ADD_FAILURE() << "scene " << g.image << ": '" << g.texts.front() << "', not '"
+                    << image.captions.front() << "'";
+  }
+  EXPECT_EQ(exact, 8) << log.str();
+
+  vit::CaptionRunOptions beam;
+  beam.search.method = decode::SearchMethod::beam;
+  beam.search.beam_size = 3;
+  const auto beamed = vit::caption_set(*m.model, m.tokenizer, train, beam);
+  ASSERT_EQ(beamed.size(), greedy.size());
+  for (size_t i = 0; i < beamed.size(); ++i)
+    EXPECT_GE(beamed[i].hypotheses.front().score, greedy[i].hypotheses.front().score - 1e-9)
+        << "image " << i;
+}
+
+// A run interrupted after an epoch and resumed ends with the weights, the optimizer state and
+// the figures of the run that was never stopped.
+TEST(CaptionTrain, AResumedRunIsTheUninterruptedOne) {
+  TinyScenes s;
+  vit::CaptionTrainOptions whole = s.options((s.dir / "whole").string());
+  whole.epochs = 3;
+  whole.attention_penalty = 0.1f;  // the penalty's path too
+  std::ostringstream log;
+  ASSERT_EQ(vit::train_captions(whole, log).end, train::End::finished) << log.str();
+
+  vit::CaptionTrainOptions first = whole;
+  first.output = (s.dir / "parts").string();
+  first.max_steps = 3;  // an epoch is 2 steps of 4 scenes: stopped inside the second
+  ASSERT_EQ(vit::train_captions(first, log).end, train::End::max_steps) << log.str();
+  vit::CaptionTrainOptions rest = whole;
+  rest.output = first.output;
+  rest.resume = first.output + "/last.h5";
+  ASSERT_EQ(vit::train_captions(rest, log).end, train::End::finished) << log.str();
+
+  const io::CheckpointMeta meta = io::read_checkpoint_meta(whole.output + "/last.h5");
+  const vit::CaptionConfig c = vit::caption_config_from_map(meta.config, "whole");
+  ParamStore a, b;
+  vit::CaptionModel ma(a, c), mb(b, c);
+  a.finalize();
+  b.finalize();
+  io::load_checkpoint(whole.output + "/last.h5", a);
+  io::load_checkpoint(rest.output + "/last.h5", b);
+  for (size_t i = 0; i < a.params().size(); ++i) {
+    const Parameter& p = a.params()[i];
+    const Parameter& q = b.params()[i];
+    ASSERT_EQ(p.name, q.name);
+    EXPECT_TRUE(std::equal(p.value.f32(), p.value.f32() + p.numel(), q.value.f32()))
+        << p.name << " differs after the resume";
+  }
+}
+
+// --encoder-from: a classifier's encoder (here an average-pooling ViT at 28x28) starts the
+// caption model at 84x84, its positions resampled and its fc_norm as the token norm; with
+// --encoder-lr-scale 0 it stays exactly as loaded while the decoder trains.
+TEST(CaptionTrain, AFrozenEncoderFromAClassifierStaysAsLoaded) {
+  TinyScenes s;
+  vit::CaptionTrainOptions o = s.options((s.dir / "frozen").string());
+  vit::VitConfig vc = o.model.encoder;
+  vc.image_height = vc.image_width = 28;
+  vc.pool = "avg";
+  vc.num_classes = 10;
+  ParamStore vstore;
+  vit::VisionTransformer classifier(vstore, vc);
+  vstore.finalize();
+  ops::Rng rng(9);
+  classifier.init(rng);
+  for (Parameter& p : vstore.params())  // norms and biases away from their 1 and 0
+    for (int64_t i = 0; i < p.numel(); ++i) p.value.f32()[i] += 0.01f * static_cast<float>(i % 7);
+  io::CheckpointMeta meta;
+  meta.config = vit::to_config_map(vc);
+  for (int k = 0; k < 10; ++k) meta.class_names.push_back("c" + std::to_string(k));
+  const std::string classifier_path = (s.dir / "classifier.h5").string();
+  io::save_checkpoint(classifier_path, vstore, meta);
+
+  o.encoder_from = classifier_path;
+  o.encoder_lr_scale = 0.f;
+  o.epochs = 2;
+  std::ostringstream log;
+  ASSERT_EQ(vit::train_captions(o, log).end, train::End::finished) << log.str();
+  EXPECT_TRUE(test::contains(log.str(), "from " + classifier_path + ", frozen")) << log.str();
+  vit::LoadedCaptioner m = vit::load_captioner(o.output + "/last.h5");
+  for (const Parameter& p : m.params->params()) {
+    if (p.name.rfind("decoder.", 0) == 0 || p.name == "output_projection.weight") continue;
+    const Parameter* src = vstore.find(p.name == "norm.weight" ? "fc_norm.weight"
+                                       : p.name == "norm.bias" ? "fc_norm.bias"
+                                                               : p.name);
+    ASSERT_NE(src, nullptr) << p.name;
+    if (p.name == "pos_embed") {  // resampled from 2x2 to 6x6 patches
+      EXPECT_EQ(p.shape, (Shape{1, 37, vc.d_model}));
+      continue;
+    }
+    ASSERT_EQ(p.shape, src->shape) << p.name;
+    EXPECT_TRUE(std::equal(p.value.f32(), p.value.f32() + p.numel(), src->value.f32())) << p.name;
+  }
+}
+
+// The commands around a trained model: captions as text, n-best lines and JSON, attention
+// pictures, scores, and the errors a user can make.
+TEST(CaptionCli, CaptionEvalAndTheirErrors) {
+  TinyScenes s;
+  const std::string out = (s.dir / "run").string();
+  std::ostringstream log;
+  vit::CaptionTrainOptions o = s.options(out);
+  o.epochs = 10;
+  ASSERT_EQ(vit::train_captions(o, log).end, train::End::finished) << log.str();
+  const std::string model = out + "/last.h5";
+  const std::string image = s.root + "/images/test/000001.png";
+
+  auto r = vitk::testing::run_vitk(s.dir.path(), {"caption", "--model", model, image});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(test::contains(r.out, image + "\ta ")) << r.out;
+
+  r = vitk::testing::run_vitk(
+      s.dir.path(), {"caption", "--model", model, image, "--nbest", "2", "--beam-size", "3"},
+      "nbest");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << r.out;
+
+  r = vitk::testing::run_vitk(s.dir.path(),
+                              {"caption", "--model", model, "--dir", s.root + "/images/test",
+                               "--json", "--sample", "--temperature", "0.5", "--seed", "3"},
+                              "json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const io::Json j = io::parse_json(r.out, "caption --json");
+  ASSERT_TRUE(j.is_array());
+  EXPECT_EQ(j.size(), 4u);
+  EXPECT_TRUE(j[0]["captions"][0]["caption"].is_string());
+
+  const fs::path pictures = s.dir / "pictures";
+  r = vitk::testing::run_vitk(
+      s.dir.path(), {"caption", "--model", model, image, "--attention-dir", pictures.string()},
+      "pictures");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_GT(fs::file_size(pictures / "000001.png"), 1000u);
+
+  r = vitk::testing::run_vitk(s.dir.path(),
+                              {"caption-eval", "--model", model, "--captions",
+                               s.root + "/captions_test.json", "--images", s.root + "/images/test"},
+                              "eval");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(test::contains(r.out, "BLEU = ")) << r.out;
+  EXPECT_TRUE(test::contains(r.out, "exact scene match: ")) << r.out;
+  EXPECT_TRUE(test::contains(r.out, "attention in the named article's cell: ")) << r.out;
+
+  // Errors: no image (usage), a missing image (named, exit 1), a classifier as the model, a
+  // sampling option without --sample.
+  r = vitk::testing::run_vitk(s.dir.path(), {"caption", "--model", model}, "none");
+  EXPECT_EQ(r.status, 2) << r.err;
+  r = vitk::testing::run_vitk(s.dir.path(), {"caption", "--model", model, "nope.png"}, "missing");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(test::contains(r.err, "nope.png")) << r.err;
+  r = vitk::testing::run_vitk(s.dir.path(), {"caption", "--model", image, image}, "not-a-model");
+  EXPECT_EQ(r.status, 1) << r.err;
+  r = vitk::testing::run_vitk(
+      s.dir.path(), {"caption", "--model", model, image, "--temperature", "2"}, "temperature");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(test::contains(r.err, "--temperature needs --sample")) << r.err;
+}
+
+// What caption-train refuses before it writes anything.
+TEST(CaptionCli, CaptionTrainRefusesBadDataAndOptions) {
+  TinyScenes s;
+  auto r = vitk::testing::run_vitk(
+      s.dir.path(), {"caption-train", "--data", (s.dir / "nowhere").string(), "--output",
+                     (s.dir / "a").string()});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(test::contains(r.err, "nowhere")) << r.err;
+  EXPECT_FALSE(fs::exists(s.dir / "a"));
+  r = vitk::testing::run_vitk(s.dir.path(),
+                              {"caption-train", "--data", s.root, "--output",
+                               (s.dir / "b").string(), "--encoder-lr-scale", "-1"},
+                              "lr-scale");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(test::contains(r.err, "--encoder-lr-scale")) << r.err;
+  r = vitk::testing::run_vitk(s.dir.path(),
+                              {"caption-train", "--data", s.root, "--output",
+                               (s.dir / "c").string(), "--model.decoder_heads", "5"},
+                              "heads");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(test::contains(r.err, "decoder_heads")) << r.err;
+  r = vitk::testing::run_vitk(
+      s.dir.path(),
+      {"caption-train", "--data", s.root, "--output", (s.dir / "d").string(), "--batch-size", "64"},
+      "batch");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(test::contains(r.err, "--batch-size")) << r.err;
+}
+
+// `vitk caption` without --model uses the bundled scenes model: every sample scene gets a caption
+// of the scenes' grammar naming two to four articles.
+TEST(CaptionCli, TheBundledModelCaptionsTheSampleScenes) {
+  const fs::path samples = fs::path(VITK_SOURCE_DIR) / "datasets/scene-samples";
+  if (!fs::exists(fs::path(VITK_SOURCE_DIR) / "vit/models/scenes-caption.h5"))
+    GTEST_SKIP() << "no bundled captioning model";
+  test::TempDir dir;
+  const auto r =
+      vitk::testing::run_vitk(dir.path(), {"caption", "--dir", samples.string(), "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const io::Json j = io::parse_json(r.out, "caption --json");
+  ASSERT_EQ(j.size(), 5u) << r.out;
+  for (const auto& item : j) {
+    const std::string caption = item["captions"][0]["caption"];
+    const auto named = datasets::named_articles(caption);
+    EXPECT_GE(named.size(), 2u) << caption;
+    EXPECT_LE(named.size(), 4u) << caption;
+  }
+}

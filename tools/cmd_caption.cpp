@@ -1,0 +1,412 @@
+// `vitk caption-train` (a captioning model on COCO-format captions, the one training loop),
+// `vitk caption` (captions of image files, n-best, sampling, JSON, attention pictures) and
+// `vitk caption-eval` (BLEU-4, exact scene match, attention-in-cell on a caption set). Wiring
+// only: the model is vit/caption, the task vit/caption_task, running it vit/captioner.
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "common/io/atomic_file.h"
+#include "common/plot/plot.h"
+#include "common/progress.h"
+#include "tools/cli.h"
+#include "tools/image_inputs.h"
+#include "tools/search_options.h"
+#include "tools/train_options.h"
+#include "tools/vit_options.h"
+#include "vit/caption_task.h"
+#include "vit/captioner.h"
+#include "vit/pictures.h"
+
+namespace vitk::tools {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kBundledCaptioner = "vit/models/scenes-caption.h5";
+
+std::string str(const po::variables_map& vm, const char* name) {
+  return vm.count(name) ? vm[name].as<std::string>() : std::string();
+}
+
+// ---- caption-train -------------------------------------------------------------------------
+
+// The caption model's own [model] keys (the encoder's are the ViT's, tools/vit_options.h).
+const char* const kDecoderKeys[] = {"max_length",      "decoder_layers",
+                                    "decoder_heads",   "decoder_d_ff",
+                                    "decoder_dropout", "decoder_attention_dropout",
+                                    "tie_embeddings",  "memory_class_token"};
+
+bool switch_key(const std::string& key) {
+  return key == "tie_embeddings" || key == "memory_class_token";
+}
+
+vit::CaptionConfig default_caption_config() {
+  vit::CaptionConfig c;
+  c.encoder.num_classes = 0;
+  c.encoder.pool = "token";
+  return c;
+}
+
+void add_caption_train_options(po::options_description& o) {
+  po::options_description data("Data and output");
+  data.add_options()  //
+      ("data", po::value<std::string>()->value_name("DIR"),
+       "captions and images: vitk make-scenes's folder (captions_train.json, images/train, ...) "
+       "or COCO 2017's (annotations/captions_train2017.json, train2017/, ...)")  //
+      ("train-captions", po::value<std::string>()->value_name("FILE"),
+       "training captions: COCO JSON, Flickr8k token file or Flickr30k results.csv")  //
+      ("train-images", po::value<std::string>()->value_name("DIR"),
+       "the folder of the training images (default: the captions file's folder)")            //
+      ("val-captions", po::value<std::string>()->value_name("FILE"), "validation captions")  //
+      ("val-images", po::value<std::string>()->value_name("DIR"),
+       "the folder of the validation images")  //
+      ("val-images-max", value_in<int64_t>(0, 1 << 30)->default_value(0)->value_name("N"),
+       "validate on the first N images only (0: all)")  //
+      ("output", po::value<std::string>()->value_name("DIR"),
+       "run directory for last.h5, best.h5, metrics.csv")  //
+      ("resume", po::value<std::string>()->value_name("CKPT"),
+       "continue a run exactly from its checkpoint (OUTPUT/last.h5)")  //
+      ("spm", po::value<std::string>()->value_name("MODEL"),
+       "a SentencePiece .model (default: train one on the training captions)")  //
+      ("vocab-size", value_in(8, static_cast<int>(kMaxVocabulary))->default_value(1000),
+       "vocabulary of the SentencePiece model trained")  //
+      ("encoder-from", po::value<std::string>()->value_name("CKPT"),
+       "start the encoder from a ViT checkpoint (e.g. vit/models/fmnist-vit.h5): its architecture "
+       "and weights at the model's image size, the classifier's head dropped")  //
+      ("encoder-lr-scale", po::value<float>()->default_value(1.f, "1")->value_name("S"),
+       "the encoder's learning rate as a share of --lr; 0 freezes it");
+  po::options_description opt("Optimization (AdamW, linear warmup, cosine per step)");
+  opt.add_options()                                                                       //
+      ("epochs", value_in(1, static_cast<int>(kMaxEpochs))->default_value(10), "epochs")  //
+      ("steps", value_in<int64_t>(0, int64_t{1} << 40)->default_value(0)->value_name("N"),
+       "the run's length in optimizer steps instead of --epochs (0: off)")                       //
+      ("batch-size", value_in<int64_t>(1, kMaxBatchSize)->default_value(64), "images per step")  //
+      ("lr", po::value<float>()->default_value(5e-4f, "5e-4"), "peak learning rate")             //
+      ("min-lr", po::value<float>()->default_value(1e-5f, "1e-5"), "at the end of the cosine")   //
+      ("warmup-epochs", po::value<float>()->default_value(1.f, "1"), "linear warmup")            //
+      ("weight-decay", po::value<float>()->default_value(0.05f, "0.05"),
+       "AdamW's, not on biases, norms, positions")                                               //
+      ("clip-grad", po::value<float>()->default_value(1.f, "1"), "max global L2 norm (0: off)")  //
+      ("label-smoothing", po::value<float>()->default_value(0.1f, "0.1"), "label smoothing")     //
+      ("attention-penalty", po::value<float>()->default_value(0.f, "0")->value_name("LAMBDA"),
+       "the doubly stochastic attention penalty: LAMBDA * sum_i (1 - sum_t alpha_ti)^2 per "
+       "image (Show, Attend and Tell; 0: off)")                                             //
+      ("model-ema", switch_value(), "keep an EMA of the weights (ema.h5)")                  //
+      ("model-ema-decay", po::value<double>()->default_value(0.999, "0.999"), "its decay")  //
+      ("seed", po::value<uint64_t>()->default_value(42), "initialisation, order, dropout")  //
+      ("max-steps", po::value<int64_t>()->default_value(0),
+       "stop after this many steps (0: off)")                                                 //
+      ("val-interval", po::value<int64_t>()->default_value(1), "epochs between validations")  //
+      ("log-interval", po::value<int64_t>()->default_value(50),
+       "steps between progress lines when the output is not a terminal")  //
+      ("prefetch", value_in(1, kMaxPrefetch)->default_value(3), "batches prepared ahead");
+  add_profile_options(opt);
+  add_parallel_options(opt);
+  add_checkpoint_every_option(opt);
+  add_precision_option(opt, /*training=*/true);
+  po::options_description model("Model (the [model] section of a config file)");
+  const vit::CaptionConfig d = default_caption_config();
+  add_vit_options(model, d.encoder);
+  const auto defaults = vit::to_config_map(d);
+  for (const char* key : kDecoderKeys) {
+    const std::string name = std::string("model.") + key;
+    const std::string help = "decoder setting (default " + defaults.at(key) + ")";
+    if (switch_key(key))
+      model.add_options()(name.c_str(), switch_value(std::nullopt), help.c_str());
+    else
+      model.add_options()(name.c_str(), po::value<std::string>()->value_name("V"), help.c_str());
+  }
+  o.add(data).add(opt).add(model);
+}
+
+vit::CaptionTrainOptions caption_train_options(const po::variables_map& vm) {
+  vit::CaptionTrainOptions t;
+  t.data = str(vm, "data");
+  t.paths = {str(vm, "train-captions"), str(vm, "train-images"), str(vm, "val-captions"),
+             str(vm, "val-images")};
+  t.output = str(vm, "output");
+  t.resume = str(vm, "resume");
+  t.spm = str(vm, "spm");
+  t.vocab_size = vm["vocab-size"].as<int>();
+  t.encoder_from = str(vm, "encoder-from");
+  t.encoder_lr_scale = vm["encoder-lr-scale"].as<float>();
+  // The model: the encoder's keys through the ViT's options, the decoder's here.
+  vit::CaptionConfig c = default_caption_config();
+  c.encoder = vit_config_from(vm, c.encoder, /*validate=*/false, "caption");
+  c.encoder.num_classes = 0;
+  t.model_keys_given = given_vit_options(vm);  // the decoder's keys too: all are model.KEY
+  std::map<std::string, std::string> map = vit::to_config_map(c);
+  for (const char* key : kDecoderKeys) {
+    const std::string name = std::string("model.") + key;
+    if (vm.count(name))
+      map[key] =
+          switch_key(key) ? (vm[name].as<bool>() ? "true" : "false") : vm[name].as<std::string>();
+  }
+  try {
+    t.model = vit::caption_config_from_map(map, "the model options");
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  t.epochs = vm["epochs"].as<int>();
+  t.steps = vm["steps"].as<int64_t>();
+  if (option_given(vm, "steps") && option_given(vm, "epochs") && t.steps > 0)
+    throw UsageError("give --epochs or --steps, not both");
+  t.batch_size = vm["batch-size"].as<int64_t>();
+  t.lr = vm["lr"].as<float>();
+  t.min_lr = vm["min-lr"].as<float>();
+  t.warmup_epochs = vm["warmup-epochs"].as<float>();
+  t.weight_decay = vm["weight-decay"].as<float>();
+  t.clip_grad = vm["clip-grad"].as<float>();
+  t.smoothing = vm["label-smoothing"].as<float>();
+  t.attention_penalty = vm["attention-penalty"].as<float>();
+  t.model_ema = vm["model-ema"].as<bool>();
+  t.model_ema_decay = vm["model-ema-decay"].as<double>();
+  t.seed = vm["seed"].as<uint64_t>();
+  t.max_steps = vm["max-steps"].as<int64_t>();
+  t.val_interval = vm["val-interval"].as<int64_t>();
+  t.val_images = vm["val-images-max"].as<int64_t>();
+  t.log_interval = vm["log-interval"].as<int64_t>();
+  t.prefetch = vm["prefetch"].as<int>();
+  t.profile_every = profile_every(vm, &t.profile);
+  read_parallel_options(vm, &t.accum_steps, &t.bucket_mb);
+  t.checkpoint_every = read_checkpoint_every(vm);
+  t.precision = precision_from(vm, /*training=*/true);
+  return t;
+}
+
+int run_caption_train(const po::variables_map& vm) {
+  for (const char* option : {"train-captions", "val-captions", "spm", "encoder-from", "resume"})
+    if (vm.count(option))
+      check_input_file(std::string("--") + option, vm[option].as<std::string>());
+  const vit::CaptionTrainOptions options = caption_train_options(vm);
+  options.validate();
+  const std::atomic<int>& stop = install_stop_flag();
+  std::cout << version_line() << "\n";
+  const train::Result r =
+      vit::train_captions(options, std::cout, is_terminal(STDOUT_FILENO), &stop);
+  if (r.end == train::End::interrupted) return 128 + stop.load();
+  return kExitOk;
+}
+
+// ---- caption and caption-eval ----------------------------------------------------------------
+
+vit::LoadedCaptioner load_model(const po::variables_map& vm) {
+  const std::string path =
+      vm.count("model") ? vm["model"].as<std::string>() : bundled_file(kBundledCaptioner);
+  check_input_file("--model", path);
+  return vit::load_captioner(path);
+}
+
+vit::CaptionRunOptions run_options(const po::variables_map& vm, bool attention) {
+  vit::CaptionRunOptions o;
+  o.search = search_options(vm);
+  o.search.max_length = vm["max-length"].as<int64_t>();
+  o.precision = o.search.precision;
+  o.batch_size = vm["batch-size"].as<int64_t>();
+  o.attention = attention;
+  o.attention_layer = attention_index(vm, "attention-layer", "last");
+  o.attention_head = attention_index(vm, "attention-head", "mean");
+  return o;
+}
+
+void add_run_options(po::options_description& o) {
+  o.add_options()  //
+      ("model", po::value<std::string>()->value_name("CKPT"),
+       "a captioning checkpoint of vitk caption-train (default: the bundled scenes model, "
+       "vit/models/scenes-caption.h5)")  //
+      ("batch-size", value_in<int64_t>(1, kMaxBatchSize)->default_value(32)->value_name("N"),
+       "images per search")  //
+      ("attention-layer", po::value<std::string>()->default_value("last")->value_name("N"),
+       "the decoder layer of the attention, 0-based, or 'last'")  //
+      ("attention-head", po::value<std::string>()->default_value("mean")->value_name("N"),
+       "one head, 0-based, or 'mean' of all heads");
+  o.add_options()("max-length", value_in<int64_t>(0, 65536)->default_value(0)->value_name("N"),
+                  "at most N tokens, EOS included (0: the model's limit)");
+  add_search_options(o);
+}
+
+// The pieces of a caption as the picture labels them: its words' pieces and "<eos>".
+std::vector<std::string> picture_pieces(const Vocabulary& tokenizer, const decode::Hypothesis& best,
+                                        int64_t rows) {
+  std::vector<std::string> pieces =
+      tokenizer.pieces(std::vector<int>(best.tokens.begin(), best.tokens.end()));
+  for (std::string& p : pieces)
+    if (p.rfind("\xe2\x96\x81", 0) == 0) p = p.substr(3);  // the word marker
+  pieces.resize(static_cast<size_t>(std::min<int64_t>(rows, static_cast<int64_t>(pieces.size()))));
+  while (static_cast<int64_t>(pieces.size()) < rows) pieces.push_back("<eos>");
+  return pieces;
+}
+
+int run_caption(const po::variables_map& vm) {
+  const std::vector<std::string> paths = input_paths(vm, "image");
+  if (paths.empty())
+    throw UsageError(
+        "no images given: name image files, '-' to read paths from standard input, or --dir DIR");
+  const vit::CaptionRunOptions ro = run_options(vm, vm.count("attention-dir") > 0);
+  const std::string pictures = attention_dir(vm);
+  std::set<std::string> picture_names;
+  vit::LoadedCaptioner m = load_model(vm);
+  datasets::CaptionSet set;
+  set.source = "the command line";
+  for (const std::string& p : paths) {
+    datasets::CaptionedImage image;
+    image.file_name = image.path = p;
+    set.images.push_back(std::move(image));
+  }
+  const std::vector<vit::CaptionResult> results = vit::caption_set(*m.model, m.tokenizer, set, ro);
+  const bool json = vm["json"].as<bool>();
+  const bool nbest = ro.search.nbest > 1;
+  nlohmann::json out = nlohmann::json::array();
+  int failed = 0;
+  for (const vit::CaptionResult& r : results) {
+    const std::string& path = set.images[static_cast<size_t>(r.image)].path;
+    if (!r.read) {
+      ++failed;
+      continue;
+    }
+    if (json) {
+      nlohmann::json item{{"image", path}};
+      nlohmann::json hyps = nlohmann::json::array();
+      for (size_t k = 0; k < r.hypotheses.size(); ++k)
+        hyps.push_back({{"caption", r.texts[k]},
+                        {"log_prob", r.hypotheses[k].log_prob},
+                        {"score", r.hypotheses[k].score}});
+      item["captions"] = hyps;
+      out.push_back(item);
+    } else if (nbest) {
+      for (size_t k = 0; k < r.hypotheses.size(); ++k)
+        std::cout << path << " ||| " << r.texts[k] << " ||| " << r.hypotheses[k].score << "\n";
+    } else {
+      std::cout << path << "\t" << (r.texts.empty() ? std::string() : r.texts.front()) << "\n";
+    }
+    if (!pictures.empty() && !r.attention.empty()) {
+      const std::vector<std::string> pieces =
+          picture_pieces(m.tokenizer, r.hypotheses.front(), r.attention.dim(0));
+      const cv::Mat picture = vit::caption_attention_picture(
+          r.input.f32(), m.config.encoder, r.attention, m.config.memory_class_token, pieces,
+          {fs::path(path).filename().string() + ": " + r.texts.front(),
+           "cross-attention of " +
+               (ro.attention_layer < 0 ? std::string("the last decoder layer")
+                                       : "decoder layer " + std::to_string(ro.attention_layer)) +
+               (ro.attention_head < 0 ? ", mean of the heads"
+                                      : ", head " + std::to_string(ro.attention_head))});
+      plot::write_png((fs::path(pictures) / picture_name(path, picture_names)).string(), picture);
+    }
+  }
+  if (json) std::cout << out.dump(2) << "\n";
+  std::cout << std::flush;
+  if (failed > 0) {
+    std::cerr << "vitk caption: " << failed << " of " << results.size()
+              << " images could not be read\n";
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+int run_caption_eval(const po::variables_map& vm) {
+  check_input_file("--captions", vm["captions"].as<std::string>());
+  const vit::CaptionRunOptions ro = run_options(vm, /*attention=*/true);
+  vit::LoadedCaptioner m = load_model(vm);
+  const std::string captions = vm["captions"].as<std::string>();
+  const std::string images = vm.count("images") ? vm["images"].as<std::string>()
+                                                : fs::path(captions).parent_path().string();
+  datasets::CaptionSet set = datasets::read_captions(captions, images);
+  if (vm["limit"].as<int64_t>() > 0 &&
+      static_cast<int64_t>(set.images.size()) > vm["limit"].as<int64_t>())
+    set.images.resize(static_cast<size_t>(vm["limit"].as<int64_t>()));
+  ProgressOptions po;
+  po.tty = is_terminal(STDERR_FILENO);
+  po.unit = "image";
+  Progress progress(std::cerr, "caption", static_cast<int64_t>(set.images.size()), po);
+  const std::vector<vit::CaptionResult> results =
+      vit::caption_set(*m.model, m.tokenizer, set, ro, &progress);
+  progress.finish();
+  const vit::CaptionScores s = vit::score_captions(m.config, m.tokenizer, set, results);
+  std::cout << set.source << ": " << s.images << " images, " << set.captions()
+            << " reference captions";
+  if (set.missing_images + set.unknown_image_captions > 0)
+    std::cout << " (" << set.missing_images << " missing images and " << set.unknown_image_captions
+              << " captions of unknown images skipped)";
+  std::cout << "\n";
+  std::cout << decode::format_bleu(s.bleu) << "\n";
+  if (s.scenes > 0) {
+    std::cout << "exact scene match: " << format_fixed(s.exact_percent(), 2) << "% (" << s.exact
+              << " of " << s.scenes << " scenes)\n";
+    std::cout << "attention in the named article's cell: " << format_fixed(s.in_cell_percent(), 2)
+              << "% (" << s.in_cell << " of " << s.nouns << " article nouns)\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void register_caption_commands(Registry& registry) {
+  Subcommand t;
+  t.name = "caption-train";
+  t.summary = "train an image captioning model (ViT encoder, Transformer decoder; resume, EMA)";
+  t.example =
+      "vitk make-scenes --out data/scenes\n"
+      "vitk caption-train --config configs/caption-scenes.ini --data data/scenes --output "
+      "runs/caption\n"
+      "vitk caption-train --config configs/caption-scenes.ini --data data/scenes --output "
+      "runs/caption --encoder-from vit/models/fmnist-vit.h5 --encoder-lr-scale 0.1\n"
+      "# Ctrl-C (SIGINT) or SIGTERM: finish the step, save OUTPUT/last.h5, exit 130 (143)";
+  t.add_options = add_caption_train_options;
+  t.run = run_caption_train;
+  registry.add(std::move(t));
+
+  Subcommand c;
+  c.name = "caption";
+  c.summary = "caption image files (default: the bundled scenes model); beam, n-best, sampling";
+  c.usage = "[options] IMAGE...";
+  c.example =
+      "vitk caption datasets/scene-samples/*.png\n"
+      "vitk caption --model runs/caption/best.h5 --dir photos --nbest 3 --beam-size 5\n"
+      "vitk caption scene.png --sample --temperature 0.7 --seed 1 --json\n"
+      "vitk caption scene.png --attention-dir pictures   # one panel per word: where it looked";
+  c.add_options = [](po::options_description& o) {
+    o.add_options()  //
+        ("image", po::value<std::vector<std::string>>()->value_name("IMAGE"),
+         "image files ('-': read paths from standard input, one a line)")  //
+        ("dir", po::value<std::vector<std::string>>()->value_name("DIR"),
+         "also every image under DIR (recursively, sorted)")                                   //
+        ("json", switch_value(), "print a JSON array of {image, captions: [{caption, ...}]}")  //
+        ("attention-dir", po::value<std::string>()->value_name("DIR"),
+         "draw, per image, its cross-attention for each word of the caption as DIR/NAME.png");
+    add_run_options(o);
+  };
+  c.add_positional = [](po::positional_options_description& p) { p.add("image", -1); };
+  c.run = run_caption;
+  registry.add(std::move(c));
+
+  Subcommand e;
+  e.name = "caption-eval";
+  e.summary = "score a captioning model: BLEU-4 against every reference, exact scene match";
+  e.example =
+      "vitk caption-eval --captions data/scenes/captions_test.json --images "
+      "data/scenes/images/test\n"
+      "vitk caption-eval --model runs/caption/best.h5 --captions captions_val2017.json "
+      "--images val2017 --beam-size 3";
+  e.add_options = [](po::options_description& o) {
+    o.add_options()  //
+        ("captions", po::value<std::string>()->required()->value_name("FILE"),
+         "COCO captions JSON, Flickr8k token file or Flickr30k results.csv")  //
+        ("images", po::value<std::string>()->value_name("DIR"),
+         "the images' folder (default: the captions file's folder)")  //
+        ("limit", value_in<int64_t>(0, int64_t{1} << 40)->default_value(0)->value_name("N"),
+         "the first N images only (0: all)");
+    add_run_options(o);
+  };
+  e.run = run_caption_eval;
+  registry.add(std::move(e));
+}
+
+}  // namespace vitk::tools

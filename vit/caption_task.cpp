@@ -1,0 +1,477 @@
+// The captioning model as a train::Task: caption sets and the tokenizer, the model (new, with an
+// encoder from a ViT checkpoint, or resumed), the step's loss, validation, the run header.
+#include "vit/caption_task.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <ostream>
+
+#include "common/error.h"
+#include "common/ops/ops.h"
+#include "common/ops/profile.h"
+#include "common/progress.h"
+#include "vit/captioner.h"
+#include "vit/checkpoint.h"
+#include "vit/evaluate.h"
+
+namespace vitk::vit {
+namespace fs = std::filesystem;
+
+CaptionDataPaths caption_data_paths(const std::string& data, const CaptionDataPaths& given) {
+  CaptionDataPaths p;
+  if (!data.empty()) {
+    const fs::path root(data);
+    std::error_code ec;
+    if (!fs::is_directory(root, ec)) throw Error("--data " + data + ": not a directory");
+    if (fs::exists(root / "captions_train.json", ec)) {  // vitk make-scenes
+      p = {(root / "captions_train.json").string(), (root / "images" / "train").string(),
+           (root / "captions_val.json").string(), (root / "images" / "val").string()};
+    } else if (fs::exists(root / "annotations" / "captions_train2017.json", ec)) {  // COCO 2017
+      p = {(root / "annotations" / "captions_train2017.json").string(),
+           (root / "train2017").string(), (root / "annotations" / "captions_val2017.json").string(),
+           (root / "val2017").string()};
+    } else {
+      throw Error("--data " + data +
+                  ": neither captions_train.json (vitk make-scenes) nor "
+                  "annotations/captions_train2017.json (COCO 2017) is there");
+    }
+  }
+  auto take = [](std::string& field, const std::string& value) {
+    if (!value.empty()) field = value;
+  };
+  take(p.train_captions, given.train_captions);
+  take(p.train_images, given.train_images);
+  take(p.val_captions, given.val_captions);
+  take(p.val_images, given.val_images);
+  if (p.train_captions.empty() || p.val_captions.empty())
+    throw UsageError("give --data DIR, or --train-captions and --val-captions");
+  auto folder_of = [](const std::string& file) { return fs::path(file).parent_path().string(); };
+  if (p.train_images.empty()) p.train_images = folder_of(p.train_captions);
+  if (p.val_images.empty()) p.val_images = folder_of(p.val_captions);
+  return p;
+}
+
+void CaptionTrainOptions::validate() const {
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) throw UsageError(what);
+  };
+  need(epochs >= 1, "--epochs must be at least 1, got " + std::to_string(epochs));
+  need(steps >= 0, "--steps must be >= 0");
+  need(batch_size >= 1 && batch_size <= (1 << 20), "--batch-size must be in [1, 1048576]");
+  need(std::isfinite(lr) && lr > 0.f, "--lr must be positive");
+  need(std::isfinite(min_lr) && min_lr >= 0.f && min_lr <= lr, "--min-lr must be in [0, --lr]");
+  need(std::isfinite(warmup_epochs) && warmup_epochs >= 0.f, "--warmup-epochs must be >= 0");
+  need(std::isfinite(weight_decay) && weight_decay >= 0.f, "--weight-decay must be >= 0");
+  need(std::isfinite(clip_grad) && clip_grad >= 0.f, "--clip-grad must be >= 0");
+  need(smoothing >= 0.f && smoothing < 1.f, "--label-smoothing must be in [0, 1)");
+  need(std::isfinite(encoder_lr_scale) && encoder_lr_scale >= 0.f,
+       "--encoder-lr-scale must be >= 0 (0 freezes the encoder)");
+  need(std::isfinite(attention_penalty) && attention_penalty >= 0.f,
+       "--attention-penalty must be >= 0");
+  need(vocab_size >= 8 && vocab_size <= 1000000, "--vocab-size must be in [8, 1000000]");
+  need(model_ema_decay > 0 && model_ema_decay < 1, "--model-ema-decay must be in (0, 1)");
+  need(val_interval >= 0, "--val-interval must be >= 0");
+  need(val_images >= 0, "--val-images-max must be >= 0");
+  need(max_steps >= 0, "--max-steps must be >= 0");
+  need(prefetch >= 1 && prefetch <= 64, "--prefetch must be in [1, 64]");
+}
+
+CaptionTask::CaptionTask(const CaptionTrainOptions& options) : o_(options) {}
+CaptionTask::~CaptionTask() = default;
+
+train::TaskInfo CaptionTask::info() const {
+  train::TaskInfo i;
+  i.unit = "images";
+  i.progress_unit = "step";
+  i.rate_unit = "img/s";
+  i.train_accuracy = true;  // of the next token
+  i.best_metric = "bleu";
+  i.higher_is_better = true;
+  i.metric_names = {"loss", "bleu", "exact"};
+  return i;
+}
+
+void CaptionTask::setup(const io::CheckpointMeta* resumed, uint64_t seed,
+                        const train::Partition& partition) {
+  o_.validate();
+  part_ = partition;
+  seed_ = seed;
+  if (o_.batch_size % part_.parts() != 0)
+    throw UsageError("--batch-size " + std::to_string(o_.batch_size) + " is not a multiple of " +
+                     std::to_string(part_.parts()) + " parts of a batch (ranks x --accum-steps)");
+  open_data();
+  if (resumed) {
+    const auto spm = resumed->files.find(kCaptionTokenizerFile);
+    if (spm == resumed->files.end())
+      throw Error(o_.resume + ": the checkpoint has no tokenizer (files/" +
+                  std::string(kCaptionTokenizerFile) + ")");
+    tokenizer_ = datasets::Tokenizer::from_bytes(spm->second);
+  } else if (!o_.spm.empty()) {
+    tokenizer_ = datasets::Tokenizer::load(o_.spm);
+  } else {
+    std::vector<std::string> text;
+    for (const auto& image : train_set_.images)
+      for (const auto& c : image.captions) text.push_back(datasets::normalize_caption(c));
+    datasets::TokenizerOptions to;
+    to.vocab_size = o_.vocab_size;
+    to.threads = ops::num_threads();
+    try {
+      tokenizer_ = datasets::Tokenizer::train(text, to);
+    } catch (const Error& e) {
+      throw Error("cannot train the SentencePiece model on the captions of " +
+                  paths_.train_captions + " (--vocab-size " + std::to_string(o_.vocab_size) +
+                  "): " + e.what());
+    }
+  }
+  build_model(resumed, seed);
+  encode_captions();
+  datasets::LoaderOptions lo = eval_loader_options(cfg_.encoder, o_.batch_size, o_.prefetch);
+  lo.training = true;  // shuffled, the last partial batch dropped
+  lo.seed = seed;
+  lo.augment.random_resized_crop = false;
+  lo.augment.hflip = 0.f;
+  lo.augment.reprob = 0.f;
+  lo.num_classes = train_images_->size();
+  lo.shard = {part_.rank, part_.ranks};
+  loader_ = std::make_unique<datasets::Loader>(*train_images_, lo);
+  bpe_ = loader_->batches_per_epoch();
+}
+
+void CaptionTask::open_data() {
+  paths_ = caption_data_paths(o_.data, o_.paths);
+  train_set_ = datasets::read_captions(paths_.train_captions, paths_.train_images);
+  val_set_ = datasets::read_captions(paths_.val_captions, paths_.val_images);
+  if (o_.val_images > 0 && static_cast<int64_t>(val_set_.images.size()) > o_.val_images)
+    val_set_.images.resize(static_cast<size_t>(o_.val_images));
+  if (static_cast<int64_t>(train_set_.images.size()) < o_.batch_size)
+    throw UsageError("--batch-size " + std::to_string(o_.batch_size) + " is larger than the " +
+                     std::to_string(train_set_.images.size()) + " captioned training images of " +
+                     paths_.train_captions);
+  if (val_set_.images.empty())
+    throw Error(paths_.val_captions + ": no captioned image to validate on");
+  train_images_ = datasets::caption_images(train_set_);
+}
+
+void CaptionTask::build_model(const io::CheckpointMeta* resumed, uint64_t seed) {
+  if (resumed) {
+    cfg_ = caption_config_from_map(resumed->config, o_.resume);
+    const auto now = to_config_map(o_.model), then = to_config_map(cfg_);
+    for (const std::string& key : o_.model_keys_given) {
+      auto a = now.find(key), b = then.find(key);
+      if (a != now.end() && b != then.end() && a->second != b->second)
+        throw UsageError("--model." + key + " " + a->second + " differs from the checkpoint's " +
+                         b->second + " (" + o_.resume + "); a resumed run keeps its model");
+    }
+  } else {
+    cfg_ = o_.model;
+    cfg_.vocab_size = tokenizer_.size();
+  }
+  std::unique_ptr<LoadedVit> from;
+  if (!resumed && !o_.encoder_from.empty()) {
+    // The checkpoint's encoder, at this model's image size (positions resampled as finetune
+    // does); the caption model's other settings stay.
+    from = std::make_unique<LoadedVit>(
+        load_vit(o_.encoder_from, cfg_.encoder.image_height, cfg_.encoder.image_width));
+    VitConfig e = from->config;
+    e.num_classes = 0;
+    e.pool = "token";
+    cfg_.encoder = e;
+  }
+  if (tokenizer_.size() != cfg_.vocab_size)
+    throw Error("the tokenizer has " + std::to_string(tokenizer_.size()) +
+                " pieces, the model's vocab_size is " + std::to_string(cfg_.vocab_size));
+  cfg_.validate();
+  params_ = std::make_unique<ParamStore>();
+  model_ = std::make_unique<CaptionModel>(*params_, cfg_);
+  params_->finalize();
+  if (!resumed) {
+    ops::Rng init_rng(ops::Rng::hash(seed, 0x1417));
+    model_->init(init_rng);
+  }
+  const auto [first, end] = model_->encoder_params();
+  encoder_tensors_ = static_cast<int64_t>(end - first);
+  if (from) {
+    // Every encoder tensor by name; the classifier's final norm (norm, or fc_norm of an
+    // average-pooling model) becomes the norm over every token.
+    for (size_t i = first; i < end; ++i) {
+      Parameter& p = params_->params()[i];
+      const Parameter* src = from->params->find(p.name);
+      if (!src && p.name.rfind("norm.", 0) == 0) src = from->params->find("fc_" + p.name);
+      if (!src || src->shape != p.shape)
+        throw Error(o_.encoder_from + ": no tensor " + p.name + " of shape " + shape_str(p.shape) +
+                    " for the encoder");
+      p.value.copy_from(src->value);
+    }
+    params_->mark_changed();
+  }
+  for (size_t i = first; i < end; ++i) params_->params()[i].lr_scale = o_.encoder_lr_scale;
+  model_->train_encoder = o_.encoder_lr_scale > 0.f;
+  model_->keep_penalty_weights = o_.attention_penalty > 0.f;
+}
+
+void CaptionTask::encode_captions() {
+  cut_captions_ = 0;
+  const int64_t most = cfg_.max_length - 1;  // BOS + tokens, or tokens + EOS
+  train_ids_.assign(train_set_.images.size(), {});
+  for (size_t i = 0; i < train_set_.images.size(); ++i)
+    for (const std::string& c : train_set_.images[i].captions) {
+      const std::vector<int> ids = tokenizer_.encode(datasets::normalize_caption(c));
+      if (static_cast<int64_t>(ids.size()) > most) ++cut_captions_;
+      std::vector<int32_t> cut(
+          ids.begin(), ids.begin() + std::min<int64_t>(most, static_cast<int64_t>(ids.size())));
+      train_ids_[i].push_back(std::move(cut));
+    }
+}
+
+std::unique_ptr<optim::Optimizer> CaptionTask::make_optimizer() {
+  optim::AdamWOptions ao;
+  ao.weight_decay = o_.weight_decay;
+  return std::make_unique<optim::AdamW>(*params_, ao);
+}
+
+int64_t CaptionTask::total_steps() const {
+  return o_.steps > 0 ? o_.steps : static_cast<int64_t>(o_.epochs) * bpe_;
+}
+
+std::unique_ptr<optim::Schedule> CaptionTask::make_schedule() {
+  const int64_t warmup = std::min<int64_t>(
+      std::llround(o_.warmup_epochs * static_cast<double>(bpe_)), total_steps() - 1);
+  return std::make_unique<optim::WarmupCosine>(o_.lr, warmup, total_steps(), o_.min_lr);
+}
+
+int64_t CaptionTask::batches_in_epoch(int64_t) {
+  return bpe_;
+}
+
+void CaptionTask::start_epoch(int64_t epoch, int64_t first) {
+  epoch_ = epoch;
+  loader_->start_epoch(epoch, first);
+}
+
+bool CaptionTask::next_batch() {
+  return loader_->next(batch_);
+}
+
+std::pair<std::string, int64_t> CaptionTask::batching() const {
+  return {"batch-size", o_.batch_size};
+}
+
+namespace {
+
+// Teacher forcing's tensors for captions of token ids: in = BOS + tokens, out = tokens + EOS,
+// both [rows, T] padded with 0 (pad), lengths [rows].
+void teacher_forcing(const std::vector<const std::vector<int32_t>*>& ids, Tensor& in, Tensor& out,
+                     Tensor& lengths) {
+  const int64_t rows = static_cast<int64_t>(ids.size());
+  int64_t T = 1;
+  for (const auto* x : ids) T = std::max<int64_t>(T, static_cast<int64_t>(x->size()) + 1);
+  in = Tensor({rows, T}, DType::i32);
+  out = Tensor({rows, T}, DType::i32);
+  lengths = Tensor({rows}, DType::i32);
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::vector<int32_t>& x = *ids[static_cast<size_t>(r)];
+    const int64_t n = static_cast<int64_t>(x.size());
+    in.i32()[r * T] = Vocabulary::kBos;
+    std::copy(x.begin(), x.end(), in.i32() + r * T + 1);
+    std::copy(x.begin(), x.end(), out.i32() + r * T);
+    out.i32()[r * T + n] = Vocabulary::kEos;
+    lengths.i32()[r] = static_cast<int32_t>(n + 1);
+  }
+}
+
+}  // namespace
+
+void CaptionTask::make_targets(int64_t begin, int64_t end, Tensor& in, Tensor& out,
+                               Tensor& lengths) const {
+  std::vector<const std::vector<int32_t>*> chosen;
+  for (int64_t r = begin; r < end; ++r) {
+    const int64_t image = batch_.labels.i32()[r];
+    const auto& captions = train_ids_.at(static_cast<size_t>(image));
+    // One caption per image and epoch, keyed by (seed, epoch, image): the same on any rank.
+    const uint64_t draw =
+        ops::Rng::hash(ops::Rng::hash(seed_ ^ 0xCA9710, static_cast<uint64_t>(epoch_)),
+                       static_cast<uint64_t>(image));
+    chosen.push_back(&captions[draw % captions.size()]);
+  }
+  teacher_forcing(chosen, in, out, lengths);
+}
+
+train::StepStats CaptionTask::forward_loss(nn::Context& ctx, int64_t, int micro) {
+  const int64_t local = batch_.labels.numel(), rows = local / part_.accum;
+  const int64_t begin = micro * rows, end = begin + rows;
+  const Tensor images = part_.accum == 1 ? batch_.images : batch_.images.rows(begin, end);
+  make_targets(begin, end, target_in_, target_out_, lengths_);
+  Tensor logits;  // [rows, T, V]
+  {
+    ops::profile::Scope scope("model forward (rest)");
+    logits = model_->forward(ctx, images, target_in_, lengths_);
+  }
+  // The mean over this part's tokens, weighted by its share of the global batch's images (the
+  // global token count is not known to a part): exactly the batch's token mean in one process.
+  const float scale = static_cast<float>(rows) / static_cast<float>(local * part_.ranks);
+  dlogits_ = logits;  // overwritten in place by its gradient
+  ops::CrossEntropyStats s;
+  {
+    ops::profile::Scope scope("cross-entropy");
+    s = ops::cross_entropy_forward_backward(logits, target_out_, o_.smoothing, Vocabulary::kPad,
+                                            scale, dlogits_);
+  }
+  double penalty = 0;
+  if (o_.attention_penalty > 0.f)  // the mean over the images, weighted like the loss
+    penalty = model_->attention_penalty(o_.attention_penalty, scale / static_cast<float>(rows)) /
+              static_cast<double>(rows);
+  train::StepStats stats;
+  stats.loss = s.loss + penalty;
+  stats.loss_sum = (s.loss + penalty) * static_cast<double>(s.count);
+  stats.items = s.count;
+  stats.correct = s.correct;
+  stats.units = rows;
+  return stats;
+}
+
+void CaptionTask::backward(nn::Context& ctx) {
+  model_->backward(ctx, dlogits_);
+}
+
+train::Metrics CaptionTask::validate(const train::ValidateContext& v) {
+  // Every rank decodes the whole validation set (greedy search is cheap next to training), so
+  // the figures need no sum over the ranks and equal a single process's.
+  ProgressOptions po;
+  po.tty = v.tty;
+  po.unit = "image";
+  po.line_every = 0;
+  Progress progress(*v.log, v.label, static_cast<int64_t>(val_set_.images.size()), po);
+  CaptionRunOptions ro;
+  ro.search.method = decode::SearchMethod::greedy;
+  ro.batch_size = std::min<int64_t>(o_.batch_size, 128);
+  ro.precision = v.precision;
+  const std::vector<CaptionResult> results =
+      caption_set(*model_, tokenizer_, val_set_, ro, &progress);
+  progress.finish();
+  const CaptionScores s = score_captions(cfg_, tokenizer_, val_set_, results);
+  // The loss of each image's first caption, teacher-forced.
+  double loss_sum = 0;
+  int64_t count = 0;
+  {
+    std::unique_ptr<datasets::Dataset> images = datasets::caption_images(val_set_);
+    datasets::LoaderOptions lo = eval_loader_options(cfg_.encoder, ro.batch_size, o_.prefetch);
+    lo.num_classes = images->size();
+    datasets::Loader loader(*images, lo);
+    loader.start_epoch(0);
+    datasets::Batch batch;
+    while (loader.next(batch)) {
+      const int64_t B = batch.labels.numel();
+      if (B == 0) continue;
+      std::vector<std::vector<int32_t>> ids(static_cast<size_t>(B));
+      std::vector<const std::vector<int32_t>*> rows;
+      for (int64_t b = 0; b < B; ++b) {
+        const auto& image = val_set_.images[static_cast<size_t>(batch.labels.i32()[b])];
+        const std::vector<int> t =
+            tokenizer_.encode(datasets::normalize_caption(image.captions[0]));
+        ids[static_cast<size_t>(b)].assign(
+            t.begin(),
+            t.begin() + std::min<int64_t>(cfg_.max_length - 1, static_cast<int64_t>(t.size())));
+        rows.push_back(&ids[static_cast<size_t>(b)]);
+      }
+      Tensor in, out, lengths;
+      teacher_forcing(rows, in, out, lengths);
+      v.arena->reset();
+      nn::Context ctx{false, v.arena, nullptr};
+      ctx.precision = v.precision;
+      const Tensor logits = model_->forward(ctx, batch.images, in, lengths);
+      const ops::CrossEntropyStats ce =
+          ops::cross_entropy_forward(logits, out, 0.f, Vocabulary::kPad);
+      loss_sum += ce.loss * static_cast<double>(ce.count);
+      count += ce.count;
+    }
+  }
+  train::Metrics m;
+  m.values = {{"loss", loss_sum / static_cast<double>(std::max<int64_t>(count, 1))},
+              {"bleu", s.bleu.score},
+              {"exact", s.exact_percent()}};
+  return m;
+}
+
+std::string CaptionTask::describe(const train::Metrics& m) const {
+  std::string line =
+      "loss " + format_fixed(m.get("loss"), 4) + " BLEU " + format_fixed(m.get("bleu"), 2);
+  if (std::any_of(val_set_.images.begin(), val_set_.images.end(),
+                  [](const auto& i) { return !i.objects.empty(); }))
+    line += " exact " + format_fixed(m.get("exact"), 2) + "%";
+  return line;
+}
+
+std::string CaptionTask::describe_best(double value) const {
+  return "BLEU " + format_fixed(value, 2);
+}
+
+io::CheckpointMeta CaptionTask::checkpoint_meta() const {
+  io::CheckpointMeta m;
+  m.config = to_config_map(cfg_);
+  m.files[kCaptionTokenizerFile] = tokenizer_.bytes();
+  m.recipe["batch-size"] = std::to_string(o_.batch_size);
+  m.recipe["lr"] = format_general(o_.lr);
+  m.recipe[o_.steps > 0 ? "steps" : "epochs"] =
+      std::to_string(o_.steps > 0 ? o_.steps : static_cast<int64_t>(o_.epochs));
+  m.recipe["attention-penalty"] = format_general(o_.attention_penalty);
+  m.recipe["encoder-lr-scale"] = format_general(o_.encoder_lr_scale);
+  if (!o_.encoder_from.empty()) m.recipe["encoder-from"] = o_.encoder_from;
+  return m;
+}
+
+void CaptionTask::log_setup(std::ostream& L) const {
+  const VitConfig& e = cfg_.encoder;
+  L << "data: " << train_set_.images.size() << " training images with " << train_set_.captions()
+    << " captions (" << paths_.train_captions << "), " << val_set_.images.size()
+    << " validation images (" << paths_.val_captions << ")";
+  const int64_t skipped = train_set_.missing_images + val_set_.missing_images;
+  if (skipped > 0) L << "; " << skipped << " images missing from their folders, skipped";
+  const int64_t unknown = train_set_.unknown_image_captions + val_set_.unknown_image_captions;
+  if (unknown > 0) L << "; " << unknown << " captions of unknown images, skipped";
+  L << "\n";
+  L << "tokenizer: SentencePiece, " << tokenizer_.size() << " pieces\n";
+  if (cut_captions_ > 0)
+    L << "warning: " << cut_captions_ << " training captions have more than " << cfg_.max_length - 1
+      << " pieces and were cut to the model's positions (model.max_length " << cfg_.max_length
+      << "): give a larger max_length or --vocab-size\n";
+  L << "model: caption; encoder vit " << e.image_height << "x" << e.image_width << "x" << e.channels
+    << ", patch " << e.patch_size << " (" << e.patches() << " patches), d_model " << e.d_model
+    << ", " << e.layers << " layers, " << e.heads << " heads, d_ff " << e.d_ff
+    << (e.stem_channels.empty() ? "" : ", conv stem " + stem_channels_text(e.stem_channels))
+    << "; memory " << cfg_.memory_tokens() << " tokens ("
+    << (cfg_.memory_class_token ? "class token and patches" : "patches") << "); decoder "
+    << cfg_.decoder_layers << " layers, " << cfg_.decoder_heads << " heads, d_ff " << cfg_.d_ff()
+    << ", " << cfg_.max_length << " positions, output "
+    << (cfg_.tie_embeddings ? "tied to the embedding" : "untied") << "\n";
+  L << "parameters: " << params_->numel() << " (" << encoder_tensors_ << " encoder tensors";
+  if (!o_.encoder_from.empty()) L << " from " << o_.encoder_from;
+  L << (o_.encoder_lr_scale == 0.f   ? ", frozen"
+        : o_.encoder_lr_scale == 1.f ? ""
+                                     : ", lr x " + format_general(o_.encoder_lr_scale))
+    << ")\n";
+  L << "optimizer: AdamW, lr " << format_general(o_.lr) << ", cosine to "
+    << format_general(o_.min_lr) << " at step " << total_steps() << ", weight decay "
+    << format_general(o_.weight_decay) << ", clip-grad "
+    << (o_.clip_grad > 0 ? format_general(o_.clip_grad) : std::string("off")) << "\n";
+  L << "loss: cross-entropy, label smoothing " << format_general(o_.smoothing)
+    << ", attention penalty "
+    << (o_.attention_penalty > 0 ? format_general(o_.attention_penalty) : std::string("off"))
+    << "\n"
+    << std::flush;
+}
+
+train::Result train_captions(const CaptionTrainOptions& options, std::ostream& log, bool tty,
+                             const std::atomic<int>* stop) {
+  options.validate();
+  CaptionTask task(options);
+  train::Options lo = train::loop_options(options);
+  lo.steps = options.steps;
+  lo.valid_every = options.val_interval;
+  lo.model_ema = options.model_ema;
+  lo.model_ema_decay = options.model_ema_decay;
+  train::Trainer trainer(task, lo, log, tty, stop);
+  return trainer.run();
+}
+
+}  // namespace vitk::vit

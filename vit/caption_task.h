@@ -1,0 +1,138 @@
+#pragma once
+// Training a captioning model (`vitk caption-train`) as a task of the one training loop
+// (common/train/task.h): the images of a caption set through the threaded loader (the eval
+// transform: flips and crops would change what a caption says), one of each image's captions per
+// epoch (drawn from (seed, epoch, image)), teacher forcing with label-smoothed cross-entropy plus
+// the doubly stochastic attention penalty, AdamW with warmup and a cosine per step, the encoder
+// new, or initialised from a ViT checkpoint (--encoder-from) and then frozen or trained at its own
+// learning rate. Validation: the loss of each image's first caption, and greedy captions scored
+// by corpus BLEU-4 against every reference (and exact scene match on generated scenes); best.h5
+// is the best BLEU. The checkpoint holds the SentencePiece model trained on the training captions.
+#include <atomic>
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/train/task.h"
+#include "common/train/trainer.h"
+#include "datasets/captions.h"
+#include "datasets/loader.h"
+#include "datasets/tokenizer.h"
+#include "vit/caption.h"
+
+namespace vitk::vit {
+
+// The caption files and image folders a run reads: --data DIR finds them in vitk's scene layout
+// (DIR/captions_{train,val}.json, DIR/images/{train,val}) or COCO 2017's
+// (DIR/annotations/captions_{train,val}2017.json, DIR/{train,val}2017); the explicit options
+// override either.
+struct CaptionDataPaths {
+  std::string train_captions, train_images, val_captions, val_images;
+};
+CaptionDataPaths caption_data_paths(const std::string& data, const CaptionDataPaths& given);
+
+// Named after the options; validate() names the option at fault as "--name".
+struct CaptionTrainOptions {
+  std::string data;        // --data DIR (above)
+  CaptionDataPaths paths;  // --train-captions, --train-images, --val-captions, --val-images
+  std::string output, resume;
+  std::string spm;        // --spm: a SentencePiece .model; empty: train one on the captions
+  int vocab_size = 1000;  // --vocab-size of the SentencePiece model trained
+  CaptionConfig model;    // vocab_size is the tokenizer's
+  std::vector<std::string> model_keys_given;
+  std::string encoder_from;  // --encoder-from: a ViT checkpoint whose encoder weights start the run
+  // --encoder-lr-scale: the encoder's learning rate as a share of --lr; 0 freezes it (no backward
+  // through it at all).
+  float encoder_lr_scale = 1.f;
+  float attention_penalty = 0.f;  // --attention-penalty: λ of the doubly stochastic penalty
+
+  int epochs = 10;
+  int64_t steps = 0;  // --steps: the run's length in optimizer steps instead of epochs
+  int64_t batch_size = 64;
+  float lr = 5e-4f, min_lr = 1e-5f;
+  float warmup_epochs = 1.f;
+  float weight_decay = 0.05f;
+  float clip_grad = 1.f;
+  float smoothing = 0.1f;  // --label-smoothing
+  bool model_ema = false;
+  double model_ema_decay = 0.999;
+  uint64_t seed = 42;
+  int64_t max_steps = 0;
+  int64_t log_interval = 50;
+  int64_t val_interval = 1;  // epochs between validations (0: only the last)
+  int64_t val_images = 0;    // --val-images-max: validate on the first N images only (0: all)
+  int prefetch = 3;
+  bool profile = false;
+  int64_t profile_every = 0;
+  int accum_steps = 1;
+  double bucket_mb = 25;
+  int64_t checkpoint_every = 0;
+  ops::Precision precision = ops::Precision::f32;
+
+  void validate() const;
+};
+
+class CaptionTask : public train::Task {
+ public:
+  explicit CaptionTask(const CaptionTrainOptions& options);
+  ~CaptionTask() override;
+
+  train::TaskInfo info() const override;
+  void setup(const io::CheckpointMeta* resumed, uint64_t seed,
+             const train::Partition& partition) override;
+  ParamStore& params() override { return *params_; }
+  std::unique_ptr<optim::Optimizer> make_optimizer() override;
+  std::unique_ptr<optim::Schedule> make_schedule() override;
+  int64_t batches_in_epoch(int64_t epoch) override;
+  void start_epoch(int64_t epoch, int64_t first) override;
+  bool next_batch() override;
+  std::pair<std::string, int64_t> batching() const override;
+  train::StepStats forward_loss(nn::Context& ctx, int64_t step, int micro) override;
+  void backward(nn::Context& ctx) override;
+  train::Metrics validate(const train::ValidateContext& v) override;
+  std::string describe(const train::Metrics& m) const override;
+  std::string describe_best(double value) const override;
+  io::CheckpointMeta checkpoint_meta() const override;
+  void log_setup(std::ostream& log) const override;
+
+  CaptionModel& model() { return *model_; }
+  const datasets::Tokenizer& tokenizer() const { return tokenizer_; }
+
+ private:
+  void open_data();
+  void build_model(const io::CheckpointMeta* resumed, uint64_t seed);
+  int64_t total_steps() const;
+  // The token ids of every caption of the training images (BOS/EOS not included), cut to the
+  // model's positions.
+  void encode_captions();
+  // target_in/target_out/lengths for rows [begin, end) of the current batch.
+  void make_targets(int64_t begin, int64_t end, Tensor& in, Tensor& out, Tensor& lengths) const;
+
+  const CaptionTrainOptions& o_;
+  CaptionDataPaths paths_;
+  datasets::CaptionSet train_set_, val_set_;
+  std::unique_ptr<datasets::Dataset> train_images_;
+  datasets::Tokenizer tokenizer_;
+  std::vector<std::vector<std::vector<int32_t>>> train_ids_;  // [image][caption] -> ids
+  int64_t cut_captions_ = 0;                                  // longer than the model's positions
+  CaptionConfig cfg_;
+  uint64_t seed_ = 0;
+  int64_t bpe_ = 0, epoch_ = 0;
+  int64_t encoder_tensors_ = 0;
+  train::Partition part_;
+
+  std::unique_ptr<ParamStore> params_;
+  std::unique_ptr<CaptionModel> model_;
+  std::unique_ptr<datasets::Loader> loader_;
+  datasets::Batch batch_;
+  Tensor target_in_, target_out_, lengths_, dlogits_;  // the current micro-batch's
+};
+
+// Runs (or resumes) a captioning run (train::Trainer) and logs to `log`; everything is checked
+// before anything is written. `stop` as train::Trainer's.
+train::Result train_captions(const CaptionTrainOptions& options, std::ostream& log,
+                             bool tty = false, const std::atomic<int>* stop = nullptr);
+
+}  // namespace vitk::vit

@@ -1,0 +1,164 @@
+// Loading and running a captioning model: search batch by batch, forced cross-attention, scores.
+#include "vit/captioner.h"
+
+#include <algorithm>
+#include <map>
+
+#include "common/error.h"
+#include "common/progress.h"
+#include "datasets/loader.h"
+#include "datasets/scenes.h"
+#include "vit/evaluate.h"
+
+namespace vitk::vit {
+
+LoadedCaptioner load_captioner(const std::string& path) {
+  LoadedCaptioner out;
+  out.meta = io::read_checkpoint_meta(path);
+  const auto type = out.meta.config.find("type");
+  if (type == out.meta.config.end() || type->second != "caption")
+    throw Error(path + ": not a captioning checkpoint (model type '" +
+                (type == out.meta.config.end() ? std::string() : type->second) +
+                "'); vitk caption-train writes them");
+  out.config = caption_config_from_map(out.meta.config, path);
+  const auto spm = out.meta.files.find(kCaptionTokenizerFile);
+  if (spm == out.meta.files.end())
+    throw Error(path + ": the captioning checkpoint has no tokenizer (files/" +
+                kCaptionTokenizerFile + ")");
+  try {
+    out.tokenizer = datasets::Tokenizer::from_bytes(spm->second);
+  } catch (const Error& e) {
+    throw Error(path + ": files/" + kCaptionTokenizerFile + ": " + e.what());
+  }
+  if (out.tokenizer.size() != out.config.vocab_size)
+    throw Error(path + ": the tokenizer has " + std::to_string(out.tokenizer.size()) +
+                " pieces, the model's vocab_size is " + std::to_string(out.config.vocab_size));
+  out.params = std::make_unique<ParamStore>();
+  out.model = std::make_unique<CaptionModel>(*out.params, out.config);
+  out.params->finalize(/*gradients=*/false);
+  io::load_checkpoint(path, *out.params);
+  return out;
+}
+
+std::vector<int64_t> word_of_pieces(const Vocabulary& tokenizer, const std::vector<int32_t>& ids) {
+  const std::vector<int> as_int(ids.begin(), ids.end());
+  const std::vector<std::string> pieces = tokenizer.pieces(as_int);
+  std::vector<int64_t> words(pieces.size());
+  int64_t word = -1;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (word < 0 || pieces[i].rfind("\xe2\x96\x81", 0) == 0) ++word;  // "▁" begins a word
+    words[i] = word;
+  }
+  return words;
+}
+
+std::vector<CaptionResult> caption_set(CaptionModel& model, const Vocabulary& tokenizer,
+                                       const datasets::CaptionSet& set,
+                                       const CaptionRunOptions& options, Progress* progress) {
+  const CaptionConfig& c = model.config();
+  std::vector<CaptionResult> results(set.images.size());
+  for (size_t i = 0; i < results.size(); ++i) results[i].image = static_cast<int64_t>(i);
+  if (set.images.empty()) return results;
+  const std::unique_ptr<datasets::Dataset> images = datasets::caption_images(set);
+  datasets::LoaderOptions lo = eval_loader_options(c.encoder, options.batch_size, options.prefetch);
+  lo.num_classes = images->size();
+  datasets::Loader loader(*images, lo);
+  CaptionStepModel step_model(model);
+  decode::SearchOptions so = options.search;
+  so.precision = options.precision;
+  decode::Searcher searcher(step_model, so);
+  const int64_t image_floats = c.encoder.channels * c.encoder.image_height * c.encoder.image_width;
+  Arena attention_arena;
+  loader.start_epoch(0);
+  datasets::Batch batch;
+  int64_t done = 0;
+  while (loader.next(batch)) {
+    const int64_t B = batch.labels.numel();
+    if (B == 0) continue;
+    nn::Context ctx = searcher.encode_context();
+    const Tensor memory = model.encode(ctx, batch.images);  // [B, Tm, d]
+    Tensor lengths({B}, DType::i32);
+    for (int64_t b = 0; b < B; ++b) lengths.i32()[b] = static_cast<int32_t>(memory.dim(1));
+    std::vector<std::vector<decode::Hypothesis>> found = searcher.search(memory, lengths);
+    for (int64_t b = 0; b < B; ++b) {
+      CaptionResult& r = results[static_cast<size_t>(batch.labels.i32()[b])];
+      r.read = true;
+      r.hypotheses = std::move(found[static_cast<size_t>(b)]);
+      for (const decode::Hypothesis& h : r.hypotheses)
+        r.texts.push_back(tokenizer.decode(std::vector<int>(h.tokens.begin(), h.tokens.end())));
+      if (!options.attention || r.hypotheses.empty()) continue;
+      r.input = Tensor({c.encoder.channels, c.encoder.image_height, c.encoder.image_width});
+      std::copy_n(batch.images.f32() + b * image_floats, image_floats, r.input.f32());
+      attention_arena.reset();
+      nn::Context actx{false, &attention_arena, nullptr};
+      nn::set_inference_precision(actx, options.precision);
+      const decode::Hypothesis& best = r.hypotheses.front();
+      // The tokens the decoder read: as many as fit its positions.
+      std::vector<int32_t> tokens = best.tokens;
+      bool with_eos = best.finished;
+      if (static_cast<int64_t>(tokens.size()) + (with_eos ? 1 : 0) > c.max_length) {
+        tokens.resize(static_cast<size_t>(c.max_length));
+        with_eos = false;
+      }
+      if (tokens.empty() && !with_eos) continue;
+      r.attention =
+          model
+              .cross_attention(
+                  actx, r.input.reshaped({1, r.input.dim(0), r.input.dim(1), r.input.dim(2)}),
+                  tokens, with_eos, options.attention_layer, options.attention_head)
+              .clone();
+    }
+    done += B;
+    if (progress) progress->update(done, done, "");
+  }
+  return results;
+}
+
+CaptionScores score_captions(const CaptionConfig& config, const Vocabulary& tokenizer,
+                             const datasets::CaptionSet& set,
+                             const std::vector<CaptionResult>& results) {
+  CaptionScores s;
+  std::vector<std::string> hyps;
+  std::vector<std::vector<std::string>> refs;
+  size_t most_refs = 0;
+  for (const auto& image : set.images) most_refs = std::max(most_refs, image.captions.size());
+  refs.resize(most_refs);
+  const int64_t P = config.encoder.patch_size, Wg = config.encoder.grid_width();
+  const int64_t first_patch = config.memory_class_token ? 1 : 0;
+  for (const CaptionResult& r : results) {
+    const datasets::CaptionedImage& image = set.images.at(static_cast<size_t>(r.image));
+    if (!r.read || image.captions.empty()) continue;
+    ++s.images;
+    const std::string text =
+        r.texts.empty() ? std::string() : datasets::normalize_caption(r.texts.front());
+    hyps.push_back(text);
+    for (size_t k = 0; k < most_refs; ++k)
+      refs[k].push_back(k < image.captions.size() ? datasets::normalize_caption(image.captions[k])
+                                                  : std::string());
+    if (image.objects.empty()) continue;
+    ++s.scenes;
+    s.exact += datasets::caption_matches_scene(text, image.objects) ? 1 : 0;
+    if (r.attention.empty() || r.hypotheses.empty()) continue;
+    const std::vector<int32_t>& ids = r.hypotheses.front().tokens;
+    const std::vector<int64_t> words = word_of_pieces(tokenizer, ids);
+    for (const datasets::NamedArticle& named : datasets::named_articles(text)) {
+      const auto object = std::find_if(image.objects.begin(), image.objects.end(),
+                                       [&](const auto& o) { return o.name == named.name; });
+      if (object == image.objects.end()) continue;  // a noun the scene does not have
+      ++s.nouns;
+      const auto piece = std::find(words.begin(), words.end(), named.word);
+      const int64_t row = piece - words.begin();
+      if (piece == words.end() || row >= r.attention.dim(0)) continue;
+      const int64_t Tm = r.attention.dim(1);
+      const float* w = r.attention.f32() + row * Tm;
+      const int64_t best = std::max_element(w + first_patch, w + Tm) - w - first_patch;
+      const double x = (static_cast<double>(best % Wg) + 0.5) * static_cast<double>(P);
+      const double y = (static_cast<double>(best / Wg) + 0.5) * static_cast<double>(P);
+      s.in_cell += object->cell.contains(x, y) ? 1 : 0;
+    }
+  }
+  if (!hyps.empty()) s.bleu = decode::corpus_bleu(hyps, refs);
+  return s;
+}
+
+}  // namespace vitk::vit
