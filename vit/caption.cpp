@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "common/config_text.h"
 #include "common/error.h"
 
 namespace vitk::vit {
@@ -59,12 +60,6 @@ const char* const kCaptionKeys[] = {"vocab_size",
                                     "tie_embeddings",
                                     "memory_class_token"};
 
-std::string float_text(float v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
-  return buf;
-}
-
 }  // namespace
 
 std::map<std::string, std::string> to_config_map(const CaptionConfig& c) {
@@ -85,9 +80,6 @@ std::map<std::string, std::string> to_config_map(const CaptionConfig& c) {
 
 CaptionConfig caption_config_from_map(const std::map<std::string, std::string>& map,
                                       const std::string& source) {
-  auto bad = [&](const std::string& key, const std::string& value, const std::string& want) {
-    return Error(source + ": model." + key + " = '" + value + "': " + want);
-  };
   const auto type = map.find("type");
   if (type == map.end() || type->second != "caption")
     throw Error(source + ": model.type is '" + (type == map.end() ? "" : type->second) +
@@ -99,49 +91,22 @@ CaptionConfig caption_config_from_map(const std::map<std::string, std::string>& 
   CaptionConfig c;
   for (const char* key : kCaptionKeys) encoder.erase(key);
   c.encoder = from_config_map(encoder, source);
+  const SettingReader r{source};
   auto integer = [&](const std::string& key, int64_t& out) {
-    const auto it = map.find(key);
-    if (it == map.end()) return;
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(it->second, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != it->second.size()) throw bad(key, it->second, "expected an integer");
-    out = v;
+    if (const auto it = map.find(key); it != map.end()) out = r.integer(key, it->second);
   };
   auto real = [&](const std::string& key, float& out) {
-    const auto it = map.find(key);
-    if (it == map.end()) return;
-    size_t used = 0;
-    float v = 0;
-    try {
-      v = std::stof(it->second, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != it->second.size() || !std::isfinite(v))
-      throw bad(key, it->second, "expected a number");
-    out = v;
+    if (const auto it = map.find(key); it != map.end()) out = r.real(key, it->second);
   };
   auto boolean = [&](const std::string& key, bool& out) {
-    const auto it = map.find(key);
-    if (it == map.end()) return;
-    if (it->second == "true")
-      out = true;
-    else if (it->second == "false")
-      out = false;
-    else
-      throw bad(key, it->second, "expected true or false");
+    if (const auto it = map.find(key); it != map.end()) out = r.boolean(key, it->second);
   };
   int64_t layers = c.decoder_layers;
   integer("vocab_size", c.vocab_size);
   integer("max_length", c.max_length);
   integer("decoder_layers", layers);
   if (layers < 1 || layers > 1000)
-    throw bad("decoder_layers", map.at("decoder_layers"), "expected 1 to 1000");
+    throw Error(r.where("decoder_layers") + ": expected 1 to 1000, got " + std::to_string(layers));
   c.decoder_layers = static_cast<int>(layers);
   integer("decoder_heads", c.decoder_heads);
   integer("decoder_d_ff", c.decoder_d_ff);
@@ -166,8 +131,7 @@ struct CaptionModel::Impl {
         vit(params, c.encoder),
         encoder_end(params.params().size()),
         embed(&params.add("decoder.embed_tokens.weight", {c.vocab_size, c.d_model()})),
-        positions(&params.add("decoder.embed_positions.weight", {c.max_length, c.d_model()},
-                              /*decay=*/false)),
+        positions(params, "decoder.embed_positions.weight", c.max_length, c.d_model()),
         decoder(params, "decoder", c.decoder_layer_config(), c.decoder_layers,
                 /*final_norm=*/true),
         output(c.tie_embeddings
@@ -180,8 +144,8 @@ struct CaptionModel::Impl {
   size_t first_param;
   VisionTransformer vit;
   size_t encoder_end;
-  Parameter* embed;      // [V, d]
-  Parameter* positions;  // [max_length, d]
+  Parameter* embed;                // [V, d]
+  nn::LearnedPositions positions;  // [max_length, d]
   nn::Decoder decoder;
   Parameter* output;  // [V, d] (embed when tied)
   size_t end_param;
@@ -220,7 +184,8 @@ void CaptionModel::init(ops::Rng& rng) {
   for (size_t i = m.encoder_end; i < m.end_param; ++i) {
     Parameter& p = m.store.params()[i];
     const bool weight = p.name.size() > 7 && p.name.compare(p.name.size() - 7, 7, ".weight") == 0;
-    if (&p == m.embed || &p == m.positions || &p == m.output || (weight && p.shape.size() == 2)) {
+    if (&p == m.embed || &p == &m.positions.table || &p == m.output ||
+        (weight && p.shape.size() == 2)) {
       nn::init_trunc_normal(p.value, 0.02f, rng);
       if (&p == m.embed) {
         const int64_t d = config_.d_model();
@@ -245,24 +210,6 @@ Tensor memory_of(nn::Context& ctx, const Tensor& features, bool class_token) {
   for (int64_t b = 0; b < B; ++b)
     std::copy_n(features.f32() + (b * T + 1) * d, (T - 1) * d, memory.f32() + b * (T - 1) * d);
   return memory;
-}
-
-// x [B, T, d] = table[ids] + positions[first + t].
-Tensor embed_ids(nn::Context& ctx, const Tensor& ids, const Tensor& table, const Tensor& positions,
-                 int64_t first) {
-  const int64_t B = ids.dim(0), T = ids.numel() / B, d = table.dim(1);
-  Tensor x = ctx.alloc_uninit({B, T, d});  // [B, T, d]
-  ops::embedding_forward(ids, table, x, 1.f);
-  const float* pe = positions.f32() + first * d;
-  float* out = x.f32();
-#pragma omp parallel for schedule(static) if (B * T * d > 65536)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) {
-      float* row = out + (b * T + t) * d;
-#pragma omp simd
-      for (int64_t j = 0; j < d; ++j) row[j] += pe[t * d + j];
-    }
-  return x;
 }
 
 void check_targets(const Tensor& target_in, const Tensor& target_lengths, int64_t batch,
@@ -309,7 +256,8 @@ Tensor CaptionModel::forward(nn::Context& ctx, const Tensor& images, const Tenso
   Tensor memory = encode(enc, images);  // [B, Tm, d]
   m.encoder_ran_training = enc.training;
 
-  Tensor x = embed_ids(ctx, target_in, m.embed->value, m.positions->value, 0);  // [B, Tt, d]
+  Tensor x = nn::embed_tokens(ctx, target_in, m.embed->value, 1.f, m.positions.table.value,
+                              0);  // [B, Tt, d]
   x = m.drop.forward(ctx, x);
   // The penalty reads the last layer's weights (cross_attention() sets keep_weights itself).
   nn::MultiHeadAttention& last = m.decoder.layers().back().cross_attention();
@@ -382,11 +330,7 @@ void CaptionModel::backward(nn::Context& ctx, const Tensor& dlogits) {
   Tensor dx = m.decoder.backward(ctx, dh, m.encoder_ran_training ? &dmemory : nullptr);
   dx = m.drop.backward(ctx, dx);  // [B, Tt, d]
   ops::embedding_backward(m.target_in, dx, m.embed->grad, 1.f);
-  float* dpos = m.positions->grad.f32();
-  const float* g = dx.f32();
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < Tt; ++t)
-      for (int64_t j = 0; j < d; ++j) dpos[t * d + j] += g[(b * Tt + t) * d + j];
+  m.positions.backward(ctx, dx);
   if (!m.encoder_ran_training) return;
   Tensor dfeatures = dmemory;  // [B, 1 + N, d]
   if (!config_.memory_class_token) {
@@ -422,10 +366,10 @@ Tensor CaptionModel::step(nn::Context& ctx, const Tensor& tokens, nn::Decoder::S
                 " is past the capacity " + std::to_string(state.capacity) + " given to start()");
   nn::Context inference = ctx;
   inference.training = false;
-  Tensor x = embed_ids(inference, tokens.reshaped({B, 1}), m.embed->value, m.positions->value,
-                       position);                  // [B, 1, d]
-  Tensor h = m.decoder.step(inference, x, state);  // [B, 1, d]
-  Tensor logits = inference.alloc_uninit({B, V});  // [B, V]
+  Tensor x = nn::embed_tokens(inference, tokens.reshaped({B, 1}), m.embed->value, 1.f,
+                              m.positions.table.value, position);  // [B, 1, d]
+  Tensor h = m.decoder.step(inference, x, state);                  // [B, 1, d]
+  Tensor logits = inference.alloc_uninit({B, V});                  // [B, V]
   ops::linear_forward(h.reshaped({B, d}), nn::weight_of(*m.output, inference), Tensor(), logits,
                       inference.precision);
   return logits;

@@ -410,6 +410,13 @@ class Decoder {
 // The paper's sinusoids: pe[pos, 2i] = sin(pos / 10000^(2i/d)), pe[pos, 2i+1] = cos(...), [T, d].
 Tensor sinusoidal_positions(int64_t length, int64_t d_model);
 
+// Token embeddings plus positions: x [B, T, d] = scale · table[ids] + positions[first + t], ids
+// i32 [B, T] (or [B]), table [V, d], positions [length, d] with first + T <= length (the
+// translation model's sinusoids, the captioning model's learned table; first > 0 when decoding
+// one position at a time). The gradient is ops::embedding_backward's and the positions' own.
+Tensor embed_tokens(Context& ctx, const Tensor& ids, const Tensor& table, float scale,
+                    const Tensor& positions, int64_t first);
+
 // Learned position embeddings "name" [length, d], added to x [B, T <= length, d].
 class LearnedPositions {
  public:

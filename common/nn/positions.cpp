@@ -3,6 +3,7 @@
 
 #include "common/error.h"
 #include "common/nn/nn.h"
+#include "common/ops/ops.h"
 
 namespace vitk::nn {
 
@@ -25,6 +26,26 @@ Tensor sinusoidal_positions(int64_t length, int64_t d_model) {
     }
   }
   return pe;
+}
+
+Tensor embed_tokens(Context& ctx, const Tensor& ids, const Tensor& table, float scale,
+                    const Tensor& positions, int64_t first) {
+  const int64_t B = ids.dim(0), T = ids.numel() / B, d = table.dim(1);
+  if (first < 0 || first + T > positions.dim(0) || positions.dim(1) != d)
+    throw Error("embed_tokens: positions " + std::to_string(first) + ".." +
+                std::to_string(first + T) + " of a table " + shape_str(positions.shape()));
+  Tensor x = ctx.alloc({B, T, d});  // [B, T, d]
+  ops::embedding_forward(ids, table, x, scale);
+  const float* pe = positions.f32() + first * d;
+  float* out = x.f32();
+#pragma omp parallel for schedule(static) if (B * T * d > 65536)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      float* row = out + (b * T + t) * d;
+#pragma omp simd
+      for (int64_t j = 0; j < d; ++j) row[j] += pe[t * d + j];
+    }
+  return x;
 }
 
 // No weight decay on the table, as timm's pos_embed.

@@ -152,31 +152,14 @@ void check_lengths(const char* what, const Tensor& lengths, int64_t batch, int64
                   std::to_string(max) + "]");
 }
 
-// x [B, T, d] = scale · table[ids] + positions[first + t]; ids [B, T].
-Tensor embed(nn::Context& ctx, const Tensor& ids, const Tensor& table, float scale,
-             const Tensor& positions, int64_t first) {
-  const int64_t B = ids.dim(0), T = ids.numel() / B, d = table.dim(1);
-  Tensor x = ctx.alloc({B, T, d});  // [B, T, d]
-  ops::embedding_forward(ids, table, x, scale);
-  const float* pe = positions.f32() + first * d;
-  float* out = x.f32();
-#pragma omp parallel for schedule(static) if (B * T * d > 65536)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) {
-      float* row = out + (b * T + t) * d;
-#pragma omp simd
-      for (int64_t j = 0; j < d; ++j) row[j] += pe[t * d + j];
-    }
-  return x;
-}
-
 }  // namespace
 
 Tensor Transformer::encode(nn::Context& ctx, const Tensor& source, const Tensor& source_lengths) {
   Impl& m = *impl_;
   const int64_t Ts = check_ids("source", source, -1, config_.max_length);
   check_lengths("source_lengths", source_lengths, source.dim(0), Ts);
-  Tensor xs = embed(ctx, source, m.source_embed->value, m.scale, m.positions, 0);  // [B, Ts, d]
+  Tensor xs =
+      nn::embed_tokens(ctx, source, m.source_embed->value, m.scale, m.positions, 0);  // [B, Ts, d]
   xs = m.source_drop.forward(ctx, xs);
   return m.encoder.forward(ctx, xs, nn::AttentionMask{source_lengths, false});  // [B, Ts, d]
 }
@@ -191,7 +174,8 @@ Tensor Transformer::forward(nn::Context& ctx, const Tensor& source, const Tensor
   check_lengths("target_lengths", target_lengths, B, Tt);
   Tensor memory = encode(ctx, source, source_lengths);  // [B, Ts, d]
 
-  Tensor xt = embed(ctx, target_in, m.target_embed->value, m.scale, m.positions, 0);  // [B, Tt, d]
+  Tensor xt = nn::embed_tokens(ctx, target_in, m.target_embed->value, m.scale, m.positions,
+                               0);  // [B, Tt, d]
   xt = m.target_drop.forward(ctx, xt);
   Tensor h = m.decoder.forward(ctx, xt, memory, nn::AttentionMask{target_lengths, true},
                                nn::AttentionMask{source_lengths, false});  // [B, Tt, d]
@@ -256,8 +240,9 @@ Tensor Transformer::step(nn::Context& ctx, const Tensor& tokens, nn::Decoder::St
                 " is past the capacity " + std::to_string(state.capacity) + " given to start()");
   nn::Context inference = ctx;
   inference.training = false;
-  Tensor x = embed(inference, tokens.reshaped({B, 1}), m.target_embed->value, m.scale, m.positions,
-                   position);                      // [B, 1, d]
+  Tensor x = nn::embed_tokens(inference, tokens.reshaped({B, 1}), m.target_embed->value, m.scale,
+                              m.positions,
+                              position);           // [B, 1, d]
   Tensor h = m.decoder.step(inference, x, state);  // [B, 1, d]
   Tensor logits = inference.alloc({B, V});         // [B, V]
   output_layer(inference, *m.output, m.tied(), h.reshaped({B, config_.d_model}), logits);
