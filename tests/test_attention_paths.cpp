@@ -304,7 +304,8 @@ TEST(AttentionPathChoice, FollowsTheRequestScoreMaskPrecisionAndKeepWeights) {
   const Choice choices[] = {
       // Short sequences: the fused kernel without a mask and dropout in f32, else the reference.
       {AttentionKernel::automatic, Score::scaled_dot, false, 0.f, f32, false, fused_or_reference},
-      {AttentionKernel::automatic, Score::dot, false, 0.f, f32, true, fused_or_reference},
+      // keep_weights in training: the reference path, whose backward takes a weights gradient.
+      {AttentionKernel::automatic, Score::dot, false, 0.f, f32, true, AttentionPath::reference},
       {AttentionKernel::automatic, Score::scaled_dot, true, 0.f, f32, false,
        AttentionPath::reference},
       {AttentionKernel::automatic, Score::scaled_dot, false, 0.2f, f32, false,
@@ -320,7 +321,7 @@ TEST(AttentionPathChoice, FollowsTheRequestScoreMaskPrecisionAndKeepWeights) {
        AttentionPath::blocked},
       {AttentionKernel::blocked, Score::general, false, 0.f, f32, false, AttentionPath::reference},
       {AttentionKernel::blocked, Score::additive, true, 0.f, f32, false, AttentionPath::reference},
-      {AttentionKernel::blocked, Score::dot, false, 0.f, f32, true, fused_or_reference},
+      {AttentionKernel::blocked, Score::dot, false, 0.f, f32, true, AttentionPath::reference},
   };
   std::mt19937 gen(31);
   const Tensor x = random_tensor({2, 6, 64}, gen);

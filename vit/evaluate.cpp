@@ -59,7 +59,8 @@ EvalResult evaluate(VisionTransformer& model, datasets::Loader& loader, Arena& a
     ctx.training = false;
     ctx.arena = &arena;
     nn::set_inference_precision(ctx, settings.precision);
-    ctx.one_copy_of_weights = !settings.compare;  // else the model runs at two precisions
+    // Not when comparing: the model runs at two precisions.
+    ctx.one_copy_of_weights = settings.one_copy_of_weights && !settings.compare;
     ctx.free_block_activations = true;
     ctx.packed_weights = settings.packed_weights;
     const Tensor logits = model.forward(ctx, batch.images);  // [B, classes]
@@ -281,6 +282,7 @@ EvalResult run_eval(const EvalOptions& o, std::ostream& out, bool tty) {
   settings.precision = o.precision;
   settings.packed_weights = true;
   settings.compare = o.compare_precision;
+  settings.one_copy_of_weights = true;
   EvalResult r = evaluate(*loaded.model, loader, arena, &progress, nullptr, settings);
   if (r.count == 0)
     throw Error(data->source() + ": none of its " + std::to_string(data->size()) +

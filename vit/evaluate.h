@@ -56,6 +56,9 @@ struct EvalSettings {
   bool packed_weights = false;  // nn::Context::packed_weights
   // Also run every batch at this precision and compare the predictions (EvalResult::comparison).
   std::optional<ops::Precision> compare;
+  // Keep only the form the products use of each weight (nn::Context::one_copy_of_weights): for a
+  // model that only runs (vitk eval), never for one that trains on after the evaluation.
+  bool one_copy_of_weights = false;
 };
 
 // One pass of `loader` (an evaluation loader: training = false) through the model in inference
