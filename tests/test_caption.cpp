@@ -36,6 +36,7 @@ vit::CaptionConfig config_of(const test::FixtureFile& f) {
         "decoder_layers", "decoder_heads", "decoder_d_ff", "decoder_dropout", "tie_embeddings",
         "memory_class_token"})
     m[key] = f.attr_string(key);
+  if (f.has_attr("memory_positions")) m["memory_positions"] = f.attr_string("memory_positions");
   m["mean"] = m["std"] = m["channels"] == "1" ? "0.5" : "0.5,0.5,0.5";  // not read by the model
   return vit::caption_config_from_map(m, f.path());
 }
@@ -52,7 +53,7 @@ struct SmallCaptioner {
   ParamStore store;
   vit::CaptionConfig config;
   std::unique_ptr<vit::CaptionModel> model;
-  explicit SmallCaptioner(bool class_token = true, bool tied = true) {
+  explicit SmallCaptioner(bool class_token = true, bool tied = true, bool positions = false) {
     config.encoder.image_height = config.encoder.image_width = 8;
     config.encoder.patch_size = 4;
     config.encoder.channels = 1;
@@ -68,6 +69,7 @@ struct SmallCaptioner {
     config.decoder_heads = 2;
     config.decoder_dropout = 0.f;
     config.memory_class_token = class_token;
+    config.memory_positions = positions;
     config.tie_embeddings = tied;
     model = std::make_unique<vit::CaptionModel>(store, config);
     store.finalize();
@@ -144,7 +146,8 @@ TEST_P(CaptionParity, MatchesPyTorch) {
 
 INSTANTIATE_TEST_SUITE_P(Caption, CaptionParity,
                          ::testing::Combine(::testing::Values("01_rgb_tied_class_token",
-                                                              "02_gray_stem_untied_patches"),
+                                                              "02_gray_stem_untied_patches",
+                                                              "03_positions_class_token"),
                                             ::testing::ValuesIn(test::kPrecisions)),
                          [](const auto& p) {
                            const ops::Precision precision = std::get<1>(p.param);
@@ -155,11 +158,13 @@ INSTANTIATE_TEST_SUITE_P(Caption, CaptionParity,
                          });
 
 // Decoding one token at a time on the cached decoder gives the teacher-forced logits of every
-// position, with and without the class token in the memory.
+// position, with and without the class token in the memory, with and without its positions.
 TEST(CaptionModel, StepsEqualTheTeacherForcedForward) {
-  for (bool class_token : {true, false}) {
-    SCOPED_TRACE(class_token ? "class token" : "patches only");
-    SmallCaptioner s(class_token, /*tied=*/class_token);
+  for (int variant = 0; variant < 3; ++variant) {
+    const bool class_token = variant != 1, positions = variant == 2;
+    SCOPED_TRACE(std::string(class_token ? "class token" : "patches only") +
+                 (positions ? ", positions" : ""));
+    SmallCaptioner s(class_token, /*tied=*/class_token, positions);
     std::mt19937 gen(3);
     const int64_t B = 2, T = 5;
     const Tensor images = random_images(B, gen);

@@ -206,7 +206,7 @@ TEST(CaptionTrain, AFrozenEncoderFromAClassifierStaysAsLoaded) {
 }
 
 // The commands around a trained model: captions as text, n-best lines and JSON, attention
-// pictures, scores, and the errors a user can make.
+// pictures, scores, the model quantised to int8, and the errors a user can make.
 TEST(CaptionCli, CaptionEvalAndTheirErrors) {
   TinyScenes s;
   const std::string out = (s.dir / "run").string();
@@ -252,6 +252,30 @@ TEST(CaptionCli, CaptionEvalAndTheirErrors) {
   EXPECT_TRUE(test::contains(r.out, "BLEU = ")) << r.out;
   EXPECT_TRUE(test::contains(r.out, "exact scene match: ")) << r.out;
   EXPECT_TRUE(test::contains(r.out, "attention in the named article's cell: ")) << r.out;
+
+  // vitk quantize: the int8 file runs at int8 without being told, and captions the test scenes
+  // as the f32 file does at --precision int8 (the same int8 matrices); another precision is
+  // refused, naming the file.
+  const std::string int8 = (s.dir / "int8.h5").string();
+  r = vitk::testing::run_vitk(s.dir.path(), {"quantize", model, "--out", int8}, "quantize");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(test::contains(r.out, "of the captioning model")) << r.out;
+  EXPECT_LT(fs::file_size(int8), fs::file_size(model));
+  const std::vector<std::string> test_scenes = {"--dir", s.root + "/images/test", "--json"};
+  auto caption_with = [&](std::vector<std::string> args, const std::string& tag) {
+    args.insert(args.begin(), "caption");
+    args.insert(args.end(), test_scenes.begin(), test_scenes.end());
+    const auto run = vitk::testing::run_vitk(s.dir.path(), args, tag);
+    EXPECT_EQ(run.status, 0) << tag << ": " << run.err;
+    return run.out;
+  };
+  const std::string quantized = caption_with({"--model", int8}, "int8-file");
+  EXPECT_EQ(quantized, caption_with({"--model", model, "--precision", "int8"}, "int8-run"));
+  EXPECT_TRUE(test::contains(quantized, "\"caption\"")) << quantized;
+  r = vitk::testing::run_vitk(
+      s.dir.path(), {"caption", "--model", int8, image, "--precision", "f32"}, "int8-f32");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(test::contains(r.err, int8)) << r.err;
 
   // Errors: no image (usage), a missing image (named, exit 1), a classifier as the model, a
   // sampling option without --sample.
@@ -315,4 +339,17 @@ TEST(CaptionCli, TheBundledModelCaptionsTheSampleScenes) {
     EXPECT_GE(named.size(), 2u) << caption;
     EXPECT_LE(named.size(), 4u) << caption;
   }
+}
+
+// `vitk info` reads the captioning preset: the decoder's keys, and the vocabulary from [data].
+TEST(CaptionCli, InfoCountsThePreset) {
+  test::TempDir dir;
+  const std::string preset = std::string(VITK_SOURCE_DIR) + "/configs/caption-scenes.ini";
+  const auto r = vitk::testing::run_vitk(dir.path(), {"info", "--config", preset});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(test::contains(r.out, "model: caption, d_model 192")) << r.out;
+  EXPECT_TRUE(test::contains(r.out, "2 decoder layers")) << r.out;
+  EXPECT_TRUE(test::contains(r.out, "40 target positions, vocabulary 128")) << r.out;
+  EXPECT_TRUE(test::contains(r.out, "output projection")) << r.out;
+  EXPECT_FALSE(test::contains(r.out, "classifier head")) << r.out;
 }

@@ -39,13 +39,13 @@ std::string str(const po::variables_map& vm, const char* name) {
 // ---- caption-train -------------------------------------------------------------------------
 
 // The caption model's own [model] keys (the encoder's are the ViT's, tools/vit_options.h).
-const char* const kDecoderKeys[] = {"max_length",      "decoder_layers",
-                                    "decoder_heads",   "decoder_d_ff",
-                                    "decoder_dropout", "decoder_attention_dropout",
-                                    "tie_embeddings",  "memory_class_token"};
+const char* const kDecoderKeys[] = {
+    "max_length",     "decoder_layers",     "decoder_heads",
+    "decoder_d_ff",   "decoder_dropout",    "decoder_attention_dropout",
+    "tie_embeddings", "memory_class_token", "memory_positions"};
 
 bool switch_key(const std::string& key) {
-  return key == "tie_embeddings" || key == "memory_class_token";
+  return key == "tie_embeddings" || key == "memory_class_token" || key == "memory_positions";
 }
 
 vit::CaptionConfig default_caption_config() {
@@ -198,18 +198,21 @@ int run_caption_train(const po::variables_map& vm) {
 
 // ---- caption and caption-eval ----------------------------------------------------------------
 
-vit::LoadedCaptioner load_model(const po::variables_map& vm) {
+std::string model_path(const po::variables_map& vm) {
   const std::string path =
       vm.count("model") ? vm["model"].as<std::string>() : bundled_file(kBundledCaptioner);
   check_input_file("--model", path);
-  return vit::load_captioner(path);
+  return path;
 }
 
-vit::CaptionRunOptions run_options(const po::variables_map& vm, bool attention) {
+// A quantised checkpoint (vitk quantize) runs at int8 unless another precision is asked for,
+// which is refused.
+vit::CaptionRunOptions run_options(const po::variables_map& vm, const std::string& model,
+                                   bool attention) {
   vit::CaptionRunOptions o;
   o.search = search_options(vm);
   o.search.max_length = vm["max-length"].as<int64_t>();
-  o.precision = o.search.precision;
+  o.precision = o.search.precision = precision_from(vm, model);
   o.batch_size = vm["batch-size"].as<int64_t>();
   o.attention = attention;
   o.attention_layer = attention_index(vm, "attention-layer", "last");
@@ -250,10 +253,11 @@ int run_caption(const po::variables_map& vm) {
   if (paths.empty())
     throw UsageError(
         "no images given: name image files, '-' to read paths from standard input, or --dir DIR");
-  const vit::CaptionRunOptions ro = run_options(vm, vm.count("attention-dir") > 0);
+  const std::string model = model_path(vm);
+  const vit::CaptionRunOptions ro = run_options(vm, model, vm.count("attention-dir") > 0);
   const std::string pictures = attention_dir(vm);
   std::set<std::string> picture_names;
-  vit::LoadedCaptioner m = load_model(vm);
+  vit::LoadedCaptioner m = vit::load_captioner(model);
   datasets::CaptionSet set;
   set.source = "the command line";
   for (const std::string& p : paths) {
@@ -313,8 +317,9 @@ int run_caption(const po::variables_map& vm) {
 
 int run_caption_eval(const po::variables_map& vm) {
   check_input_file("--captions", vm["captions"].as<std::string>());
-  const vit::CaptionRunOptions ro = run_options(vm, /*attention=*/true);
-  vit::LoadedCaptioner m = load_model(vm);
+  const std::string model = model_path(vm);
+  const vit::CaptionRunOptions ro = run_options(vm, model, /*attention=*/true);
+  vit::LoadedCaptioner m = vit::load_captioner(model);
   const std::string captions = vm["captions"].as<std::string>();
   const std::string images = vm.count("images") ? vm["images"].as<std::string>()
                                                 : fs::path(captions).parent_path().string();

@@ -36,6 +36,20 @@ nn::ModelSpec spec_from(const po::variables_map& vm) {
   s.sequence_length = vm["model.sequence_length"].as<int64_t>();
   s.vocab_size = vm["model.vocab_size"].as<int64_t>();
   s.tied_embeddings = vm["model.tied_embeddings"].as<bool>();
+  if (s.type == "caption") {
+    // A captioning config names its own keys (vit/caption.h) and keeps the vocabulary, which
+    // caption-train's SentencePiece model gets, in [data].
+    s.layer.pre_norm = true;
+    s.layer.activation = ops::Activation::gelu;
+    s.sequence_length = vm["model.max_length"].as<int64_t>();
+    s.decoder_layers =
+        vm["model.decoder_layers"].defaulted() ? 2 : vm["model.decoder_layers"].as<int>();
+    s.decoder_heads = vm["model.decoder_heads"].as<int64_t>();
+    s.decoder_d_ff = vm["model.decoder_d_ff"].as<int64_t>();
+    s.tied_embeddings = vm["model.tie_embeddings"].as<bool>();
+    s.memory_class_token = vm["model.memory_class_token"].as<bool>();
+    if (vm["model.vocab_size"].defaulted()) s.vocab_size = vm["vocab-size"].as<int64_t>();
+  }
   s.image_size = vm["model.image_size"].as<int64_t>();
   s.patch_size = vm["model.patch_size"].as<int64_t>();
   s.channels = vm["model.channels"].as<int64_t>();
@@ -59,10 +73,16 @@ int run_info(const po::variables_map& vm) {
   const auto& l = spec.layer;
   std::cout << "model: " << spec.type << ", d_model " << l.d_model << ", " << l.heads
             << " heads, d_ff " << l.d_ff << ", " << spec.encoder_layers << " encoder layers";
-  if (spec.type == "transformer") std::cout << ", " << spec.decoder_layers << " decoder layers";
+  const bool caption = spec.type == "caption";
+  if (spec.type == "transformer" || caption)
+    std::cout << ", " << spec.decoder_layers << " decoder layers";
   std::cout << (l.pre_norm || spec.type == "vit" ? ", pre-norm" : ", post-norm") << "\n";
   std::cout << "sequence: " << size.tokens << " tokens"
-            << (spec.type == "vit" ? " (patches + class token)" : "") << "\n\n";
+            << (spec.type == "vit" || caption ? " (patches + class token)" : "");
+  if (caption)
+    std::cout << "; caption: " << spec.sequence_length << " target positions, vocabulary "
+              << spec.vocab_size;
+  std::cout << "\n\n";
   char line[256];
   std::snprintf(line, sizeof line, "%-24s %5s %14s %16s %14s  %s\n", "block", "count",
                 "params/block", "MACs/token", "attn MACs/tok", "linear MACs counted as");
@@ -80,7 +100,9 @@ int run_info(const po::variables_map& vm) {
   std::snprintf(line, sizeof line,
                 "multiply-adds per %s: %.3f G, of which attention (q·kᵀ and p·v, 2·T·d per token "
                 "and layer) %.3f G\n",
-                spec.type == "vit" ? "image" : "source + target sequence",
+                spec.type == "vit" ? "image"
+                : caption          ? "image + caption"
+                                   : "source + target sequence",
                 size.macs_per_sequence * 1e-9, size.attention_macs_per_sequence * 1e-9);
   std::cout << line;
   return kExitOk;
@@ -94,10 +116,11 @@ void register_info_commands(Registry& registry) {
   c.summary = "parameter counts and multiply-adds of a model configuration";
   c.example =
       "vitk info --config configs/vit-b16.ini\n"
-      "vitk info --config configs/transformer-base.ini --model.sequence_length 50";
+      "vitk info --config configs/transformer-base.ini --model.sequence_length 50\n"
+      "vitk info --config configs/caption-scenes.ini";
   c.add_options = [](po::options_description& o) {
     o.add_options()("model.type", po::value<std::string>()->default_value("transformer"),
-                    "vit, transformer (encoder-decoder) or encoder")(
+                    "vit, transformer (encoder-decoder), encoder or caption")(
         "model.d_model", po::value<int64_t>()->default_value(512), "model width d")(
         "model.heads", po::value<int64_t>()->default_value(8), "attention heads")(
         "model.d_ff", po::value<int64_t>()->default_value(2048), "feed-forward inner width")(
@@ -123,7 +146,18 @@ void register_info_commands(Registry& registry) {
         "vit: blocks followed by a positional 3x3 depthwise convolution (e.g. 0,1,2)")(
         "model.ffn_conv_blocks", po::value<std::string>()->default_value("none"),
         "vit: blocks whose MLP convolves its hidden tokens (3x3 depthwise, e.g. 0,1,2)")(
-        "model.num_classes", po::value<int64_t>()->default_value(1000), "vit: classes");
+        "model.num_classes", po::value<int64_t>()->default_value(1000), "vit: classes")(
+        "model.max_length", po::value<int64_t>()->default_value(40), "caption: target positions")(
+        "model.decoder_heads", po::value<int64_t>()->default_value(0),
+        "caption: decoder heads (0: the encoder's)")(
+        "model.decoder_d_ff", po::value<int64_t>()->default_value(0),
+        "caption: decoder feed-forward width (0: the encoder's)")(
+        "model.tie_embeddings", switch_value(true),
+        "caption: the output layer is the token embedding")(
+        "model.memory_class_token", switch_value(true),
+        "caption: the class token is one of the memory tokens")(
+        "vocab-size", po::value<int64_t>()->default_value(0),
+        "caption: the vocabulary, when model.vocab_size is not given");
   };
   c.run = run_info;
   registry.add(std::move(c));

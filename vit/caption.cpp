@@ -46,7 +46,37 @@ void CaptionConfig::validate() const {
        "decoder_attention_dropout must be in [0, 1)");
   need(encoder.patch_drop == 0.f || memory_class_token,
        "patch_drop: the memory without the class token needs every patch");
+  need(!memory_positions || d_model() % 4 == 0,
+       "memory_positions: d_model " + std::to_string(d_model()) +
+           " must be a multiple of 4 (sine and cosine of rows and of columns)");
+  need(!memory_positions || encoder.patch_drop == 0.f,
+       "memory_positions: the positions are those of every patch; patch_drop must be 0");
 }
+
+namespace {
+
+// The 2-D sine-cosine code of the memory's patch rows (memory_positions): for the patch in grid
+// row r and column c, sin(r·ω_k), cos(r·ω_k), sin(c·ω_k), cos(c·ω_k) in four quarters of d,
+// ω_k = 10000^(−k/(d/4)); the class token's row (memory_class_token) stays 0.
+Tensor memory_sincos(const CaptionConfig& c) {
+  const int64_t d = c.d_model(), quarter = d / 4, Wg = c.encoder.grid_width();
+  const int64_t first = c.memory_class_token ? 1 : 0;
+  Tensor table({c.memory_tokens(), d});  // zero-filled: the class token's row stays 0
+  for (int64_t n = 0; n < c.encoder.patches(); ++n) {
+    float* row = table.f32() + (first + n) * d;
+    const double where[2] = {static_cast<double>(n / Wg), static_cast<double>(n % Wg)};
+    for (int axis = 0; axis < 2; ++axis)  // rows in the first half, columns in the second
+      for (int64_t k = 0; k < quarter; ++k) {
+        const double omega =
+            std::pow(10000.0, -static_cast<double>(k) / static_cast<double>(quarter));
+        row[axis * 2 * quarter + k] = static_cast<float>(std::sin(where[axis] * omega));
+        row[axis * 2 * quarter + quarter + k] = static_cast<float>(std::cos(where[axis] * omega));
+      }
+  }
+  return table;
+}
+
+}  // namespace
 
 namespace {
 
@@ -58,7 +88,8 @@ const char* const kCaptionKeys[] = {"vocab_size",
                                     "decoder_dropout",
                                     "decoder_attention_dropout",
                                     "tie_embeddings",
-                                    "memory_class_token"};
+                                    "memory_class_token",
+                                    "memory_positions"};
 
 }  // namespace
 
@@ -75,6 +106,7 @@ std::map<std::string, std::string> to_config_map(const CaptionConfig& c) {
   m["decoder_attention_dropout"] = float_text(c.decoder_attention_dropout);
   m["tie_embeddings"] = c.tie_embeddings ? "true" : "false";
   m["memory_class_token"] = c.memory_class_token ? "true" : "false";
+  m["memory_positions"] = c.memory_positions ? "true" : "false";
   return m;
 }
 
@@ -114,6 +146,7 @@ CaptionConfig caption_config_from_map(const std::map<std::string, std::string>& 
   real("decoder_attention_dropout", c.decoder_attention_dropout);
   boolean("tie_embeddings", c.tie_embeddings);
   boolean("memory_class_token", c.memory_class_token);
+  boolean("memory_positions", c.memory_positions);
   try {
     c.validate();
   } catch (const UsageError& e) {
@@ -138,7 +171,8 @@ struct CaptionModel::Impl {
                    ? embed
                    : &params.add("output_projection.weight", {c.vocab_size, c.d_model()})),
         end_param(params.params().size()),
-        drop(c.decoder_dropout) {}
+        drop(c.decoder_dropout),
+        memory_code(c.memory_positions ? memory_sincos(c) : Tensor()) {}
 
   ParamStore& store;
   size_t first_param;
@@ -150,6 +184,7 @@ struct CaptionModel::Impl {
   Parameter* output;  // [V, d] (embed when tied)
   size_t end_param;
   nn::Dropout drop;
+  Tensor memory_code;  // [Tm, d] added to the memory (memory_positions), else empty
 
   // Kept by a training forward.
   bool trained = false;
@@ -239,7 +274,15 @@ Tensor CaptionModel::encode(nn::Context& ctx, const Tensor& images) {
   Impl& m = *impl_;
   Tensor features = m.vit.features(ctx, images);  // [B, 1 + N, d]
   m.features_rows = features.dim(1);
-  return memory_of(ctx, features, config_.memory_class_token);  // [B, Tm, d]
+  Tensor memory = memory_of(ctx, features, config_.memory_class_token);  // [B, Tm, d]
+  if (m.memory_code.empty()) return memory;
+  // A new tensor: the features may be the memory itself, and are the encoder's.
+  const int64_t B = memory.dim(0), n = m.memory_code.numel();
+  Tensor placed = ctx.alloc_uninit(memory.shape());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < n; ++i)
+      placed.f32()[b * n + i] = memory.f32()[b * n + i] + m.memory_code.f32()[i];
+  return placed;  // the code is constant: the memory's gradient is the features'
 }
 
 Tensor CaptionModel::forward(nn::Context& ctx, const Tensor& images, const Tensor& target_in,

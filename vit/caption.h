@@ -7,6 +7,9 @@
 //
 //   memory  = vit.features(images)        [B, 1 + N, d]  (timm's forward_features)
 //             without the class token when memory_class_token is false: [B, N, d]
+//             + S, when memory_positions: a fixed 2-D sine-cosine code of each patch's row and
+//             column (MAE's, DETR's), zero on the class token's row: where each token lies,
+//             restated for the decoder after the encoder's blocks have mixed it with content
 //   x       = E[target_in] + P[0:Tt]      [B, Tt, d]     (dropout in training)
 //   h       = decoder(x, memory, self: causal + target lengths)   [B, Tt, d]  (pre-norm, GELU,
 //             final norm)
@@ -47,6 +50,7 @@ struct CaptionConfig {
   float decoder_attention_dropout = 0.f;
   bool tie_embeddings = true;      // output layer = token embedding matrix
   bool memory_class_token = true;  // the class token's row is part of the decoder's memory
+  bool memory_positions = false;   // add the patch grid's 2-D sine-cosine code to the memory
 
   int64_t d_model() const { return encoder.d_model; }
   int64_t d_ff() const { return decoder_d_ff > 0 ? decoder_d_ff : encoder.d_ff; }
@@ -58,7 +62,8 @@ struct CaptionConfig {
 // As text, for checkpoint attributes and a config file's [model] section: "type" = "caption",
 // every key of the ViT's configuration but "type" and "num_classes" (the encoder's), and
 // "vocab_size", "max_length", "decoder_layers", "decoder_heads", "decoder_d_ff",
-// "decoder_dropout", "decoder_attention_dropout", "tie_embeddings", "memory_class_token".
+// "decoder_dropout", "decoder_attention_dropout", "tie_embeddings", "memory_class_token",
+// "memory_positions".
 std::map<std::string, std::string> to_config_map(const CaptionConfig& config);
 // The reverse; vitk::Error naming `source` and the key for an unknown key, a bad value or a type
 // other than "caption". Missing keys keep their defaults.

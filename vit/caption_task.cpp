@@ -250,7 +250,14 @@ void CaptionTask::start_epoch(int64_t epoch, int64_t first) {
 }
 
 bool CaptionTask::next_batch() {
-  return loader_->next(batch_);
+  if (!loader_->next(batch_)) return false;
+  // The loss is the mean over the global batch's target tokens (words and EOS), so each part
+  // weighs its own tokens' mean by their share of them: the count of every rank's rows.
+  global_tokens_ = 0;
+  for (int64_t r = 0; r < batch_.labels.numel(); ++r)
+    global_tokens_ += static_cast<int64_t>(caption_of(batch_.labels.i32()[r]).size()) + 1;
+  if (part_.ranks > 1) part_.world->allreduce_sum(&global_tokens_, 1);
+  return true;
 }
 
 std::pair<std::string, int64_t> CaptionTask::batching() const {
@@ -282,18 +289,19 @@ void teacher_forcing(const std::vector<const std::vector<int32_t>*>& ids, Tensor
 
 }  // namespace
 
+const std::vector<int32_t>& CaptionTask::caption_of(int64_t image) const {
+  const auto& captions = train_ids_.at(static_cast<size_t>(image));
+  // One caption per image and epoch, keyed by (seed, epoch, image): the same on any rank.
+  const uint64_t draw =
+      ops::Rng::hash(ops::Rng::hash(seed_ ^ 0xCA9710, static_cast<uint64_t>(epoch_)),
+                     static_cast<uint64_t>(image));
+  return captions[draw % captions.size()];
+}
+
 void CaptionTask::make_targets(int64_t begin, int64_t end, Tensor& in, Tensor& out,
                                Tensor& lengths) const {
   std::vector<const std::vector<int32_t>*> chosen;
-  for (int64_t r = begin; r < end; ++r) {
-    const int64_t image = batch_.labels.i32()[r];
-    const auto& captions = train_ids_.at(static_cast<size_t>(image));
-    // One caption per image and epoch, keyed by (seed, epoch, image): the same on any rank.
-    const uint64_t draw =
-        ops::Rng::hash(ops::Rng::hash(seed_ ^ 0xCA9710, static_cast<uint64_t>(epoch_)),
-                       static_cast<uint64_t>(image));
-    chosen.push_back(&captions[draw % captions.size()]);
-  }
+  for (int64_t r = begin; r < end; ++r) chosen.push_back(&caption_of(batch_.labels.i32()[r]));
   teacher_forcing(chosen, in, out, lengths);
 }
 
@@ -307,9 +315,12 @@ train::StepStats CaptionTask::forward_loss(nn::Context& ctx, int64_t, int micro)
     ops::profile::Scope scope("model forward (rest)");
     logits = model_->forward(ctx, images, target_in_, lengths_);
   }
-  // The mean over this part's tokens, weighted by its share of the global batch's images (the
-  // global token count is not known to a part): exactly the batch's token mean in one process.
-  const float scale = static_cast<float>(rows) / static_cast<float>(local * part_.ranks);
+  // The mean over this part's tokens, weighted by their share of the global batch's: the
+  // gradients summed over the parts are the global token mean's (exactly 1 in a single process).
+  int64_t tokens = 0;
+  for (int64_t r = 0; r < rows; ++r) tokens += lengths_.i32()[r];
+  const float scale =
+      part_.parts() > 1 ? static_cast<float>(tokens) / static_cast<float>(global_tokens_) : 1.f;
   dlogits_ = logits;  // overwritten in place by its gradient
   ops::CrossEntropyStats s;
   {
@@ -318,8 +329,9 @@ train::StepStats CaptionTask::forward_loss(nn::Context& ctx, int64_t, int micro)
                                             scale, dlogits_);
   }
   double penalty = 0;
-  if (o_.attention_penalty > 0.f)  // the mean over the images, weighted like the loss
-    penalty = model_->attention_penalty(o_.attention_penalty, scale / static_cast<float>(rows)) /
+  if (o_.attention_penalty > 0.f)  // the mean over the global batch's images
+    penalty = model_->attention_penalty(o_.attention_penalty,
+                                        1.f / static_cast<float>(local * part_.ranks)) /
               static_cast<double>(rows);
   train::StepStats stats;
   stats.loss = s.loss + penalty;
@@ -440,7 +452,8 @@ void CaptionTask::log_setup(std::ostream& L) const {
     << ", " << e.layers << " layers, " << e.heads << " heads, d_ff " << e.d_ff
     << (e.stem_channels.empty() ? "" : ", conv stem " + stem_channels_text(e.stem_channels))
     << "; memory " << cfg_.memory_tokens() << " tokens ("
-    << (cfg_.memory_class_token ? "class token and patches" : "patches") << "); decoder "
+    << (cfg_.memory_class_token ? "class token and patches" : "patches")
+    << (cfg_.memory_positions ? ", plus 2-D sine-cosine positions" : "") << "); decoder "
     << cfg_.decoder_layers << " layers, " << cfg_.decoder_heads << " heads, d_ff " << cfg_.d_ff()
     << ", " << cfg_.max_length << " positions, output "
     << (cfg_.tie_embeddings ? "tied to the embedding" : "untied") << "\n";

@@ -108,6 +108,8 @@ class CaptionTask : public train::Task {
   // model's positions.
   void encode_captions();
   // target_in/target_out/lengths for rows [begin, end) of the current batch.
+  // The caption image `image` is trained on this epoch, as token ids.
+  const std::vector<int32_t>& caption_of(int64_t image) const;
   void make_targets(int64_t begin, int64_t end, Tensor& in, Tensor& out, Tensor& lengths) const;
 
   const CaptionTrainOptions& o_;
@@ -120,6 +122,7 @@ class CaptionTask : public train::Task {
   CaptionConfig cfg_;
   uint64_t seed_ = 0;
   int64_t bpe_ = 0, epoch_ = 0;
+  int64_t global_tokens_ = 0;  // target tokens of the current global batch, every rank's
   int64_t encoder_tensors_ = 0;
   train::Partition part_;
 

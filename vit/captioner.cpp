@@ -36,7 +36,7 @@ LoadedCaptioner load_captioner(const std::string& path) {
   out.params = std::make_unique<ParamStore>();
   out.model = std::make_unique<CaptionModel>(*out.params, out.config);
   out.params->finalize(/*gradients=*/false);
-  io::load_checkpoint(path, *out.params);
+  io::load_checkpoint(path, *out.params, nullptr, /*int8=*/true);  // also vitk quantize's files
   return out;
 }
 

@@ -54,7 +54,8 @@ struct LoadedCaptioner {
 
 // Builds the model a captioning checkpoint describes and loads its weights and tokenizer.
 // vitk::Error naming the file and what is wrong (not a caption model, no tokenizer, a tokenizer
-// of another size than the model's vocabulary, a tensor of another shape).
+// of another size than the model's vocabulary, a tensor of another shape). A file of vitk quantize
+// loads its int8 matrices as such: the model then runs at ops::Precision::int8 only.
 LoadedCaptioner load_captioner(const std::string& path);
 
 struct CaptionRunOptions {

@@ -32,6 +32,18 @@ int64_t stem_total_stride(const ModelSpec& s) {
   return stride;
 }
 
+// A ViT's patch embedding and blocks: a classifier, or a captioner's encoder.
+bool has_vit(const ModelSpec& s) {
+  return s.type == "vit" || s.type == "caption";
+}
+
+LayerConfig caption_decoder_layer(const ModelSpec& s) {
+  LayerConfig l = s.layer;
+  if (s.decoder_heads > 0) l.heads = s.decoder_heads;
+  if (s.decoder_d_ff > 0) l.d_ff = s.decoder_d_ff;
+  return l;
+}
+
 void check(const ModelSpec& s) {
   const auto& l = s.layer;
   if (l.d_model <= 0 || l.heads <= 0 || l.d_ff <= 0)
@@ -39,22 +51,26 @@ void check(const ModelSpec& s) {
   if (l.d_model % l.heads)
     throw UsageError("model: d_model " + std::to_string(l.d_model) +
                      " is not a multiple of heads " + std::to_string(l.heads));
-  if (s.type != "vit" && s.type != "transformer" && s.type != "encoder")
-    throw UsageError("model.type must be vit, transformer or encoder, not '" + s.type + "'");
-  if (s.type == "vit" && !s.stem_strides.empty() && s.stem_strides.size() != s.stem_channels.size())
+  if (!has_vit(s) && s.type != "transformer" && s.type != "encoder")
+    throw UsageError("model.type must be vit, transformer, encoder or caption, not '" + s.type +
+                     "'");
+  if (s.type == "caption" && l.d_model % caption_decoder_layer(s).heads)
+    throw UsageError("model: d_model " + std::to_string(l.d_model) +
+                     " is not a multiple of decoder_heads " + std::to_string(s.decoder_heads));
+  if (has_vit(s) && !s.stem_strides.empty() && s.stem_strides.size() != s.stem_channels.size())
     throw UsageError("model: " + std::to_string(s.stem_strides.size()) + " stem_strides for " +
                      std::to_string(s.stem_channels.size()) + " stem_channels stages");
-  if (s.type == "vit" && s.patch_size % stem_total_stride(s))
+  if (has_vit(s) && s.patch_size % stem_total_stride(s))
     throw UsageError("model: patch_size " + std::to_string(s.patch_size) +
                      " is not a multiple of the stem's stride " +
                      std::to_string(stem_total_stride(s)));
-  if (s.type == "vit" && (s.pos_convs < 0 || s.pos_convs > s.encoder_layers))
+  if (has_vit(s) && (s.pos_convs < 0 || s.pos_convs > s.encoder_layers))
     throw UsageError("model: " + std::to_string(s.pos_convs) + " positional convolutions for " +
                      std::to_string(s.encoder_layers) + " blocks (at most one after each)");
-  if (s.type == "vit" && (s.ffn_convs < 0 || s.ffn_convs > s.encoder_layers))
+  if (has_vit(s) && (s.ffn_convs < 0 || s.ffn_convs > s.encoder_layers))
     throw UsageError("model: " + std::to_string(s.ffn_convs) + " MLP convolutions for " +
                      std::to_string(s.encoder_layers) + " blocks (at most one in each)");
-  if (s.type == "vit" && (s.patch_size <= 0 || s.image_size % s.patch_size))
+  if (has_vit(s) && (s.patch_size <= 0 || s.image_size % s.patch_size))
     throw UsageError("model: patch_size " + std::to_string(s.patch_size) +
                      " must divide image_size " + std::to_string(s.image_size));
 }
@@ -72,17 +88,16 @@ ModelSize model_size(const ModelSpec& spec) {
   const int64_t enc_macs = count_linear_macs(store, "enc.");
   const std::string enc_note = "qkv 3d² + proj d² + 2·d·d_ff";
 
-  const int64_t tokens =
-      spec.type == "vit"
-          ? (spec.image_size / spec.patch_size) * (spec.image_size / spec.patch_size) + 1
-          : spec.sequence_length;
+  const bool vit = has_vit(spec), caption = spec.type == "caption";
+  const int64_t patches = (spec.image_size / spec.patch_size) * (spec.image_size / spec.patch_size);
+  const int64_t tokens = vit ? patches + 1 : spec.sequence_length;
   size.tokens = tokens;
   auto add = [&](std::string name, int count, int64_t params, int64_t macs, int64_t positions,
                  int64_t attention_macs, std::string note) {
     size.blocks.push_back(
         {std::move(name), count, params, macs, attention_macs, std::move(note), positions});
   };
-  if (spec.type == "vit") {
+  if (vit) {
     // The stem's 3×3 stages of stride 1 or 2 (conv, LayerNorm, GELU), then the projection over
     // P/S × P/S of the last stage's map (S: the stem's total stride).
     int64_t channels = spec.channels, side = spec.image_size;
@@ -102,12 +117,14 @@ ModelSize model_size(const ModelSpec& spec) {
     const int copies = spec.tied_embeddings ? 1 : (spec.type == "transformer" ? 3 : 2);
     add("token embeddings", copies, spec.vocab_size * d, 0, 0, 0, "lookup");
   }
+  if (caption && spec.vocab_size > 0)
+    add("token embeddings", 1, spec.vocab_size * d, 0, 0, 0, "lookup");
   const int64_t attn_per_token = 2 * tokens * d;  // q·kᵀ and p·v: T·d each
   add("encoder layer", spec.encoder_layers, enc_params, enc_macs, tokens, attn_per_token, enc_note);
-  if (spec.type == "vit" && spec.pos_convs > 0)
+  if (vit && spec.pos_convs > 0)
     add("positional convolution", spec.pos_convs, 9 * d + d, 9 * d, tokens - 1, 0,
         "depthwise 3·3·d per patch");
-  if (spec.type == "vit" && spec.ffn_convs > 0)
+  if (vit && spec.ffn_convs > 0)
     add("MLP convolution", spec.ffn_convs, 9 * spec.layer.d_ff + spec.layer.d_ff,
         9 * spec.layer.d_ff, tokens - 1, 0, "depthwise 3·3·d_ff per patch");
   if (spec.type == "transformer" && spec.decoder_layers > 0) {
@@ -119,9 +136,26 @@ ModelSize model_size(const ModelSpec& spec) {
         tokens, 2 * attn_per_token,
         "self qkv 3d² + proj d² + cross q, proj 2d² + 2·d·d_ff; cross k, v 2d² per source token");
   }
-  const bool final_norm = spec.layer.pre_norm || spec.type == "vit";
-  if (final_norm) add("final layer norm", spec.type == "transformer" ? 2 : 1, 2 * d, 0, 0, 0, "");
-  if (spec.type == "vit") {
+  // A captioner's decoder: learned positions, pre-norm layers over its target positions that
+  // cross-attend to the memory (the patches, and the class token if it is kept).
+  const int64_t memory = patches + (spec.memory_class_token ? 1 : 0);
+  if (caption && spec.decoder_layers > 0) {
+    add("decoder positions", 1, spec.sequence_length * d, 0, 0, 0, "");
+    DecoderLayer dec(store, "cap", caption_decoder_layer(spec));
+    add("decoder layer", spec.decoder_layers, count_params(store, "cap."),
+        count_linear_macs(store, "cap.") - 2 * d * d, spec.sequence_length,
+        2 * (spec.sequence_length + memory) * d,
+        "self qkv 3d² + proj d² + cross q, proj 2d² + 2·d·d_ff; cross k, v 2d² per memory token");
+  }
+  const bool final_norm = spec.layer.pre_norm || vit;
+  if (final_norm)
+    add("final layer norm", spec.type == "transformer" || caption ? 2 : 1, 2 * d, 0, 0, 0, "");
+  if (caption && spec.vocab_size > 0) {
+    add("output projection", 1, spec.tied_embeddings ? 0 : spec.vocab_size * d, d * spec.vocab_size,
+        spec.sequence_length, 0,
+        spec.tied_embeddings ? "d·vocab per target token (the embedding)"
+                             : "d·vocab per target token");
+  } else if (vit && !caption) {
     add("classifier head", 1, d * spec.num_classes + spec.num_classes, d * spec.num_classes, 1, 0,
         "once per image");
   } else if (spec.vocab_size > 0 && spec.type == "transformer") {
@@ -130,14 +164,16 @@ ModelSize model_size(const ModelSpec& spec) {
   }
   for (const auto& b : size.blocks) size.total_params += b.count * b.params;
 
-  // Multiply-adds of one sequence (one image; or one source plus one target sequence).
+  // Multiply-adds of one sequence (one image; one source plus one target sequence; one image and
+  // its caption).
   double macs = 0, attention = 0;
   const double t = static_cast<double>(tokens);
   for (const auto& b : size.blocks) {
     macs += b.count * static_cast<double>(b.macs) * static_cast<double>(b.positions);
-    attention += b.count * static_cast<double>(b.attention_macs) * t;
+    attention += b.count * static_cast<double>(b.attention_macs) * static_cast<double>(b.positions);
   }
   if (spec.type == "transformer") macs += spec.decoder_layers * 2.0 * d * d * t;  // cross k, v
+  if (caption) macs += spec.decoder_layers * 2.0 * d * d * static_cast<double>(memory);
   size.macs_per_sequence = macs + attention;
   size.attention_macs_per_sequence = attention;
   return size;

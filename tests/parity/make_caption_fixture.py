@@ -7,7 +7,8 @@ Run with Debian's PyTorch (python3-torch, python3-h5py):
 
 The reference: the ViT of make_vit_fixtures.py (timm's layout) without its head, its final norm
 applied to every token (timm's forward_features), as the memory (all tokens, or all but the class
-token); token embeddings plus learned positions; PyTorch's nn.TransformerDecoderLayer (norm_first,
+token), plus, in the memory_positions case, a fixed 2-D sine-cosine code of each patch's grid row
+and column (zero on the class token); token embeddings plus learned positions; PyTorch's nn.TransformerDecoderLayer (norm_first,
 GELU, dropout 0) stacked by nn.TransformerDecoder with a final LayerNorm; a bias-free output layer,
 tied to the embedding or not. The loss is F.cross_entropy(ignore_index=0 (pad),
 label_smoothing=0.1), the mean over the non-pad target tokens, plus the doubly stochastic
@@ -20,7 +21,7 @@ float64 from the float32 parameters and stored as float32.
 One HDF5 file per case holds:
   attributes          vitk's [model] keys (image_size, patch_size, ..., vocab_size, max_length,
                       decoder_layers, decoder_heads, decoder_d_ff, tie_embeddings,
-                      memory_class_token), label_smoothing, penalty (lambda), torch_version
+                      memory_class_token, memory_positions), label_smoothing, penalty (lambda), torch_version
   param/<vitk name>   the parameters under vitk's names (vit/caption.h)
   input/images, input/target_in, input/target_out, input/target_lengths
   output/logits [B, Tt, V], output/loss [1] (cross-entropy), output/penalty [1] (mean over images)
@@ -51,11 +52,21 @@ DEC_HEADS, DEC_FF = 2, 24
 DEFAULT_OUT = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "caption"
 
 
+def sincos_2d(rows, cols, d):
+    """[rows * cols, d]: sin(r w_k), cos(r w_k), sin(c w_k), cos(c w_k), w_k = 10000^(-k/(d/4))."""
+    quarter = d // 4
+    omega = 10000.0 ** (-torch.arange(quarter, dtype=torch.float64) / quarter)
+    r = torch.arange(rows, dtype=torch.float64).repeat_interleave(cols)[:, None] * omega
+    c = torch.arange(cols, dtype=torch.float64).repeat(rows)[:, None] * omega
+    return torch.cat((r.sin(), r.cos(), c.sin(), c.cos()), dim=1)
+
+
 class Captioner(nn.Module):
-    def __init__(self, cfg, layers, tied, class_token):
+    def __init__(self, cfg, layers, tied, class_token, positions=False):
         super().__init__()
         d = cfg["d_model"]
         self.class_token = class_token
+        self.positions = positions
         self.tied = tied
         self.encoder = vitfx.VisionTransformer(cfg)
         del self.encoder.head  # no head: num_classes 0
@@ -84,6 +95,9 @@ class Captioner(nn.Module):
     def forward(self, images, target_in, target_lengths):
         """Logits [B, Tt, V] and the last layer's cross-attention weights [B, Tt, Tm]."""
         memory = self.features(images)
+        if self.positions:
+            code = sincos_2d(*self.encoder.grid, memory.shape[2]).to(memory.dtype)
+            memory = memory + torch.cat((torch.zeros_like(code[:1]), code))
         if not self.class_token:
             memory = memory[:, 1:]
         tt = target_in.shape[1]
@@ -152,9 +166,9 @@ def run(model, images, target_in, target_out, penalty, dtype):
             grads)
 
 
-def write_case(path, seed, cfg, layers, tied, class_token, penalty):
+def write_case(path, seed, cfg, layers, tied, class_token, penalty, positions=False):
     gen = torch.Generator().manual_seed(seed)
-    model = Captioner(cfg, layers, tied, class_token)
+    model = Captioner(cfg, layers, tied, class_token, positions)
     vitfx.randomize(model, gen)
     mapping = names(cfg, layers, tied)
     core.check_mapping(model, mapping)
@@ -175,7 +189,8 @@ def write_case(path, seed, cfg, layers, tied, class_token, penalty):
              "vocab_size": VOCAB, "max_length": MAX_LENGTH, "decoder_layers": layers,
              "decoder_heads": DEC_HEADS, "decoder_d_ff": DEC_FF, "decoder_dropout": 0,
              "tie_embeddings": "true" if tied else "false",
-             "memory_class_token": "true" if class_token else "false"}
+             "memory_class_token": "true" if class_token else "false",
+             "memory_positions": "true" if positions else "false"}
     with h5py.File(path, "w", libver="earliest", track_order=False) as f:
         for key, value in attrs.items():
             f.attrs[key] = str(value)
@@ -217,6 +232,10 @@ def main():
     write_case(args.out / "02_gray_stem_untied_patches.h5", 302,
                vitfx.config("token", 1, 12, 8, 4, 2, 1, stem="6", pos_conv="0"), 2, False, False,
                1.0)
+    # The memory's 2-D sine-cosine positions, on a 3x2 patch grid, with the class token.
+    write_case(args.out / "03_positions_class_token.h5", 303,
+               vitfx.config("token", 1, 12, 8, 4, 1, 1, pos_conv="0"), 1, True, True, 0.5,
+               positions=True)
 
 
 if __name__ == "__main__":
