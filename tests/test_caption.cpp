@@ -274,4 +274,19 @@ TEST(CaptionConfig, RoundTripsThroughTextAndNamesBadKeys) {
   bad = map;
   bad["type"] = "vit";
   EXPECT_THROW(vit::caption_config_from_map(bad, "x.h5"), Error);
+  bad = map;  // the sine-cosine code needs d_model in quarters
+  bad["memory_positions"] = "true";
+  bad["d_model"] = "18";
+  EXPECT_THROW(
+      {
+        try {
+          vit::caption_config_from_map(bad, "x.h5");
+        } catch (const Error& e) {
+          EXPECT_TRUE(test::contains(e.what(), "memory_positions")) << e.what();
+          throw;
+        }
+      },
+      Error);
+  bad["d_model"] = "16";
+  EXPECT_TRUE(vit::caption_config_from_map(bad, "x.h5").memory_positions);
 }
