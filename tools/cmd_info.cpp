@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "common/nn/model_info.h"
 #include "tools/cli.h"
+#include "vit/caption.h"
 #include "vit/vit.h"
 
 namespace vitk::tools {
@@ -42,8 +43,10 @@ nn::ModelSpec spec_from(const po::variables_map& vm) {
     s.layer.pre_norm = true;
     s.layer.activation = ops::Activation::gelu;
     s.sequence_length = vm["model.max_length"].as<int64_t>();
-    s.decoder_layers =
-        vm["model.decoder_layers"].defaulted() ? 2 : vm["model.decoder_layers"].as<int>();
+    // model.decoder_layers defaults to the encoder-decoder's 6; a captioner's default is its own.
+    s.decoder_layers = vm["model.decoder_layers"].defaulted()
+                           ? vit::CaptionConfig().decoder_layers
+                           : vm["model.decoder_layers"].as<int>();
     s.decoder_heads = vm["model.decoder_heads"].as<int64_t>();
     s.decoder_d_ff = vm["model.decoder_d_ff"].as<int64_t>();
     s.tied_embeddings = vm["model.tie_embeddings"].as<bool>();
@@ -119,6 +122,7 @@ void register_info_commands(Registry& registry) {
       "vitk info --config configs/transformer-base.ini --model.sequence_length 50\n"
       "vitk info --config configs/caption-scenes.ini";
   c.add_options = [](po::options_description& o) {
+    const vit::CaptionConfig caption;  // the defaults of the caption-only keys
     o.add_options()("model.type", po::value<std::string>()->default_value("transformer"),
                     "vit, transformer (encoder-decoder), encoder or caption")(
         "model.d_model", po::value<int64_t>()->default_value(512), "model width d")(
@@ -147,14 +151,15 @@ void register_info_commands(Registry& registry) {
         "model.ffn_conv_blocks", po::value<std::string>()->default_value("none"),
         "vit: blocks whose MLP convolves its hidden tokens (3x3 depthwise, e.g. 0,1,2)")(
         "model.num_classes", po::value<int64_t>()->default_value(1000), "vit: classes")(
-        "model.max_length", po::value<int64_t>()->default_value(40), "caption: target positions")(
-        "model.decoder_heads", po::value<int64_t>()->default_value(0),
-        "caption: decoder heads (0: the encoder's)")(
-        "model.decoder_d_ff", po::value<int64_t>()->default_value(0),
+        "model.max_length", po::value<int64_t>()->default_value(caption.max_length),
+        "caption: target positions")("model.decoder_heads",
+                                     po::value<int64_t>()->default_value(caption.decoder_heads),
+                                     "caption: decoder heads")(
+        "model.decoder_d_ff", po::value<int64_t>()->default_value(caption.decoder_d_ff),
         "caption: decoder feed-forward width (0: the encoder's)")(
-        "model.tie_embeddings", switch_value(true),
+        "model.tie_embeddings", switch_value(caption.tie_embeddings),
         "caption: the output layer is the token embedding")(
-        "model.memory_class_token", switch_value(true),
+        "model.memory_class_token", switch_value(caption.memory_class_token),
         "caption: the class token is one of the memory tokens")(
         "vocab-size", po::value<int64_t>()->default_value(0),
         "caption: the vocabulary, when model.vocab_size is not given");

@@ -56,29 +56,21 @@ void CaptionConfig::validate() const {
 namespace {
 
 // The 2-D sine-cosine code of the memory's patch rows (memory_positions): for the patch in grid
-// row r and column c, sin(r·ω_k), cos(r·ω_k), sin(c·ω_k), cos(c·ω_k) in four quarters of d,
-// ω_k = 10000^(−k/(d/4)); the class token's row (memory_class_token) stays 0.
+// row r and column c, the core's 1-D sinusoids of width d/2 (nn::sinusoidal_positions) for r in
+// the first half of d and for c in the second; the class token's row (memory_class_token) stays 0.
 Tensor memory_sincos(const CaptionConfig& c) {
-  const int64_t d = c.d_model(), quarter = d / 4, Wg = c.encoder.grid_width();
+  const int64_t d = c.d_model(), half = d / 2, Wg = c.encoder.grid_width();
+  const Tensor rows = nn::sinusoidal_positions(c.encoder.grid_height(), half);  // [Hg, d/2]
+  const Tensor cols = nn::sinusoidal_positions(Wg, half);                       // [Wg, d/2]
   const int64_t first = c.memory_class_token ? 1 : 0;
   Tensor table({c.memory_tokens(), d});  // zero-filled: the class token's row stays 0
   for (int64_t n = 0; n < c.encoder.patches(); ++n) {
     float* row = table.f32() + (first + n) * d;
-    const double where[2] = {static_cast<double>(n / Wg), static_cast<double>(n % Wg)};
-    for (int axis = 0; axis < 2; ++axis)  // rows in the first half, columns in the second
-      for (int64_t k = 0; k < quarter; ++k) {
-        const double omega =
-            std::pow(10000.0, -static_cast<double>(k) / static_cast<double>(quarter));
-        row[axis * 2 * quarter + k] = static_cast<float>(std::sin(where[axis] * omega));
-        row[axis * 2 * quarter + quarter + k] = static_cast<float>(std::cos(where[axis] * omega));
-      }
+    std::copy_n(rows.f32() + (n / Wg) * half, half, row);
+    std::copy_n(cols.f32() + (n % Wg) * half, half, row + half);
   }
   return table;
 }
-
-}  // namespace
-
-namespace {
 
 const char* const kCaptionKeys[] = {"vocab_size",
                                     "max_length",

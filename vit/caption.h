@@ -8,8 +8,9 @@
 //   memory  = vit.features(images)        [B, 1 + N, d]  (timm's forward_features)
 //             without the class token when memory_class_token is false: [B, N, d]
 //             + S, when memory_positions: a fixed 2-D sine-cosine code of each patch's row and
-//             column (MAE's, DETR's), zero on the class token's row: where each token lies,
-//             restated for the decoder after the encoder's blocks have mixed it with content
+//             column (the core's sinusoids of each in one half of d, as MAE's and DETR's), zero
+//             on the class token's row: where each token lies, restated for the decoder after
+//             the encoder's blocks have mixed it with content
 //   x       = E[target_in] + P[0:Tt]      [B, Tt, d]     (dropout in training)
 //   h       = decoder(x, memory, self: causal + target lengths)   [B, Tt, d]  (pre-norm, GELU,
 //             final norm)

@@ -8,7 +8,8 @@ Run with Debian's PyTorch (python3-torch, python3-h5py):
 The reference: the ViT of make_vit_fixtures.py (timm's layout) without its head, its final norm
 applied to every token (timm's forward_features), as the memory (all tokens, or all but the class
 token), plus, in the memory_positions case, a fixed 2-D sine-cosine code of each patch's grid row
-and column (zero on the class token); token embeddings plus learned positions; PyTorch's nn.TransformerDecoderLayer (norm_first,
+and column (the Transformer paper's 1-D sinusoids of each, side by side; zero on the class
+token); token embeddings plus learned positions; PyTorch's nn.TransformerDecoderLayer (norm_first,
 GELU, dropout 0) stacked by nn.TransformerDecoder with a final LayerNorm; a bias-free output layer,
 tied to the embedding or not. The loss is F.cross_entropy(ignore_index=0 (pad),
 label_smoothing=0.1), the mean over the non-pad target tokens, plus the doubly stochastic
@@ -52,13 +53,20 @@ DEC_HEADS, DEC_FF = 2, 24
 DEFAULT_OUT = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "caption"
 
 
+def sinusoids(length, d):
+    """[length, d]: the Transformer paper's code, sin in even columns and cos in odd ones, column
+    pair i at frequency 10000^(-2i/d)."""
+    pos = torch.arange(length, dtype=torch.float64)[:, None]
+    angle = pos * 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    return torch.stack((angle.sin(), angle.cos()), dim=2).reshape(length, d)
+
+
 def sincos_2d(rows, cols, d):
-    """[rows * cols, d]: sin(r w_k), cos(r w_k), sin(c w_k), cos(c w_k), w_k = 10000^(-k/(d/4))."""
-    quarter = d // 4
-    omega = 10000.0 ** (-torch.arange(quarter, dtype=torch.float64) / quarter)
-    r = torch.arange(rows, dtype=torch.float64).repeat_interleave(cols)[:, None] * omega
-    c = torch.arange(cols, dtype=torch.float64).repeat(rows)[:, None] * omega
-    return torch.cat((r.sin(), r.cos(), c.sin(), c.cos()), dim=1)
+    """[rows * cols, d]: the 1-D code of each patch's row in the first half of d, of its column
+    in the second."""
+    r = sinusoids(rows, d // 2).repeat_interleave(cols, dim=0)
+    c = sinusoids(cols, d // 2).repeat(rows, 1)
+    return torch.cat((r, c), dim=1)
 
 
 class Captioner(nn.Module):
