@@ -88,6 +88,18 @@ Tokenizer Tokenizer::train(const std::vector<std::string>& sentences,
     throw Error("tokenizer: character coverage must be in (0, 1], got " +
                 std::to_string(options.character_coverage));
   }
+  std::string symbols;  // SentencePiece's user_defined_symbols: "▁to▁the▁left▁of,..."
+  for (const std::string& phrase : options.phrases) {
+    const bool words_by_single_spaces = !phrase.empty() && phrase.front() != ' ' &&
+                                        phrase.back() != ' ' &&
+                                        phrase.find("  ") == std::string::npos;
+    if (!words_by_single_spaces || phrase.find_first_of(",\t\r\n") != std::string::npos)
+      throw Error("tokenizer: phrase '" + phrase +
+                  "' should be words separated by single spaces, without commas");
+    std::string piece = "\xe2\x96\x81";  // "▁", SentencePiece's word boundary
+    for (char c : phrase) piece += c == ' ' ? std::string("\xe2\x96\x81") : std::string(1, c);
+    symbols += (symbols.empty() ? "" : ",") + piece;
+  }
   std::vector<const std::string*> kept;
   for (const auto& s : sentences) {
     if (!s.empty()) kept.push_back(&s);
@@ -106,7 +118,7 @@ Tokenizer Tokenizer::train(const std::vector<std::string>& sentences,
     kept.swap(sample);
   }
 
-  const std::unordered_map<std::string, std::string> args = {
+  std::unordered_map<std::string, std::string> args = {
       {"model_type", options.model_type},
       {"vocab_size", std::to_string(options.vocab_size)},
       {"character_coverage", std::to_string(options.character_coverage)},
@@ -119,6 +131,7 @@ Tokenizer Tokenizer::train(const std::vector<std::string>& sentences,
       {"shuffle_input_sentence", "false"},
       {"max_sentence_length", "65536"},  // bytes; longer sentences are skipped by the trainer
   };
+  if (!symbols.empty()) args["user_defined_symbols"] = symbols;
   std::string model;
   sentencepiece::util::Status status;
   {

@@ -17,6 +17,9 @@ struct TokenizerOptions {
   double character_coverage = 1.0;
   int64_t max_sentences = 0;  // 0: all (else a seeded sample)
   int threads = 2;
+  // Phrases that become one piece each, spaces included ("to the left of" -> "▁to▁the▁left▁of"):
+  // SentencePiece's user-defined symbols. Words separated by single spaces, no comma.
+  std::vector<std::string> phrases;
 };
 
 class Tokenizer : public Vocabulary {

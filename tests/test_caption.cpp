@@ -19,6 +19,7 @@
 #include "op_test_util.h"
 #include "test_util.h"
 #include "vit/caption.h"
+#include "vit/captioner.h"
 
 using namespace vitk;
 
@@ -191,6 +192,48 @@ TEST(CaptionModel, StepsEqualTheTeacherForcedForward) {
               << "b " << b << " t " << t << " v " << v;
     }
   }
+}
+
+// caption_log_probs (what `--references likeliest` ranks by) equals the log-softmax of the
+// teacher-forced forward summed over each caption's tokens and EOS, however many captions an
+// image has and in whatever order; captions too long for the model and unknown rows are errors.
+TEST(CaptionModel, CaptionLogProbsAreTheTeacherForcedForwards) {
+  SmallCaptioner s(/*class_token=*/false, /*tied=*/false);
+  std::mt19937 gen(8);
+  const Tensor images = random_images(2, gen);
+  const std::vector<std::vector<int32_t>> captions = {{4, 5, 6}, {7}, {}, {8, 4, 4, 5, 6}, {5, 5}};
+  const std::vector<int64_t> image_of = {1, 0, 0, 1, 0};
+  std::vector<const std::vector<int32_t>*> rows;
+  for (const auto& c : captions) rows.push_back(&c);
+  Arena arena;
+  nn::Context ctx{false, &arena, nullptr};
+  const std::vector<double> got = vit::caption_log_probs(*s.model, ctx, images, rows, image_of);
+  ASSERT_EQ(got.size(), captions.size());
+  const int64_t V = s.config.vocab_size;
+  for (size_t k = 0; k < captions.size(); ++k) {
+    const int64_t n = static_cast<int64_t>(captions[k].size()), T = n + 1;
+    Tensor in({1, T}, DType::i32), lengths({1}, DType::i32);
+    in.i32()[0] = Vocabulary::kBos;
+    for (int64_t t = 0; t < n; ++t) in.i32()[t + 1] = captions[k][static_cast<size_t>(t)];
+    lengths.i32()[0] = static_cast<int32_t>(T);
+    const Tensor image = images.rows(image_of[k], image_of[k] + 1);
+    const Tensor logits = s.model->forward(ctx, image, in, lengths);  // [1, T, V]
+    double want = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const float* z = logits.f32() + t * V;
+      double sum = 0;
+      for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(z[v]));
+      const int32_t target = t < n ? captions[k][static_cast<size_t>(t)] : Vocabulary::kEos;
+      want += static_cast<double>(z[target]) - std::log(sum);
+    }
+    EXPECT_NEAR(got[k], want, 1e-4) << "caption " << k;
+    EXPECT_LT(got[k], 0.0);
+  }
+
+  const std::vector<int32_t> too_long(static_cast<size_t>(s.config.max_length), 4);
+  EXPECT_THROW(vit::caption_log_probs(*s.model, ctx, images, {&too_long}, {0}), Error);
+  EXPECT_THROW(vit::caption_log_probs(*s.model, ctx, images, {rows[0]}, {2}), Error);
+  EXPECT_THROW(vit::caption_log_probs(*s.model, ctx, images, {rows[0]}, {}), Error);
 }
 
 // A frozen encoder (train_encoder false) gets no gradient and the decoder the same one as with

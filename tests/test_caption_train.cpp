@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -13,11 +15,13 @@
 #include "common/io/json.h"
 #include "common/params.h"
 #include "datasets/captions.h"
+#include "datasets/loader.h"
 #include "datasets/scenes.h"
 #include "scene_data.h"
 #include "test_util.h"
 #include "vit/caption_task.h"
 #include "vit/captioner.h"
+#include "vit/evaluate.h"
 #include "vitk_process.h"
 
 using namespace vitk;
@@ -29,14 +33,14 @@ namespace {
 struct TinyScenes {
   test::TempDir dir;
   std::string root;
-  TinyScenes() {
+  explicit TinyScenes(int64_t captions_per_image = 1) {
     datasets::SceneOptions o;
     o.fashion_mnist = vitk::testing::write_fashion_mnist(dir);
     o.output = (dir / "scenes").string();
     o.train = 8;
     o.val = 4;
     o.test = 4;
-    o.captions_per_image = 1;
+    o.captions_per_image = captions_per_image;
     o.min_objects = o.max_objects = 2;
     o.seed = 5;
     datasets::make_scenes(o);
@@ -122,6 +126,91 @@ TEST(CaptionTrain, ATinyRunLearnsItsScenesAndBeamScoresAtLeastGreedy) {
   for (size_t i = 0; i < beamed.size(); ++i)
     EXPECT_GE(beamed[i].hypotheses.front().score, greedy[i].hypotheses.front().score - 1e-9)
         << "image " << i;
+}
+
+// --references likeliest: on scenes of two articles with both captions as references, the model
+// settles on one caption per image (most of its probability on it) and captions every scene
+// exactly, where training on either at random leaves the two nearly even (and greedy search may
+// then start one caption and end the other).
+TEST(CaptionTrain, TheLikeliestReferencesSettleOnOneCaptionPerImage) {
+  TinyScenes s(/*captions_per_image=*/2);
+  const datasets::CaptionSet train =
+      datasets::read_captions(s.root + "/captions_train.json", s.root + "/images/train");
+  std::map<std::string, double> settled;  // the mean share of the likelier caption
+  for (const std::string references : {"random", "likeliest"}) {
+    SCOPED_TRACE(references);
+    const std::string out = (s.dir / references).string();
+    std::ostringstream log;
+    vit::CaptionTrainOptions o = s.options(out);
+    o.model.encoder.d_model = 64;
+    o.model.encoder.d_ff = 128;
+    o.model.encoder.layers = 2;
+    o.epochs = 200;
+    o.references = references;
+    ASSERT_EQ(vit::train_captions(o, log).end, train::End::finished) << log.str();
+    vit::LoadedCaptioner m = vit::load_captioner(out + "/last.h5");
+    const auto greedy = vit::caption_set(*m.model, m.tokenizer, train, greedy_options());
+    int exact = 0;
+    for (const auto& g : greedy)
+      exact += datasets::caption_matches_scene(g.texts.front(),
+                                               train.images[static_cast<size_t>(g.image)].objects);
+    if (references == "likeliest") EXPECT_EQ(exact, 8);
+    datasets::LoaderOptions lo = vit::eval_loader_options(m.config.encoder, 8, 1);
+    std::unique_ptr<datasets::Dataset> images = datasets::caption_images(train);
+    lo.num_classes = images->size();
+    datasets::Loader loader(*images, lo);
+    loader.start_epoch(0);
+    datasets::Batch batch;
+    ASSERT_TRUE(loader.next(batch));
+    ASSERT_EQ(batch.labels.numel(), 8);
+    std::vector<std::vector<int32_t>> ids;
+    std::vector<int64_t> image_of;
+    for (int64_t b = 0; b < 8; ++b)
+      for (const std::string& c :
+           train.images[static_cast<size_t>(batch.labels.i32()[b])].captions) {
+        const std::vector<int> t = m.tokenizer.encode(datasets::normalize_caption(c));
+        ids.emplace_back(t.begin(), t.end());
+        image_of.push_back(b);
+      }
+    ASSERT_EQ(ids.size(), 16u);
+    std::vector<const std::vector<int32_t>*> rows;
+    for (const auto& x : ids) rows.push_back(&x);
+    Arena arena;
+    nn::Context ctx{false, &arena, nullptr};
+    const std::vector<double> lp =
+        vit::caption_log_probs(*m.model, ctx, batch.images, rows, image_of);
+    double share = 0;
+    for (size_t k = 0; k < 16; k += 2)
+      share += std::exp(std::max(lp[k], lp[k + 1])) / (std::exp(lp[k]) + std::exp(lp[k + 1]));
+    settled[references] = share / 8;
+  }
+  EXPECT_GT(settled["likeliest"], 0.9);
+  EXPECT_LT(settled["random"], 0.75);
+}
+
+// --phrases: the run's tokenizer keeps each phrase as one piece, and the words of a caption are
+// still counted right after it (attention-in-cell finds a noun's row by its word).
+TEST(CaptionTrain, PhrasesAreOnePieceOfTheRunsTokenizer) {
+  TinyScenes s;
+  const std::string out = (s.dir / "run").string();
+  std::ostringstream log;
+  vit::CaptionTrainOptions o = s.options(out);
+  o.phrases = {"to the left of", "to the right of"};
+  o.max_steps = 1;
+  vit::train_captions(o, log);
+  vit::LoadedCaptioner m = vit::load_captioner(out + "/last.h5");
+  const std::vector<int> ids = m.tokenizer.encode("a bag to the left of a coat");
+  const std::vector<std::string> pieces = m.tokenizer.pieces(ids);
+  const std::string phrase = "\xe2\x96\x81to\xe2\x96\x81the\xe2\x96\x81left\xe2\x96\x81of";
+  const auto at = std::find(pieces.begin(), pieces.end(), phrase);
+  ASSERT_NE(at, pieces.end()) << log.str();
+  const std::vector<int64_t> words =
+      vit::word_of_pieces(m.tokenizer, std::vector<int32_t>(ids.begin(), ids.end()));
+  ASSERT_EQ(words.size(), pieces.size());
+  const size_t k = static_cast<size_t>(at - pieces.begin());
+  EXPECT_EQ(words[k], 2);      // "to" is the caption's third word
+  EXPECT_EQ(words[k + 1], 6);  // "a", after "to the left of"
+  EXPECT_EQ(words.back(), 7);  // "coat"
 }
 
 // A run interrupted after an epoch and resumed ends with the weights, the optimizer state and
@@ -319,6 +408,31 @@ TEST(CaptionCli, CaptionTrainRefusesBadDataAndOptions) {
       "batch");
   EXPECT_EQ(r.status, 2);
   EXPECT_TRUE(test::contains(r.err, "--batch-size")) << r.err;
+  r = vitk::testing::run_vitk(s.dir.path(),
+                              {"caption-train", "--data", s.root, "--output",
+                               (s.dir / "g").string(), "--references", "best"},
+                              "references");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(test::contains(r.err, "--references must be random or likeliest, got 'best'"))
+      << r.err;
+  for (const std::string phrases : {"to the left of,,below", "to the left of,", " , "}) {
+    r = vitk::testing::run_vitk(s.dir.path(),
+                                {"caption-train", "--data", s.root, "--output",
+                                 (s.dir / "e").string(), "--phrases", phrases},
+                                "phrases");
+    EXPECT_EQ(r.status, 2) << phrases;
+    EXPECT_TRUE(test::contains(r.err, "--phrases '" + phrases + "': an empty phrase")) << r.err;
+  }
+  r = vitk::testing::run_vitk(
+      s.dir.path(),
+      {"caption-train", "--data", s.root, "--output", (s.dir / "f").string(), "--phrases",
+       "to the left of", "--spm", (s.dir / "any.model").string()},
+      "phrases-spm");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(test::contains(r.err, "--phrases")) << r.err;
+  EXPECT_FALSE(fs::exists(s.dir / "e"));
+  EXPECT_FALSE(fs::exists(s.dir / "f"));
+  EXPECT_FALSE(fs::exists(s.dir / "g"));
 }
 
 // `vitk caption` without --model uses the bundled scenes model: every sample scene gets a caption

@@ -316,6 +316,17 @@ TEST(DataParallel, TwoRanksTrainTheCaptioningModelThatOneProcessTrains) {
   EXPECT_TRUE(contains(out_of(d, "two"), "2 ranks (")) << out_of(d, "two");
 }
 
+// --references likeliest: each rank chooses for its own rows what one process chooses for them.
+TEST(DataParallel, TwoRanksChooseTheLikeliestReferencesAsOneProcessDoes) {
+  SKIP_WITHOUT_MPIRUN();
+  TempDir tmp;
+  const fs::path d = tmp.path();
+  ASSERT_NO_FATAL_FAILURE(expect_two_ranks_train_as_one(d, [&](const std::string& out) {
+    return with(caption_args(d, out), "--references", "likeliest");
+  }));
+  EXPECT_TRUE(contains(out_of(d, "two"), "the likeliest of each image's")) << out_of(d, "two");
+}
+
 // With a learning rate of 1e-30 the weights stay as drawn but for the zeros (which move by about
 // 1e-30, far below what the outputs resolve), so both runs validate the same model.
 TEST(DataParallel, ValidationFiguresEqualASingleProcessExactly) {

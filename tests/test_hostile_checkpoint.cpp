@@ -183,6 +183,40 @@ TEST_F(Hostile, TranslationCheckpointsToo) {
   EXPECT_TRUE(contains(r.err, "has no config.vocab_size attribute")) << r.err;
 }
 
+TEST_F(Hostile, CaptioningCheckpointsToo) {
+  struct Case {
+    const char* key;
+    const char* value;  // nullptr: the key removed
+    const char* said;
+  };
+  const std::string bundled = std::string(VITK_SOURCE_DIR) + "/vit/models/scenes-caption.h5";
+  for (const Case& c :
+       {Case{"config.decoder_layers", "1000000", "decoder_layers"},
+        Case{"config.decoder_layers", "3", "config.decoder_layers = 3 does not match"},
+        Case{"config.layers", "5", "config.layers = 5 does not match"},
+        Case{"config.vocab_size", "900000", "config.vocab_size = 900000 does not match"},
+        Case{"config.max_length", "41", "config.max_length = 41 does not match"},
+        Case{"config.decoder_d_ff", "100000", "does not match"},
+        Case{"config.decoder_heads", nullptr, "has no config.decoder_heads attribute"}}) {
+    const std::string model = (dir_ / "caption.h5").string();
+    fs::copy_file(bundled, model, fs::copy_options::overwrite_existing);
+    if (c.value)
+      Edit(model).set_attr(c.key, c.value);
+    else
+      Edit(model).remove_attr(c.key);
+    for (const char* command : {"caption", "caption-eval"}) {
+      const ProcessResult r =
+          std::string(command) == "caption"
+              ? run({"caption", "--model", model, "/dev/null"})
+              : run({"caption-eval", "--model", model, "--captions", "none.json", "--images", "."});
+      EXPECT_EQ(r.status, 1) << c.key << " " << command << ": " << r.err;
+      EXPECT_TRUE(contains(r.err, model + ": ")) << r.err;
+      EXPECT_TRUE(contains(r.err, c.said)) << c.key << ": " << r.err;
+      EXPECT_FALSE(contains(r.err, "bad_alloc") || contains(r.err, "out of memory")) << r.err;
+    }
+  }
+}
+
 // ---- memory: the configuration's and the options'
 
 TEST_F(Hostile, MemoryEstimatesSaturateAndNameTheAmount) {

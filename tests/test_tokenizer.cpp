@@ -180,4 +180,43 @@ TEST(Tokenizer, ErrorsNameTheCause) {
   EXPECT_THROW(t.pieces({-1}), vitk::Error);
 }
 
+// A phrase becomes one piece wherever it stands, spaces included, and decodes back to its words;
+// the words of a phrase alone still encode as before (pieces of their own).
+TEST(Tokenizer, PhrasesBecomeOnePieceEach) {
+  std::vector<std::string> text = corpus();
+  for (int i = 0; i < 200; ++i)
+    text.push_back(i % 2 ? "the king went to the left of the city" : "to the right of the water");
+  TokenizerOptions o = small();
+  o.phrases = {"to the left of", "to the right of"};
+  const Tokenizer t = Tokenizer::train(text, o);
+  const std::string sentence = "the king went to the left of the city to the right of the water";
+  const std::vector<int> ids = t.encode(sentence);
+  const std::vector<std::string> pieces = t.pieces(ids);
+  for (const char* phrase : {"\xe2\x96\x81to\xe2\x96\x81the\xe2\x96\x81left\xe2\x96\x81of",
+                             "\xe2\x96\x81to\xe2\x96\x81the\xe2\x96\x81right\xe2\x96\x81of"})
+    EXPECT_EQ(std::count(pieces.begin(), pieces.end(), phrase), 1) << phrase;
+  EXPECT_EQ(t.decode(ids), sentence);
+  const std::vector<std::string> apart = t.pieces(t.encode("the left of the city"));
+  EXPECT_EQ(std::count_if(apart.begin(), apart.end(),
+                          [](const std::string& p) {
+                            return p.find("left") != std::string::npos &&
+                                   p.find("of") != std::string::npos;
+                          }),
+            0);
+
+  // Without phrases, the same sentence takes more pieces.
+  const Tokenizer plain = Tokenizer::train(text, small());
+  EXPECT_GT(plain.encode(sentence).size(), ids.size());
+
+  for (const std::string bad : {"", " to the left", "to the left ", "to  the left", "left,right"}) {
+    o.phrases = {bad};
+    try {
+      Tokenizer::train(text, o);
+      ADD_FAILURE() << "no error for the phrase '" << bad << "'";
+    } catch (const vitk::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("phrase '" + bad + "'"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace

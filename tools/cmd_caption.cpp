@@ -78,6 +78,10 @@ void add_caption_train_options(po::options_description& o) {
        "a SentencePiece .model (default: train one on the training captions)")  //
       ("vocab-size", value_in(8, static_cast<int>(kMaxVocabulary))->default_value(1000),
        "vocabulary of the SentencePiece model trained")  //
+      ("phrases", po::value<std::string>()->value_name("LIST"),
+       "comma-separated phrases the trained SentencePiece model keeps as one piece each, e.g. "
+       "\"to the left of,to the right of\": the piece that decides the relation then follows "
+       "the noun")  //
       ("encoder-from", po::value<std::string>()->value_name("CKPT"),
        "start the encoder from a ViT checkpoint (e.g. vit/models/fmnist-vit.h5): its architecture "
        "and weights at the model's image size, the classifier's head dropped")  //
@@ -98,7 +102,11 @@ void add_caption_train_options(po::options_description& o) {
       ("label-smoothing", po::value<float>()->default_value(0.1f, "0.1"), "label smoothing")     //
       ("attention-penalty", po::value<float>()->default_value(0.f, "0")->value_name("LAMBDA"),
        "the doubly stochastic attention penalty: LAMBDA * sum_i (1 - sum_t alpha_ti)^2 per "
-       "image (Show, Attend and Tell; 0: off)")                                             //
+       "image (Show, Attend and Tell; 0: off)")  //
+      ("references", po::value<std::string>()->default_value("random")->value_name("HOW"),
+       "which of an image's reference captions a step trains on: random (one per image and "
+       "epoch) or likeliest (the one the model scores highest before the step: it settles on "
+       "one way to say each image)")                                                        //
       ("model-ema", switch_value(), "keep an EMA of the weights (ema.h5)")                  //
       ("model-ema-decay", po::value<double>()->default_value(0.999, "0.999"), "its decay")  //
       ("seed", po::value<uint64_t>()->default_value(42), "initialisation, order, dropout")  //
@@ -127,6 +135,23 @@ void add_caption_train_options(po::options_description& o) {
   o.add(data).add(opt).add(model);
 }
 
+// --phrases "to the left of, to the right of": each item normalised as captions are.
+std::vector<std::string> caption_phrases(const std::string& list) {
+  std::vector<std::string> phrases;
+  if (list.empty()) return phrases;
+  std::istringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) {
+    const std::string phrase = datasets::normalize_caption(item);
+    if (phrase.empty())
+      throw UsageError("--phrases '" + list +
+                       "': an empty phrase (phrases are separated by commas)");
+    phrases.push_back(phrase);
+  }
+  if (list.back() == ',')
+    throw UsageError("--phrases '" + list + "': an empty phrase (phrases are separated by commas)");
+  return phrases;
+}
+
 vit::CaptionTrainOptions caption_train_options(const po::variables_map& vm) {
   vit::CaptionTrainOptions t;
   t.data = str(vm, "data");
@@ -136,6 +161,7 @@ vit::CaptionTrainOptions caption_train_options(const po::variables_map& vm) {
   t.resume = str(vm, "resume");
   t.spm = str(vm, "spm");
   t.vocab_size = vm["vocab-size"].as<int>();
+  t.phrases = caption_phrases(str(vm, "phrases"));
   t.encoder_from = str(vm, "encoder-from");
   t.encoder_lr_scale = vm["encoder-lr-scale"].as<float>();
   // The model: the encoder's keys through the ViT's options, the decoder's here.
@@ -167,6 +193,7 @@ vit::CaptionTrainOptions caption_train_options(const po::variables_map& vm) {
   t.clip_grad = vm["clip-grad"].as<float>();
   t.smoothing = vm["label-smoothing"].as<float>();
   t.attention_penalty = vm["attention-penalty"].as<float>();
+  t.references = vm["references"].as<std::string>();
   t.model_ema = vm["model-ema"].as<bool>();
   t.model_ema_decay = vm["model-ema-decay"].as<double>();
   t.seed = vm["seed"].as<uint64_t>();
@@ -241,8 +268,13 @@ std::vector<std::string> picture_pieces(const Vocabulary& tokenizer, const decod
                                         int64_t rows) {
   std::vector<std::string> pieces =
       tokenizer.pieces(std::vector<int>(best.tokens.begin(), best.tokens.end()));
-  for (std::string& p : pieces)
-    if (p.rfind("\xe2\x96\x81", 0) == 0) p = p.substr(3);  // the word marker
+  const std::string marker = "\xe2\x96\x81";  // "▁", where a word begins
+  for (std::string& p : pieces) {
+    if (p.rfind(marker, 0) == 0) p = p.substr(marker.size());
+    // A phrase piece (caption-train --phrases) holds more words: "to the left of".
+    for (size_t at = p.find(marker); at != std::string::npos; at = p.find(marker, at + 1))
+      p.replace(at, marker.size(), " ");
+  }
   pieces.resize(static_cast<size_t>(std::min<int64_t>(rows, static_cast<int64_t>(pieces.size()))));
   while (static_cast<int64_t>(pieces.size()) < rows) pieces.push_back("<eos>");
   return pieces;

@@ -70,6 +70,10 @@ void CaptionTrainOptions::validate() const {
   need(std::isfinite(attention_penalty) && attention_penalty >= 0.f,
        "--attention-penalty must be >= 0");
   need(vocab_size >= 8 && vocab_size <= 1000000, "--vocab-size must be in [8, 1000000]");
+  need(references == "random" || references == "likeliest",
+       "--references must be random or likeliest, got '" + references + "'");
+  need(phrases.empty() || spm.empty(),
+       "--phrases shapes the SentencePiece model a run trains; --spm gives a trained one");
   need(model_ema_decay > 0 && model_ema_decay < 1, "--model-ema-decay must be in (0, 1)");
   need(val_interval >= 0, "--val-interval must be >= 0");
   need(val_images >= 0, "--val-images-max must be >= 0");
@@ -115,6 +119,7 @@ void CaptionTask::setup(const io::CheckpointMeta* resumed, uint64_t seed,
       for (const auto& c : image.captions) text.push_back(datasets::normalize_caption(c));
     datasets::TokenizerOptions to;
     to.vocab_size = o_.vocab_size;
+    to.phrases = o_.phrases;
     to.threads = ops::num_threads();
     try {
       tokenizer_ = datasets::Tokenizer::train(text, to);
@@ -155,7 +160,7 @@ void CaptionTask::open_data() {
 
 void CaptionTask::build_model(const io::CheckpointMeta* resumed, uint64_t seed) {
   if (resumed) {
-    cfg_ = caption_config_from_map(resumed->config, o_.resume);
+    cfg_ = caption_stored_config(o_.resume, *resumed);
     const auto now = to_config_map(o_.model), then = to_config_map(cfg_);
     for (const std::string& key : o_.model_keys_given) {
       auto a = now.find(key), b = then.find(key);
@@ -251,11 +256,12 @@ void CaptionTask::start_epoch(int64_t epoch, int64_t first) {
 
 bool CaptionTask::next_batch() {
   if (!loader_->next(batch_)) return false;
+  if (o_.references == "likeliest") choose_likeliest();
   // The loss is the mean over the global batch's target tokens (words and EOS), so each part
   // weighs its own tokens' mean by their share of them: the count of every rank's rows.
   global_tokens_ = 0;
   for (int64_t r = 0; r < batch_.labels.numel(); ++r)
-    global_tokens_ += static_cast<int64_t>(caption_of(batch_.labels.i32()[r]).size()) + 1;
+    global_tokens_ += static_cast<int64_t>(target_of(r).size()) + 1;
   if (part_.ranks > 1) part_.world->allreduce_sum(&global_tokens_, 1);
   return true;
 }
@@ -298,10 +304,48 @@ const std::vector<int32_t>& CaptionTask::caption_of(int64_t image) const {
   return captions[draw % captions.size()];
 }
 
+const std::vector<int32_t>& CaptionTask::target_of(int64_t row) const {
+  if (o_.references == "likeliest") return *chosen_.at(static_cast<size_t>(row));
+  return caption_of(batch_.labels.i32()[row]);
+}
+
+void CaptionTask::choose_likeliest() {
+  const int64_t B = batch_.labels.numel();
+  chosen_.assign(static_cast<size_t>(B), nullptr);
+  // Every (row, reference) pair of the batch, each scored by its mean token log-probability.
+  std::vector<int64_t> row_of;
+  std::vector<const std::vector<int32_t>*> refs;
+  for (int64_t b = 0; b < B; ++b)
+    for (const auto& ids : train_ids_.at(static_cast<size_t>(batch_.labels.i32()[b]))) {
+      row_of.push_back(b);
+      refs.push_back(&ids);
+    }
+  const int64_t R = static_cast<int64_t>(refs.size());
+  if (R == B) {  // one reference each: nothing to choose
+    for (int64_t r = 0; r < R; ++r) chosen_[static_cast<size_t>(r)] = refs[static_cast<size_t>(r)];
+    return;
+  }
+  ops::profile::Scope scope("choose the likeliest references");
+  choice_arena_.reset();
+  nn::Context ctx{false, &choice_arena_, nullptr};
+  ctx.precision = o_.precision;
+  const std::vector<double> log_prob = caption_log_probs(*model_, ctx, batch_.images, refs, row_of);
+  std::vector<double> best(static_cast<size_t>(B), -INFINITY);
+  for (int64_t r = 0; r < R; ++r) {
+    const size_t b = static_cast<size_t>(row_of[static_cast<size_t>(r)]);
+    const double mean = log_prob[static_cast<size_t>(r)] /
+                        static_cast<double>(refs[static_cast<size_t>(r)]->size() + 1);
+    if (mean > best[b]) {  // ties: the first reference
+      best[b] = mean;
+      chosen_[b] = refs[static_cast<size_t>(r)];
+    }
+  }
+}
+
 void CaptionTask::make_targets(int64_t begin, int64_t end, Tensor& in, Tensor& out,
                                Tensor& lengths) const {
   std::vector<const std::vector<int32_t>*> chosen;
-  for (int64_t r = begin; r < end; ++r) chosen.push_back(&caption_of(batch_.labels.i32()[r]));
+  for (int64_t r = begin; r < end; ++r) chosen.push_back(&target_of(r));
   teacher_forcing(chosen, in, out, lengths);
 }
 
@@ -429,6 +473,7 @@ io::CheckpointMeta CaptionTask::checkpoint_meta() const {
   m.recipe["attention-penalty"] = format_general(o_.attention_penalty);
   m.recipe["encoder-lr-scale"] = format_general(o_.encoder_lr_scale);
   if (!o_.encoder_from.empty()) m.recipe["encoder-from"] = o_.encoder_from;
+  m.recipe["references"] = o_.references;  // a resumed run's choice, as the last stage trained
   return m;
 }
 
@@ -442,7 +487,9 @@ void CaptionTask::log_setup(std::ostream& L) const {
   const int64_t unknown = train_set_.unknown_image_captions + val_set_.unknown_image_captions;
   if (unknown > 0) L << "; " << unknown << " captions of unknown images, skipped";
   L << "\n";
-  L << "tokenizer: SentencePiece, " << tokenizer_.size() << " pieces\n";
+  L << "tokenizer: SentencePiece, " << tokenizer_.size() << " pieces";
+  if (!o_.phrases.empty()) L << " (" << o_.phrases.size() << " phrases one piece each)";
+  L << "\n";
   if (cut_captions_ > 0)
     L << "warning: " << cut_captions_ << " training captions have more than " << cfg_.max_length - 1
       << " pieces and were cut to the model's positions (model.max_length " << cfg_.max_length
@@ -470,6 +517,9 @@ void CaptionTask::log_setup(std::ostream& L) const {
   L << "loss: cross-entropy, label smoothing " << format_general(o_.smoothing)
     << ", attention penalty "
     << (o_.attention_penalty > 0 ? format_general(o_.attention_penalty) : std::string("off"))
+    << "; references "
+    << (o_.references == "likeliest" ? "the likeliest of each image's"
+                                     : "one of each image's at random per epoch")
     << "\n"
     << std::flush;
 }

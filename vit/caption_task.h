@@ -2,12 +2,14 @@
 // Training a captioning model (`vitk caption-train`) as a task of the one training loop
 // (common/train/task.h): the images of a caption set through the threaded loader (the eval
 // transform: flips and crops would change what a caption says), one of each image's captions per
-// epoch (drawn from (seed, epoch, image)), teacher forcing with label-smoothed cross-entropy plus
+// step (drawn from (seed, epoch, image), or the one the model finds likeliest: --references),
+// teacher forcing with label-smoothed cross-entropy plus
 // the doubly stochastic attention penalty, AdamW with warmup and a cosine per step, the encoder
 // new, or initialised from a ViT checkpoint (--encoder-from) and then frozen or trained at its own
 // learning rate. Validation: the loss of each image's first caption, and greedy captions scored
 // by corpus BLEU-4 against every reference (and exact scene match on generated scenes); best.h5
-// is the best BLEU. The checkpoint holds the SentencePiece model trained on the training captions.
+// is the best BLEU. The checkpoint holds the SentencePiece model trained on the training captions
+// (with --phrases as single pieces).
 #include <atomic>
 #include <cstdint>
 #include <iosfwd>
@@ -40,13 +42,22 @@ struct CaptionTrainOptions {
   std::string output, resume;
   std::string spm;        // --spm: a SentencePiece .model; empty: train one on the captions
   int vocab_size = 1000;  // --vocab-size of the SentencePiece model trained
-  CaptionConfig model;    // vocab_size is the tokenizer's
+  // --phrases: phrases the trained SentencePiece model keeps as one piece each
+  // (datasets::TokenizerOptions::phrases), normalised as the captions are.
+  std::vector<std::string> phrases;
+  CaptionConfig model;  // vocab_size is the tokenizer's
   std::vector<std::string> model_keys_given;
   std::string encoder_from;  // --encoder-from: a ViT checkpoint whose encoder weights start the run
   // --encoder-lr-scale: the encoder's learning rate as a share of --lr; 0 freezes it (no backward
   // through it at all).
   float encoder_lr_scale = 1.f;
   float attention_penalty = 0.f;  // --attention-penalty: λ of the doubly stochastic penalty
+  // --references: which of an image's reference captions a step trains on. "random": one drawn
+  // per image and epoch. "likeliest": the one the model gives the highest mean token
+  // log-probability before the step (teacher-forced, as at inference), a hard-EM choice that
+  // lets the model settle on one way to say an image instead of spreading its probability over
+  // all of them (multiple-choice learning).
+  std::string references = "random";
 
   int epochs = 10;
   int64_t steps = 0;  // --steps: the run's length in optimizer steps instead of epochs
@@ -110,6 +121,9 @@ class CaptionTask : public train::Task {
   // target_in/target_out/lengths for rows [begin, end) of the current batch.
   // The caption image `image` is trained on this epoch, as token ids.
   const std::vector<int32_t>& caption_of(int64_t image) const;
+  // --references likeliest: chosen_[row] for each row of the current batch.
+  void choose_likeliest();
+  const std::vector<int32_t>& target_of(int64_t row) const;
   void make_targets(int64_t begin, int64_t end, Tensor& in, Tensor& out, Tensor& lengths) const;
 
   const CaptionTrainOptions& o_;
@@ -123,6 +137,8 @@ class CaptionTask : public train::Task {
   uint64_t seed_ = 0;
   int64_t bpe_ = 0, epoch_ = 0;
   int64_t global_tokens_ = 0;  // target tokens of the current global batch, every rank's
+  std::vector<const std::vector<int32_t>*> chosen_;  // --references likeliest: each row's caption
+  Arena choice_arena_;
   int64_t encoder_tensors_ = 0;
   train::Partition part_;
 

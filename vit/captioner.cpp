@@ -2,15 +2,65 @@
 #include "vit/captioner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "common/error.h"
+#include "common/io/checkpoint_config.h"
+#include "common/memory.h"
 #include "common/progress.h"
 #include "datasets/loader.h"
 #include "datasets/scenes.h"
+#include "vit/checkpoint.h"
 #include "vit/evaluate.h"
 
 namespace vitk::vit {
+
+namespace {
+
+// The keys whose values size a captioning model (a missing one would fall back to a default).
+const std::vector<std::string> kCaptionSizeKeys = {
+    "image_size", "patch_size", "channels",   "d_model",        "heads",        "d_ff",
+    "layers",     "vocab_size", "max_length", "decoder_layers", "decoder_heads"};
+
+}  // namespace
+
+uint64_t caption_memory_bytes(const CaptionConfig& c) {
+  const int64_t d = c.d_model(), f = c.d_ff();
+  // The decoder's parameters (a lower bound: embeddings, positions, the layers' products), each
+  // held three times while a checkpoint loads, on top of the encoder's (vit::memory_bytes).
+  uint64_t params = sat_product({c.vocab_size, d, c.tie_embeddings ? 1 : 2});
+  params = sat_add(params, sat_product({c.max_length, d}));
+  params = sat_add(params, sat_product({c.decoder_layers, 8 * d + 2 * f, d}));
+  return sat_add(memory_bytes(c.encoder, 1), sat_mul(12, params));
+}
+
+CaptionConfig caption_stored_config(const std::string& path, const io::CheckpointMeta& meta) {
+  io::require_config_keys(path, meta.config, kCaptionSizeKeys);
+  const CaptionConfig c = caption_config_from_map(meta.config, path);  // validate()'s limits
+  const VitConfig& e = c.encoder;
+  const io::StoredTensors stored = io::list_checkpoint(path);
+  io::check_layer_count(path, meta.config, stored, "blocks.", "layers", e.layers);
+  io::check_layer_count(path, meta.config, stored, "decoder.layers.", "decoder_layers",
+                        c.decoder_layers);
+  const std::string proj_in = e.stem_channels.empty() ? "channels" : "stem_channels";
+  io::check_implied_sizes(
+      path, meta.config, stored,
+      {{"cls_token", 2, e.d_model, {"d_model"}},
+       {"pos_embed", 1, e.tokens(), {"image_size", "patch_size"}},
+       {"blocks.0.mlp.fc1.weight", 0, e.d_ff, {"d_ff"}},
+       {"patch_embed.proj.weight", 1, e.proj_channels(), {proj_in}},
+       {"patch_embed.proj.weight", 2, e.proj_kernel(), {"patch_size"}},
+       {"decoder.embed_tokens.weight", 0, c.vocab_size, {"vocab_size"}},
+       {"decoder.embed_tokens.weight", 1, c.d_model(), {"d_model"}},
+       {"decoder.embed_positions.weight", 0, c.max_length, {"max_length"}},
+       {"decoder.layers.0.mlp.fc1.weight", 0, c.d_ff(), {"decoder_d_ff", "d_ff"}}});
+  const std::string shortfall = memory_shortfall(caption_memory_bytes(c));
+  if (!shortfall.empty())
+    throw Error(path + ": the captioning model of " +
+                io::config_values_text(meta.config, kCaptionSizeKeys) + " " + shortfall);
+  return c;
+}
 
 LoadedCaptioner load_captioner(const std::string& path) {
   LoadedCaptioner out;
@@ -20,7 +70,7 @@ LoadedCaptioner load_captioner(const std::string& path) {
     throw Error(path + ": not a captioning checkpoint (model type '" +
                 (type == out.meta.config.end() ? std::string() : type->second) +
                 "'); vitk caption-train writes them");
-  out.config = caption_config_from_map(out.meta.config, path);
+  out.config = caption_stored_config(path, out.meta);
   const auto spm = out.meta.files.find(kCaptionTokenizerFile);
   if (spm == out.meta.files.end())
     throw Error(path + ": the captioning checkpoint has no tokenizer (files/" +
@@ -40,14 +90,73 @@ LoadedCaptioner load_captioner(const std::string& path) {
   return out;
 }
 
+std::vector<double> caption_log_probs(CaptionModel& model, nn::Context& ctx, const Tensor& images,
+                                      const std::vector<const std::vector<int32_t>*>& captions,
+                                      const std::vector<int64_t>& image_of) {
+  const int64_t R = static_cast<int64_t>(captions.size()), V = model.vocab_size();
+  if (image_of.size() != captions.size())
+    throw Error("caption_log_probs: " + std::to_string(R) + " captions but " +
+                std::to_string(image_of.size()) + " image rows");
+  std::vector<double> log_prob(static_cast<size_t>(R), 0.0);
+  if (R == 0) return log_prob;
+  const int64_t B = images.dim(0);
+  int64_t T = 1;  // steps: BOS + the longest caption's tokens
+  for (int64_t k = 0; k < R; ++k) {
+    const int64_t n = static_cast<int64_t>(captions[static_cast<size_t>(k)]->size());
+    if (n + 1 > model.max_length())
+      throw Error("caption_log_probs: caption " + std::to_string(k) + " has " + std::to_string(n) +
+                  " tokens, the model reads at most " + std::to_string(model.max_length() - 1));
+    const int64_t b = image_of[static_cast<size_t>(k)];
+    if (b < 0 || b >= B)
+      throw Error("caption_log_probs: image row " + std::to_string(b) + " of a batch of " +
+                  std::to_string(B));
+    T = std::max(T, n + 1);
+  }
+  nn::Context inference = ctx;
+  inference.training = false;
+  const Tensor memory = model.encode(inference, images);  // [B, Tm, d]
+  Tensor memory_lengths({B}, DType::i32);
+  std::fill_n(memory_lengths.i32(), B, static_cast<int32_t>(memory.dim(1)));
+  nn::Decoder::State state;
+  model.start(inference, memory, memory_lengths, T, state);
+  state.reorder(image_of);  // each image's memory caches once per caption
+  Tensor tokens({R}, DType::i32);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t k = 0; k < R; ++k) {
+      const std::vector<int32_t>& c = *captions[static_cast<size_t>(k)];
+      const int64_t n = static_cast<int64_t>(c.size());
+      tokens.i32()[k] = t == 0 ? Vocabulary::kBos : t <= n ? c[static_cast<size_t>(t - 1)] : 0;
+    }
+    const Tensor logits = model.step(inference, tokens, state);  // [R, V]
+    for (int64_t k = 0; k < R; ++k) {
+      const std::vector<int32_t>& c = *captions[static_cast<size_t>(k)];
+      const int64_t n = static_cast<int64_t>(c.size());
+      if (t > n) continue;
+      const int32_t target = t < n ? c[static_cast<size_t>(t)] : Vocabulary::kEos;
+      const float* z = logits.f32() + k * V;
+      const float top = *std::max_element(z, z + V);
+      double sum = 0;
+      for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(z[v] - top));
+      log_prob[static_cast<size_t>(k)] += static_cast<double>(z[target] - top) - std::log(sum);
+    }
+  }
+  return log_prob;
+}
+
 std::vector<int64_t> word_of_pieces(const Vocabulary& tokenizer, const std::vector<int32_t>& ids) {
   const std::vector<int> as_int(ids.begin(), ids.end());
   const std::vector<std::string> pieces = tokenizer.pieces(as_int);
+  const std::string boundary = "\xe2\x96\x81";  // "▁" begins a word
   std::vector<int64_t> words(pieces.size());
   int64_t word = -1;
   for (size_t i = 0; i < pieces.size(); ++i) {
-    if (word < 0 || pieces[i].rfind("\xe2\x96\x81", 0) == 0) ++word;  // "▁" begins a word
+    const std::string& piece = pieces[i];
+    if (word < 0 || piece.rfind(boundary, 0) == 0) ++word;
     words[i] = word;
+    // A phrase piece ("▁to▁the▁left▁of", --phrases) begins more words inside it.
+    for (size_t at = piece.find(boundary, 1); at != std::string::npos;
+         at = piece.find(boundary, at + boundary.size()))
+      ++word;
   }
   return words;
 }

@@ -44,6 +44,17 @@ class CaptionStepModel : public decode::StepModel {
   CaptionModel& model_;
 };
 
+// The configuration of the captioning checkpoint at `path` (its attributes `meta`), checked
+// before any model is built from it, as vit::stored_config checks a classifier's: every size key
+// present, each value within CaptionConfig::validate's limits, the stored tensors' names and
+// shapes (no data read) against what the values imply, and the memory the model needs against
+// the machine's. vitk::Error naming the file and the configuration key at fault.
+CaptionConfig caption_stored_config(const std::string& path, const io::CheckpointMeta& meta);
+
+// The least memory a captioning model of this configuration takes while a checkpoint loads (its
+// encoder's and its decoder's parameters, three copies each) and one image's inference.
+uint64_t caption_memory_bytes(const CaptionConfig& config);
+
 struct LoadedCaptioner {
   CaptionConfig config;
   io::CheckpointMeta meta;
@@ -103,6 +114,15 @@ struct CaptionScores {
 CaptionScores score_captions(const CaptionConfig& config, const Vocabulary& tokenizer,
                              const datasets::CaptionSet& set,
                              const std::vector<CaptionResult>& results);
+
+// The log-probability the model gives each caption, teacher-forced by incremental decoding (no
+// dropout, as a search reads it): captions[k] (token ids without BOS and EOS; EOS is scored) for
+// the image in row image_of[k] of images f32 [B, C, H, W]. Each image is encoded and its memory
+// projected once, however many captions it has. Captions longer than the model's positions
+// (max_length - 1 tokens) are a vitk::Error. Allocates in ctx.arena.
+std::vector<double> caption_log_probs(CaptionModel& model, nn::Context& ctx, const Tensor& images,
+                                      const std::vector<const std::vector<int32_t>*>& captions,
+                                      const std::vector<int64_t>& image_of);
 
 // For each token of `ids`, the index of the word it belongs to (pieces starting with
 // SentencePiece's "▁" begin a word).

@@ -1,8 +1,9 @@
 // Fuzzes the HDF5 checkpoint loader with files mutated from small valid ones, through the checks
 // `vitk inspect` and the loaders make: io::read_checkpoint_meta and io::list_checkpoint (inspect),
-// then by the model type the attributes name either vit::stored_config and vit::load_vit
-// (classify, eval, finetune) or seq2seq::stored_config, seq2seq::load_translation and the stored
-// tokenizer (translate, average), and the training state of a run's last.h5 (--resume). The
+// then by the model type the attributes name vit::stored_config and vit::load_vit (classify,
+// eval, finetune), seq2seq::stored_config, seq2seq::load_translation and the stored tokenizer
+// (translate, average), or vit::caption_stored_config and vit::load_captioner with its tokenizer
+// (caption, caption-eval, quantize), and the training state of a run's last.h5 (--resume). The
 // model is only built when the configuration checks pass and it is small (the checks refuse what
 // the machine cannot hold; a fuzzer must not spend its memory on a valid large model).
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include "common/train/state.h"
 #include "datasets/tokenizer.h"
 #include "fuzz_util.h"
+#include "vit/captioner.h"
 #include "vit/checkpoint.h"
 
 namespace {
@@ -45,6 +47,11 @@ void load(const std::string& path) {
     if (seq2seq::memory_bytes(c) > kMaxModelBytes) return;
     const seq2seq::LoadedTranslation t = seq2seq::load_translation(path);
     (void)t;
+  } else if (type != meta.config.end() && type->second == "caption") {
+    const vit::CaptionConfig c = vit::caption_stored_config(path, meta);
+    if (vit::caption_memory_bytes(c) > kMaxModelBytes) return;
+    const vit::LoadedCaptioner m = vit::load_captioner(path);
+    (void)m;
   } else {
     const vit::VitConfig c = vit::stored_config(path, meta);
     if (vit::memory_bytes(c, 1) > kMaxModelBytes) return;

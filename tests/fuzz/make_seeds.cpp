@@ -1,7 +1,7 @@
 // Writes the seed corpora of the fuzz harnesses (tests/fuzz/corpus/<parser>/) with vitk's own
-// writers: tiny checkpoints of both models (io::save_checkpoint, seq2seq::save_translation; one
-// quantised to int8), a trained tokenizer, safetensors files, IDX files (plain and gzip), images
-// of every format the header check knows, corpora, caption files, INI and metrics files.
+// writers: tiny checkpoints of the three models (io::save_checkpoint, seq2seq::save_translation;
+// one quantised to int8), a trained tokenizer, safetensors files, IDX files (plain and gzip),
+// images of every format the header check knows, corpora, caption files, INI and metrics files.
 // Deterministic; run it after a format changes: `cmake --build build --target fuzz_make_seeds &&
 // build/tests/fuzz/fuzz_make_seeds tests/fuzz/corpus .` (from the source root). Each seed is small
 // (a few KB; HDF5 checkpoints a little more), so that the fuzzer mutates structure rather than bulk
@@ -28,6 +28,8 @@
 #include "common/ops/ops.h"
 #include "common/seq2seq/checkpoint.h"
 #include "datasets/tokenizer.h"
+#include "vit/caption.h"
+#include "vit/captioner.h"
 #include "vit/vit.h"
 
 namespace fs = std::filesystem;
@@ -251,6 +253,24 @@ void checkpoints(const vitk::datasets::Tokenizer& tok) {
     model.init(rng);
     vitk::seq2seq::save_translation(tmp.string(), params, c, tok.bytes(), 5);
     put("checkpoint", "translation.h5", slurp(tmp));
+  }
+  {
+    vitk::vit::CaptionConfig c;
+    c.encoder.image_height = c.encoder.image_width = 8, c.encoder.patch_size = 4;
+    c.encoder.channels = 1, c.encoder.num_classes = 0, c.encoder.d_model = 8;
+    c.encoder.heads = 2, c.encoder.d_ff = 8, c.encoder.layers = 1;
+    c.encoder.preprocess.mean = {0.5f}, c.encoder.preprocess.std = {0.25f};
+    c.vocab_size = tok.size(), c.max_length = 8, c.decoder_layers = 1, c.decoder_heads = 2;
+    c.memory_class_token = false;
+    vitk::ParamStore params;
+    vitk::vit::CaptionModel model(params, c);
+    params.finalize();
+    model.init(rng);
+    vitk::io::CheckpointMeta meta;
+    meta.config = vitk::vit::to_config_map(c);
+    meta.files[vitk::vit::kCaptionTokenizerFile] = tok.bytes();
+    vitk::io::save_checkpoint(tmp.string(), params, meta);
+    put("checkpoint", "caption.h5", slurp(tmp));
   }
   fs::remove(tmp);
 }
