@@ -196,7 +196,8 @@ TEST(CaptionModel, StepsEqualTheTeacherForcedForward) {
 
 // caption_log_probs (what `--references likeliest` ranks by) equals the log-softmax of the
 // teacher-forced forward summed over each caption's tokens and EOS, however many captions an
-// image has and in whatever order; captions too long for the model and unknown rows are errors.
+// image has and in whatever order; captions too long for the model, unknown rows and tokens
+// outside the vocabulary are errors.
 TEST(CaptionModel, CaptionLogProbsAreTheTeacherForcedForwards) {
   SmallCaptioner s(/*class_token=*/false, /*tied=*/false);
   std::mt19937 gen(8);
@@ -233,6 +234,8 @@ TEST(CaptionModel, CaptionLogProbsAreTheTeacherForcedForwards) {
   const std::vector<int32_t> too_long(static_cast<size_t>(s.config.max_length), 4);
   EXPECT_THROW(vit::caption_log_probs(*s.model, ctx, images, {&too_long}, {0}), Error);
   EXPECT_THROW(vit::caption_log_probs(*s.model, ctx, images, {rows[0]}, {2}), Error);
+  const std::vector<int32_t> unknown = {4, static_cast<int32_t>(s.config.vocab_size)};
+  EXPECT_THROW(vit::caption_log_probs(*s.model, ctx, images, {&unknown}, {0}), Error);
   EXPECT_THROW(vit::caption_log_probs(*s.model, ctx, images, {rows[0]}, {}), Error);
 }
 

@@ -214,38 +214,46 @@ TEST(CaptionTrain, PhrasesAreOnePieceOfTheRunsTokenizer) {
 }
 
 // A run interrupted after an epoch and resumed ends with the weights, the optimizer state and
-// the figures of the run that was never stopped.
+// the figures of the run that was never stopped, with random or with likeliest references.
 TEST(CaptionTrain, AResumedRunIsTheUninterruptedOne) {
-  TinyScenes s;
-  vit::CaptionTrainOptions whole = s.options((s.dir / "whole").string());
-  whole.epochs = 3;
-  whole.attention_penalty = 0.1f;  // the penalty's path too
-  std::ostringstream log;
-  ASSERT_EQ(vit::train_captions(whole, log).end, train::End::finished) << log.str();
+  TinyScenes s(/*captions_per_image=*/2);
+  for (const std::string references : {"random", "likeliest"}) {
+    SCOPED_TRACE(references);
+    vit::CaptionTrainOptions whole = s.options((s.dir / ("whole-" + references)).string());
+    whole.epochs = 3;
+    whole.attention_penalty = 0.1f;  // the penalty's path too
+    whole.references = references;
+    std::ostringstream log;
+    ASSERT_EQ(vit::train_captions(whole, log).end, train::End::finished) << log.str();
 
-  vit::CaptionTrainOptions first = whole;
-  first.output = (s.dir / "parts").string();
-  first.max_steps = 3;  // an epoch is 2 steps of 4 scenes: stopped inside the second
-  ASSERT_EQ(vit::train_captions(first, log).end, train::End::max_steps) << log.str();
-  vit::CaptionTrainOptions rest = whole;
-  rest.output = first.output;
-  rest.resume = first.output + "/last.h5";
-  ASSERT_EQ(vit::train_captions(rest, log).end, train::End::finished) << log.str();
+    vit::CaptionTrainOptions first = whole;
+    first.output = (s.dir / ("parts-" + references)).string();
+    first.max_steps = 3;  // an epoch is 2 steps of 4 scenes: stopped inside the second
+    ASSERT_EQ(vit::train_captions(first, log).end, train::End::max_steps) << log.str();
+    vit::CaptionTrainOptions rest = whole;
+    rest.output = first.output;
+    rest.resume = first.output + "/last.h5";
+    // A resumed run keeps its tokenizer: phrases it does not hold as pieces are refused.
+    vit::CaptionTrainOptions other = rest;
+    other.phrases = {"to the left of"};
+    EXPECT_THROW(vit::train_captions(other, log), UsageError);
+    ASSERT_EQ(vit::train_captions(rest, log).end, train::End::finished) << log.str();
 
-  const io::CheckpointMeta meta = io::read_checkpoint_meta(whole.output + "/last.h5");
-  const vit::CaptionConfig c = vit::caption_config_from_map(meta.config, "whole");
-  ParamStore a, b;
-  vit::CaptionModel ma(a, c), mb(b, c);
-  a.finalize();
-  b.finalize();
-  io::load_checkpoint(whole.output + "/last.h5", a);
-  io::load_checkpoint(rest.output + "/last.h5", b);
-  for (size_t i = 0; i < a.params().size(); ++i) {
-    const Parameter& p = a.params()[i];
-    const Parameter& q = b.params()[i];
-    ASSERT_EQ(p.name, q.name);
-    EXPECT_TRUE(std::equal(p.value.f32(), p.value.f32() + p.numel(), q.value.f32()))
-        << p.name << " differs after the resume";
+    const io::CheckpointMeta meta = io::read_checkpoint_meta(whole.output + "/last.h5");
+    const vit::CaptionConfig c = vit::caption_config_from_map(meta.config, "whole");
+    ParamStore a, b;
+    vit::CaptionModel ma(a, c), mb(b, c);
+    a.finalize();
+    b.finalize();
+    io::load_checkpoint(whole.output + "/last.h5", a);
+    io::load_checkpoint(rest.output + "/last.h5", b);
+    for (size_t i = 0; i < a.params().size(); ++i) {
+      const Parameter& p = a.params()[i];
+      const Parameter& q = b.params()[i];
+      ASSERT_EQ(p.name, q.name);
+      EXPECT_TRUE(std::equal(p.value.f32(), p.value.f32() + p.numel(), q.value.f32()))
+          << p.name << " differs after the resume";
+    }
   }
 }
 

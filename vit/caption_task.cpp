@@ -111,6 +111,11 @@ void CaptionTask::setup(const io::CheckpointMeta* resumed, uint64_t seed,
       throw Error(o_.resume + ": the checkpoint has no tokenizer (files/" +
                   std::string(kCaptionTokenizerFile) + ")");
     tokenizer_ = datasets::Tokenizer::from_bytes(spm->second);
+    // A resumed run keeps its tokenizer: --phrases (say, from the preset) must describe it.
+    for (const std::string& phrase : o_.phrases)
+      if (tokenizer_.encode(phrase).size() != 1)
+        throw UsageError("--phrases: '" + phrase + "' is not one piece of the tokenizer of " +
+                         o_.resume + "; a resumed run keeps its tokenizer");
   } else if (!o_.spm.empty()) {
     tokenizer_ = datasets::Tokenizer::load(o_.spm);
   } else {
@@ -488,7 +493,7 @@ void CaptionTask::log_setup(std::ostream& L) const {
   if (unknown > 0) L << "; " << unknown << " captions of unknown images, skipped";
   L << "\n";
   L << "tokenizer: SentencePiece, " << tokenizer_.size() << " pieces";
-  if (!o_.phrases.empty()) L << " (" << o_.phrases.size() << " phrases one piece each)";
+  if (!o_.phrases.empty()) L << " (" << o_.phrases.size() << " phrases, one piece each)";
   L << "\n";
   if (cut_captions_ > 0)
     L << "warning: " << cut_captions_ << " training captions have more than " << cfg_.max_length - 1

@@ -106,6 +106,10 @@ std::vector<double> caption_log_probs(CaptionModel& model, nn::Context& ctx, con
     if (n + 1 > model.max_length())
       throw Error("caption_log_probs: caption " + std::to_string(k) + " has " + std::to_string(n) +
                   " tokens, the model reads at most " + std::to_string(model.max_length() - 1));
+    for (const int32_t id : *captions[static_cast<size_t>(k)])
+      if (id < 0 || id >= V)
+        throw Error("caption_log_probs: caption " + std::to_string(k) + " has token " +
+                    std::to_string(id) + ", outside the vocabulary of " + std::to_string(V));
     const int64_t b = image_of[static_cast<size_t>(k)];
     if (b < 0 || b >= B)
       throw Error("caption_log_probs: image row " + std::to_string(b) + " of a batch of " +
