@@ -154,7 +154,9 @@ TEST(CaptionTrain, TheLikeliestReferencesSettleOnOneCaptionPerImage) {
     for (const auto& g : greedy)
       exact += datasets::caption_matches_scene(g.texts.front(),
                                                train.images[static_cast<size_t>(g.image)].objects);
-    if (references == "likeliest") EXPECT_EQ(exact, 8);
+    if (references == "likeliest") {
+      EXPECT_EQ(exact, 8);
+    }
     datasets::LoaderOptions lo = vit::eval_loader_options(m.config.encoder, 8, 1);
     std::unique_ptr<datasets::Dataset> images = datasets::caption_images(train);
     lo.num_classes = images->size();

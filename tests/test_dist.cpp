@@ -84,6 +84,7 @@ TEST(DistWorld, CollectivesOfOneLeaveDataAlone) {
 
   EXPECT_EQ(one.allgather("mine"), std::vector<std::string>{"mine"});
   EXPECT_EQ(one.allgather(""), std::vector<std::string>{""});
+  EXPECT_EQ(one.gather_lines({"a", "", "b:c"}), (std::vector<std::string>{"a", "", "b:c"}));
   std::string text("a\0b", 3);
   one.broadcast(text, 0);
   EXPECT_EQ(text, std::string("a\0b", 3));

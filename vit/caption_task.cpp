@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <ostream>
 
+#include "common/dist/world.h"
 #include "common/error.h"
 #include "common/ops/ops.h"
 #include "common/ops/profile.h"
@@ -396,30 +397,54 @@ void CaptionTask::backward(nn::Context& ctx) {
 }
 
 train::Metrics CaptionTask::validate(const train::ValidateContext& v) {
-  // Every rank decodes the whole validation set (greedy search is cheap next to training), so
-  // the figures need no sum over the ranks and equal a single process's.
+  dist::World& world = *v.world;
+  const int rank = world.rank(), ranks = world.size();
+  // Each rank captions every ranks-th image (greedy), and the captions are put together on every
+  // rank before they are scored, so the figures are a single process's.
+  datasets::CaptionSet mine = val_set_;
+  mine.images.clear();
+  for (size_t i = static_cast<size_t>(rank); i < val_set_.images.size();
+       i += static_cast<size_t>(ranks))
+    mine.images.push_back(val_set_.images[i]);
   ProgressOptions po;
   po.tty = v.tty;
   po.unit = "image";
   po.line_every = 0;
-  Progress progress(*v.log, v.label, static_cast<int64_t>(val_set_.images.size()), po);
+  Progress progress(*v.log, v.label, static_cast<int64_t>(mine.images.size()), po);
   CaptionRunOptions ro;
   ro.search.method = decode::SearchMethod::greedy;
   ro.batch_size = std::min<int64_t>(o_.batch_size, 128);
   ro.precision = v.precision;
-  const std::vector<CaptionResult> results =
-      caption_set(*model_, tokenizer_, val_set_, ro, &progress);
+  std::vector<CaptionResult> results = caption_set(*model_, tokenizer_, mine, ro, &progress);
   progress.finish();
+  if (ranks > 1) {
+    // "+caption" where the image was read, "-" where not, on the rank that captioned it.
+    std::vector<std::string> lines(val_set_.images.size());
+    for (const CaptionResult& r : results)
+      lines[static_cast<size_t>(r.image * ranks + rank)] =
+          (r.read ? "+" : "-") + (r.texts.empty() ? std::string() : r.texts.front());
+    lines = world.gather_lines(lines);
+    results.assign(lines.size(), CaptionResult());
+    for (size_t i = 0; i < lines.size(); ++i) {
+      results[i].image = static_cast<int64_t>(i);
+      results[i].read = !lines[i].empty() && lines[i][0] == '+';
+      if (results[i].read) results[i].texts = {lines[i].substr(1)};
+    }
+  }
   const CaptionScores s = score_captions(cfg_, tokenizer_, val_set_, results);
-  // The loss of each image's first caption, teacher-forced.
-  double loss_sum = 0;
+  // The loss of each image's first caption, teacher-forced: each rank its share of the batches,
+  // the sums added in batch order as one process adds them.
+  std::vector<double> loss_sums;
   int64_t count = 0;
   {
     std::unique_ptr<datasets::Dataset> images = datasets::caption_images(val_set_);
     datasets::LoaderOptions lo = eval_loader_options(cfg_.encoder, ro.batch_size, o_.prefetch);
     lo.num_classes = images->size();
+    lo.shard = {rank, ranks};
     datasets::Loader loader(*images, lo);
     loader.start_epoch(0);
+    const int64_t batches = (images->size() + ro.batch_size - 1) / ro.batch_size;
+    loss_sums.assign(static_cast<size_t>(batches), 0.0);
     datasets::Batch batch;
     while (loader.next(batch)) {
       const int64_t B = batch.labels.numel();
@@ -443,10 +468,16 @@ train::Metrics CaptionTask::validate(const train::ValidateContext& v) {
       const Tensor logits = model_->forward(ctx, batch.images, in, lengths);
       const ops::CrossEntropyStats ce =
           ops::cross_entropy_forward(logits, out, 0.f, Vocabulary::kPad);
-      loss_sum += ce.loss * static_cast<double>(ce.count);
+      loss_sums.at(static_cast<size_t>(batch.index)) = ce.loss * static_cast<double>(ce.count);
       count += ce.count;
     }
   }
+  if (ranks > 1) {
+    world.allreduce_sum(loss_sums.data(), loss_sums.size());
+    world.allreduce_sum(&count, 1);
+  }
+  double loss_sum = 0;
+  for (double x : loss_sums) loss_sum += x;
   train::Metrics m;
   m.values = {{"loss", loss_sum / static_cast<double>(std::max<int64_t>(count, 1))},
               {"bleu", s.bleu.score},

@@ -7,7 +7,8 @@
 // the doubly stochastic attention penalty, AdamW with warmup and a cosine per step, the encoder
 // new, or initialised from a ViT checkpoint (--encoder-from) and then frozen or trained at its own
 // learning rate. Validation: the loss of each image's first caption, and greedy captions scored
-// by corpus BLEU-4 against every reference (and exact scene match on generated scenes); best.h5
+// by corpus BLEU-4 against every reference (and exact scene match on generated scenes), each rank
+// decoding its share of the images and the captions put together before scoring; best.h5
 // is the best BLEU. The checkpoint holds the SentencePiece model trained on the training captions
 // (with --phrases as single pieces).
 #include <atomic>

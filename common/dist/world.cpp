@@ -205,6 +205,28 @@ std::vector<std::string> World::allgather(const std::string& mine) const {
   return all;
 }
 
+std::vector<std::string> World::gather_lines(const std::vector<std::string>& lines) const {
+  if (!many()) return lines;
+  std::string packed;  // "<length>:<bytes>" per line
+  for (const std::string& l : lines) packed += std::to_string(l.size()) + ":" + l;
+  std::vector<std::string> all(lines.size());
+  for (const std::string& theirs : allgather(packed)) {
+    size_t at = 0;
+    for (std::string& line : all) {
+      const size_t colon = theirs.find(':', at);
+      if (colon == std::string::npos)
+        throw Error("gather_lines: a rank sent fewer than " + std::to_string(lines.size()) +
+                    " lines");
+      const size_t n = std::stoul(theirs.substr(at, colon - at));
+      line += theirs.substr(colon + 1, n);
+      at = colon + 1 + n;
+    }
+    if (at != theirs.size())
+      throw Error("gather_lines: a rank sent more than " + std::to_string(lines.size()) + " lines");
+  }
+  return all;
+}
+
 void World::barrier() const {
   if (many()) detail::check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
 }

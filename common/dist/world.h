@@ -53,6 +53,10 @@ class World {
   void broadcast(std::string& text, int root) const;
   // Every rank's `mine`, indexed by rank; lengths may differ (also empty).
   std::vector<std::string> allgather(const std::string& mine) const;
+  // Lines that each rank filled where it computed them (the others empty), put together on every
+  // rank: line i is the concatenation of every rank's line i. Each rank must pass as many lines;
+  // vitk::Error otherwise.
+  std::vector<std::string> gather_lines(const std::vector<std::string>& lines) const;
   void barrier() const;
 
   // Prints "vitk: error: rank R: message" (in a world of one "vitk: error: message") on standard

@@ -17,27 +17,6 @@
 #include "common/timer.h"
 
 namespace vitk::seq2seq {
-namespace {
-
-// Lines that each rank filled where it translated (the others empty), put together on every rank.
-std::vector<std::string> gather_lines(dist::World& world, const std::vector<std::string>& lines) {
-  std::string packed;  // "<length>:<bytes>" per line
-  for (const std::string& l : lines) packed += std::to_string(l.size()) + ":" + l;
-  std::vector<std::string> all(lines.size());
-  for (const std::string& theirs : world.allgather(packed)) {
-    size_t at = 0;
-    for (std::string& line : all) {
-      const size_t colon = theirs.find(':', at);
-      if (colon == std::string::npos) throw Error("validation: a rank sent too few translations");
-      const size_t n = std::stoul(theirs.substr(at, colon - at));
-      line += theirs.substr(colon + 1, n);
-      at = colon + 1 + n;
-    }
-  }
-  return all;
-}
-
-}  // namespace
 
 TranslationTask::TranslationTask(const TrainOptions& options, TranslationData& data)
     : o_(options), data_(&data) {}
@@ -313,7 +292,7 @@ train::Metrics TranslationTask::validate(const train::ValidateContext& v) {
   std::vector<std::string> hyps(translations.size());
   for (size_t i = 0; i < translations.size(); ++i)
     if (!translations[i].texts.empty()) hyps[i] = translations[i].texts[0];
-  if (ranks > 1) hyps = gather_lines(world, hyps);
+  if (ranks > 1) hyps = world.gather_lines(hyps);
   int64_t exact = 0;
   for (size_t i = 0; i < hyps.size(); ++i) exact += hyps[i] == valid_.text.target[i];
   train::Metrics m;

@@ -103,6 +103,20 @@ TEST(MpiWorld, AllgatherOfDifferentLengths) {
   EXPECT_EQ(w.allgather(long_short[w.rank()]), long_short);
 }
 
+// Lines each rank filled where it computed them (even lines on rank 0, odd on rank 1, with a
+// colon, a digit start and a NUL inside) come back whole on both ranks; a rank that sends fewer
+// lines is an error on the rank that reads them.
+TEST(MpiWorld, GatherLinesPutsEachRanksLinesInPlace) {
+  const World& w = world();
+  const std::vector<std::string> all = {"+a bag above a coat", "-", "12:ab", std::string("x\0y", 3),
+                                        ""};
+  std::vector<std::string> mine(all.size());
+  for (size_t i = static_cast<size_t>(w.rank()); i < all.size(); i += 2) mine[i] = all[i];
+  EXPECT_EQ(w.gather_lines(mine), all);
+  std::vector<std::string> uneven(w.rank() == 0 ? 3 : 2, "z");
+  EXPECT_THROW(w.gather_lines(uneven), vitk::Error);
+}
+
 TEST(MpiWorld, BroadcastFromRankOne) {
   const World& w = world();
   std::string text = w.rank() == 1 ? std::string("from rank one\0!", 15) : "something much longer";
