@@ -138,10 +138,8 @@ std::vector<double> caption_log_probs(CaptionModel& model, nn::Context& ctx, con
       if (t > n) continue;
       const int32_t target = t < n ? c[static_cast<size_t>(t)] : Vocabulary::kEos;
       const float* z = logits.f32() + k * V;
-      const float top = *std::max_element(z, z + V);
-      double sum = 0;
-      for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(z[v] - top));
-      log_prob[static_cast<size_t>(k)] += static_cast<double>(z[target] - top) - std::log(sum);
+      log_prob[static_cast<size_t>(k)] +=
+          static_cast<double>(z[target]) - decode::row_stats(z, V).lse;  // as a search scores it
     }
   }
   return log_prob;

@@ -90,15 +90,6 @@ nn::Context inference_context(Arena& arena, ops::Precision precision) {
   return ctx;
 }
 
-namespace {
-
-// log Σ_v exp(row[v]) and the arg-max (first index on ties, as torch.argmax).
-struct RowStats {
-  float max = 0;
-  int32_t argmax = 0;
-  double lse = 0;
-};
-
 RowStats row_stats(const float* row, int64_t V) {
   RowStats s;
   s.max = -std::numeric_limits<float>::infinity();
@@ -111,6 +102,8 @@ RowStats row_stats(const float* row, int64_t V) {
   s.lse = static_cast<double>(mx) + std::log(static_cast<double>(sum));
   return s;
 }
+
+namespace {
 
 using Scored = std::pair<float, int32_t>;  // (logit, token)
 

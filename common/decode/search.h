@@ -98,6 +98,15 @@ const Tensor& finite_logits(const Tensor& logits);
 // decoding uses it to score exactly as the search does).
 double log_sum_exp(const float* row, int64_t V);
 
+// log Σ_v exp(row[v]) and the arg-max (first index on ties, as torch.argmax) of one row of V
+// logits: what the searches score tokens by (row[token] - lse), for any other scorer to agree.
+struct RowStats {
+  float max = 0;
+  int32_t argmax = 0;
+  double lse = 0;
+};
+RowStats row_stats(const float* row, int64_t V);
+
 // Runs searches batch after batch with one set of buffers (activations, caches) and one random
 // stream. The model must stay alive and unchanged while the searcher is used.
 class Searcher {
