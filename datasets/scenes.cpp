@@ -383,45 +383,66 @@ void make_scenes(const SceneOptions& options) {
   for (const SplitPlan& plan : plans) write_split(options, plan);
 }
 
-bool caption_matches_scene(const std::string& caption, const std::vector<SceneObject>& objects) {
-  if (objects.size() < 2) return false;
-  for (size_t a = 0; a < objects.size(); ++a)
-    for (size_t b = a + 1; b < objects.size(); ++b)
-      if (objects[a].name == objects[b].name) return false;  // a noun would name two articles
-
+SceneCaptionCheck check_scene_caption(const std::string& caption,
+                                      const std::vector<SceneObject>& objects) {
+  // The grammar: "a N1 R1 a N2" then (" and a Nk Rk it")*, where R1 relates N1 to N2 and Rk
+  // relates Nk to N(k-1).
   const std::vector<std::string> words = words_of(caption);
-  std::vector<bool> named(objects.size(), false);
+  std::vector<std::string> nouns, relations;
   size_t i = 0;
-  // "a NOUN": the article it names, or nullptr when the words are not that or the article is
-  // unknown or already named.
-  auto article = [&]() -> const SceneObject* {
-    if (i >= words.size() || words[i] != "a") return nullptr;
+  auto noun = [&]() {
+    if (i >= words.size() || words[i] != "a") return false;
     ++i;
-    const std::string noun = noun_at(words, i);
-    for (size_t k = 0; k < objects.size(); ++k)
-      if (!noun.empty() && objects[k].name == noun && !named[k]) {
-        named[k] = true;
-        return &objects[k];
-      }
-    return nullptr;
+    nouns.push_back(noun_at(words, i));
+    return !nouns.back().empty();
   };
-
-  const SceneObject* first = article();
-  if (!first) return false;
-  std::string rel = relation_at(words, i);
-  const SceneObject* second = article();
-  if (rel.empty() || !second || relation(*first, *second) != rel) return false;
-  const SceneObject* previous = second;
+  auto stated = [&]() {
+    relations.push_back(relation_at(words, i));
+    return !relations.back().empty();
+  };
+  SceneCaptionCheck check;
+  if (!noun() || !stated() || !noun()) return check;
   while (i < words.size()) {
-    if (words[i++] != "and") return false;
-    const SceneObject* next = article();
-    if (!next) return false;
-    rel = relation_at(words, i);
-    if (rel.empty() || i >= words.size() || words[i++] != "it") return false;
-    if (relation(*next, *previous) != rel) return false;
-    previous = next;
+    if (words[i++] != "and" || !noun() || !stated() || i >= words.size() || words[i++] != "it")
+      return check;
   }
-  return std::all_of(named.begin(), named.end(), [](bool b) { return b; });
+  check.grammatical = true;
+
+  // Each noun's article: nouns name articles by class, and a scene with two articles of one class
+  // (which make-scenes never writes) has no right caption.
+  std::vector<const SceneObject*> named;
+  std::vector<int> times(objects.size(), 0);
+  bool distinct = objects.size() >= 2;
+  for (size_t a = 0; a < objects.size(); ++a)
+    for (size_t b = a + 1; b < objects.size(); ++b) distinct &= objects[a].name != objects[b].name;
+  for (const std::string& name : nouns) {
+    const auto it = std::find_if(objects.begin(), objects.end(),
+                                 [&](const SceneObject& o) { return o.name == name; });
+    named.push_back(it == objects.end() ? nullptr : &*it);
+    if (it != objects.end()) ++times[static_cast<size_t>(it - objects.begin())];
+  }
+  check.articles = distinct && nouns.size() == objects.size() &&
+                   std::all_of(times.begin(), times.end(), [](int t) { return t == 1; });
+  if (!distinct) return check;
+  for (size_t k = 0; k < relations.size(); ++k) {
+    // Relation k: the first noun to the second, then each later noun to the one before it.
+    const SceneObject* subject = named[k == 0 ? 0 : k + 1];
+    const SceneObject* other = named[k == 0 ? 1 : k];
+    if (!subject || !other || subject == other) continue;
+    const bool right = relations[k] == relation(*subject, *other);
+    if (subject->row == other->row) {
+      ++check.horizontal;
+      check.horizontal_true += right ? 1 : 0;
+    } else {
+      ++check.vertical;
+      check.vertical_true += right ? 1 : 0;
+    }
+  }
+  return check;
+}
+
+bool caption_matches_scene(const std::string& caption, const std::vector<SceneObject>& objects) {
+  return check_scene_caption(caption, objects).exact();
 }
 
 std::vector<NamedArticle> named_articles(const std::string& caption) {

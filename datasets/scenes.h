@@ -49,6 +49,24 @@ const std::vector<std::string>& scene_nouns();
 // it states is true of the scene? false for anything the grammar does not produce.
 bool caption_matches_scene(const std::string& caption, const std::vector<SceneObject>& objects);
 
+// What a caption says right and wrong of a scene: caption-eval's breakdown of exact scene match.
+// A caption the grammar does not produce is not grammatical and gets nothing else. The relations
+// counted are those the caption states between two different articles of the scene, by the kind
+// the scene calls for: horizontal ("to the left of", "to the right of") when the two share a row,
+// vertical ("above", "below") when not; true when the stated relation is the scene's.
+struct SceneCaptionCheck {
+  bool grammatical = false;
+  bool articles = false;  // grammatical, and names every article of the scene once and no other
+  int64_t horizontal = 0, horizontal_true = 0;
+  int64_t vertical = 0, vertical_true = 0;
+  // caption_matches_scene: the right articles, every relation true.
+  bool exact() const {
+    return articles && horizontal == horizontal_true && vertical == vertical_true;
+  }
+};
+SceneCaptionCheck check_scene_caption(const std::string& caption,
+                                      const std::vector<SceneObject>& objects);
+
 // The article nouns a caption names, in order, each with the index of its last word in the
 // caption's words (split on spaces after normalize_caption): for attention-in-cell, which looks
 // at the word that names an article (the noun's last word, "boot" of "ankle boot").

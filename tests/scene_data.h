@@ -1,12 +1,13 @@
 #pragma once
 // Tiny Fashion-MNIST IDX files for the tests that make scenes (test_scenes.cpp, test_caption.cpp):
 // 60 training and 20 test articles of 28x28 whose pixels say which article and which file they
-// come from, labels i % 10.
+// come from, labels i % 10; and scene articles placed by hand for the grammar and its scores.
 #include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "datasets/captions.h"
 #include "idx_data.h"
 #include "test_util.h"
 
@@ -50,6 +51,17 @@ inline std::string write_fashion_mnist(const vitk::test::TempDir& dir) {
   put("t10k-images-idx3-ubyte", idx_articles(true, kTestArticles));
   put("t10k-labels-idx1-ubyte", idx_labels(cyclic_labels(kTestArticles)));
   return root.string();
+}
+
+// An article of a 2x2 scene (42-pixel cells), for the tests of the caption grammar and scores.
+inline datasets::SceneObject scene_object(const std::string& name, int64_t row, int64_t col) {
+  datasets::SceneObject o;
+  o.name = name;
+  o.row = row;
+  o.col = col;
+  o.cell = {col * 42, row * 42, 42, 42};
+  o.box = {o.cell.x + 7, o.cell.y + 7, 28, 28};
+  return o;
 }
 
 }  // namespace vitk::testing

@@ -5,18 +5,23 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/nn/nn.h"
 #include "common/ops/ops.h"
 #include "common/params.h"
+#include "common/vocabulary.h"
+#include "datasets/captions.h"
 #include "fixture_io.h"
 #include "model_fixtures.h"
 #include "op_test_util.h"
+#include "scene_data.h"
 #include "test_util.h"
 #include "vit/caption.h"
 #include "vit/captioner.h"
@@ -335,4 +340,107 @@ TEST(CaptionConfig, RoundTripsThroughTextAndNamesBadKeys) {
       Error);
   bad["d_model"] = "16";
   EXPECT_TRUE(vit::caption_config_from_map(bad, "x.h5").memory_positions);
+}
+
+namespace {
+
+// Each word of a caption one piece ("▁bag"), so that a noun's row is its word's index.
+class WordVocabulary : public Vocabulary {
+ public:
+  explicit WordVocabulary(std::vector<std::string> words) : words_(std::move(words)) {}
+  int size() const override { return static_cast<int>(words_.size()) + 4; }
+  std::vector<int> encode(const std::string& text) const override {
+    std::vector<int> ids;
+    std::istringstream in(text);
+    for (std::string w; in >> w;) {
+      const auto at = std::find(words_.begin(), words_.end(), w);
+      ids.push_back(at == words_.end() ? kUnk : static_cast<int>(at - words_.begin()) + 4);
+    }
+    return ids;
+  }
+  std::string decode(const std::vector<int>& ids) const override {
+    std::string text;
+    for (int id : ids)
+      if (id >= 4) text += (text.empty() ? "" : " ") + words_[static_cast<size_t>(id - 4)];
+    return text;
+  }
+  std::vector<std::string> pieces(const std::vector<int>& ids) const override {
+    std::vector<std::string> out;
+    for (int id : ids)
+      out.push_back("\xe2\x96\x81" + (id >= 4 ? words_[static_cast<size_t>(id - 4)] : "?"));
+    return out;
+  }
+  const std::string& bytes() const override { return bytes_; }
+
+ private:
+  std::vector<std::string> words_;
+  std::string bytes_;
+};
+
+}  // namespace
+
+// caption-eval's figures and their breakdown, from hand-made captions and attention rows: exact
+// scene match, the articles, the relations by kind, and attention-in-cell by the noun's place.
+TEST(CaptionScores, BreakExactMatchAndAttentionDown) {
+  vit::CaptionConfig config;
+  config.encoder.image_height = config.encoder.image_width = 84;
+  config.encoder.patch_size = 14;  // a 6x6 grid; a 42-pixel cell holds 3x3 patches
+  config.memory_class_token = false;
+  const WordVocabulary vocabulary({"a", "bag", "ankle", "boot", "coat", "to", "the", "left",
+                                   "right", "of", "above", "below", "and", "it"});
+  // bag | ankle boot
+  // coat | (empty)
+  datasets::CaptionSet set;
+  const std::vector<std::string> captions = {
+      "a bag to the left of a ankle boot and a coat below it",   // exact
+      "a bag to the right of a ankle boot and a coat below it",  // a false left/right
+      "a coat above a bag",                                      // the boot left out, a false above
+  };
+  std::vector<vit::CaptionResult> results;
+  for (size_t i = 0; i < captions.size(); ++i) {
+    datasets::CaptionedImage image;
+    image.captions = {captions[0]};
+    image.objects = {vitk::testing::scene_object("bag", 0, 0),
+                     vitk::testing::scene_object("ankle boot", 0, 1),
+                     vitk::testing::scene_object("coat", 1, 0)};
+    set.images.push_back(image);
+    vit::CaptionResult r;
+    r.image = static_cast<int64_t>(i);
+    r.read = true;
+    r.texts = {captions[i]};
+    const std::vector<int> ids = vocabulary.encode(captions[i]);
+    r.hypotheses.push_back({std::vector<int32_t>(ids.begin(), ids.end())});
+    // Every row looks at the patch in the top left corner, unless told otherwise below.
+    r.attention = Tensor({static_cast<int64_t>(ids.size()) + 1, 36});
+    for (int64_t t = 0; t < r.attention.dim(0); ++t) r.attention.f32()[t * 36] = 1.f;
+    results.push_back(std::move(r));
+  }
+  auto look = [&](size_t image, int64_t row, int64_t patch) {
+    float* w = results[image].attention.f32() + row * 36;
+    std::fill(w, w + 36, 0.f);
+    w[patch] = 1.f;
+  };
+  // The nouns' rows (their last word's): bag 1, boot 8, coat 11. Patch 0 is in the bag's cell,
+  // patch 3 (row 0, column 3) in the boot's, patch 18 (row 3, column 0) in the coat's.
+  look(0, 8, 3);
+  look(0, 11, 18);
+  look(1, 1, 3);  // the first noun, the bag, looks at the boot
+  look(1, 8, 3);
+  look(1, 11, 18);
+  look(2, 1, 18);  // "a coat above a bag": the coat's row 1, the bag's 4 (left at the corner)
+  const vit::CaptionScores s = vit::score_captions(config, vocabulary, set, results);
+  EXPECT_EQ(s.images, 3);
+  EXPECT_EQ(s.scenes, 3);
+  EXPECT_EQ(s.exact, 1);
+  EXPECT_EQ(s.articles, 2);
+  EXPECT_EQ(s.horizontal, 2);
+  EXPECT_EQ(s.horizontal_true, 1);
+  EXPECT_EQ(s.vertical, 3);
+  EXPECT_EQ(s.vertical_true, 2);
+  EXPECT_EQ(s.nouns, 8);
+  EXPECT_EQ(s.in_cell, 7);
+  EXPECT_EQ(s.nouns_at, (std::array<int64_t, 4>{3, 3, 2, 0}));
+  EXPECT_EQ(s.in_cell_at, (std::array<int64_t, 4>{2, 3, 2, 0}));
+  EXPECT_DOUBLE_EQ(s.in_cell_percent(), 87.5);
+  EXPECT_EQ(s.bleu.hyp_len, 14 + 14 + 5);  // every caption scored, word by word
 }

@@ -351,6 +351,8 @@ TEST(CaptionCli, CaptionEvalAndTheirErrors) {
   EXPECT_TRUE(test::contains(r.out, "BLEU = ")) << r.out;
   EXPECT_TRUE(test::contains(r.out, "exact scene match: ")) << r.out;
   EXPECT_TRUE(test::contains(r.out, "attention in the named article's cell: ")) << r.out;
+  EXPECT_TRUE(test::contains(r.out, "every article named once, no other: ")) << r.out;
+  EXPECT_TRUE(test::contains(r.out, "relations true: left/right (one row) ")) << r.out;
 
   // vitk quantize: the int8 file runs at int8 without being told, and captions the test scenes
   // as the f32 file does at --precision int8 (the same int8 matrices); another precision is

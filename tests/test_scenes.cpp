@@ -27,8 +27,10 @@ namespace {
 namespace fs = std::filesystem;
 using vitk::datasets::Box;
 using vitk::datasets::caption_matches_scene;
+using vitk::datasets::check_scene_caption;
 using vitk::datasets::make_scenes;
 using vitk::datasets::named_articles;
+using vitk::datasets::SceneCaptionCheck;
 using vitk::datasets::SceneObject;
 using vitk::datasets::SceneOptions;
 using vitk::io::Json;
@@ -311,13 +313,7 @@ TEST(Scenes, TooFewClassesForTheArticlesOfAScene) {
 // ---- The grammar -------------------------------------------------------------------------------
 
 SceneObject at(const std::string& name, int64_t row, int64_t col) {
-  SceneObject o;
-  o.name = name;
-  o.row = row;
-  o.col = col;
-  o.cell = {col * 42, row * 42, 42, 42};
-  o.box = {o.cell.x + 7, o.cell.y + 7, 28, 28};
-  return o;
+  return vitk::testing::scene_object(name, row, col);
 }
 
 TEST(SceneCaptions, MatchOnlyTheCaptionsTheGrammarGivesForTheScene) {
@@ -354,6 +350,53 @@ TEST(SceneCaptions, MatchOnlyTheCaptionsTheGrammarGivesForTheScene) {
   EXPECT_FALSE(caption_matches_scene("a bag", {at("bag", 0, 0)}));
   EXPECT_FALSE(
       caption_matches_scene("a bag to the left of a bag", {at("bag", 0, 0), at("bag", 0, 1)}));
+}
+
+// caption-eval's breakdown of exact scene match: the articles, and the relations by the kind the
+// scene calls for, each counted whether the rest of the caption is right or not.
+TEST(SceneCaptions, TheCheckCountsWhatACaptionGetsRight) {
+  // bag | ankle boot
+  // coat | (empty)
+  const std::vector<SceneObject> scene = {at("bag", 0, 0), at("ankle boot", 0, 1),
+                                          at("coat", 1, 0)};
+  struct Want {
+    const char* caption;
+    bool grammatical, articles;
+    int64_t horizontal, horizontal_true, vertical, vertical_true;
+  };
+  const Want wants[] = {
+      {"a bag to the left of a ankle boot and a coat below it", true, true, 1, 1, 1, 1},
+      // The coat is below the boot by row, though left of it by column.
+      {"a coat below a ankle boot and a bag to the left of it", true, true, 1, 1, 1, 1},
+      {"a bag to the right of a ankle boot and a coat below it", true, true, 1, 0, 1, 1},
+      {"a bag above a ankle boot and a coat above it", true, true, 1, 0, 1, 0},
+      {"a coat above a bag", true, false, 0, 0, 1, 0},  // the boot is not named
+      // The sandal is not in the scene: its two relations are not counted; the boot above the
+      // coat is.
+      {"a bag to the left of a sandal and a coat below it and a ankle boot above it", true, false,
+       0, 0, 1, 1},
+      {"a bag to the left of a ankle boot and a bag to the left of it", true, false, 2, 2, 0, 0},
+      {"a bag left of a ankle boot", false, false, 0, 0, 0, 0},
+      {"a bag to the left of a ankle boot and a coat below", false, false, 0, 0, 0, 0},
+      {"", false, false, 0, 0, 0, 0},
+  };
+  for (const Want& w : wants) {
+    SCOPED_TRACE(w.caption);
+    const SceneCaptionCheck c = check_scene_caption(w.caption, scene);
+    EXPECT_EQ(c.grammatical, w.grammatical);
+    EXPECT_EQ(c.articles, w.articles);
+    EXPECT_EQ(c.horizontal, w.horizontal);
+    EXPECT_EQ(c.horizontal_true, w.horizontal_true);
+    EXPECT_EQ(c.vertical, w.vertical);
+    EXPECT_EQ(c.vertical_true, w.vertical_true);
+    EXPECT_EQ(c.exact(), caption_matches_scene(w.caption, scene));
+  }
+  // A scene with two articles of one class has no right articles and no relations counted.
+  const SceneCaptionCheck twins =
+      check_scene_caption("a bag to the left of a bag", {at("bag", 0, 0), at("bag", 0, 1)});
+  EXPECT_TRUE(twins.grammatical);
+  EXPECT_FALSE(twins.articles);
+  EXPECT_EQ(twins.horizontal + twins.vertical, 0);
 }
 
 TEST(SceneCaptions, NamedArticlesGiveTheNounsLastWord) {

@@ -248,15 +248,25 @@ CaptionScores score_captions(const CaptionConfig& config, const Vocabulary& toke
                                                   : std::string());
     if (image.objects.empty()) continue;
     ++s.scenes;
-    s.exact += datasets::caption_matches_scene(text, image.objects) ? 1 : 0;
+    const datasets::SceneCaptionCheck check = datasets::check_scene_caption(text, image.objects);
+    s.exact += check.exact() ? 1 : 0;
+    s.articles += check.articles ? 1 : 0;
+    s.horizontal += check.horizontal;
+    s.horizontal_true += check.horizontal_true;
+    s.vertical += check.vertical;
+    s.vertical_true += check.vertical_true;
     if (r.attention.empty() || r.hypotheses.empty()) continue;
     const std::vector<int32_t>& ids = r.hypotheses.front().tokens;
     const std::vector<int64_t> words = word_of_pieces(tokenizer, ids);
-    for (const datasets::NamedArticle& named : datasets::named_articles(text)) {
+    const std::vector<datasets::NamedArticle> named_articles = datasets::named_articles(text);
+    for (size_t k = 0; k < named_articles.size(); ++k) {
+      const datasets::NamedArticle& named = named_articles[k];
       const auto object = std::find_if(image.objects.begin(), image.objects.end(),
                                        [&](const auto& o) { return o.name == named.name; });
       if (object == image.objects.end()) continue;  // a noun the scene does not have
+      const size_t place = std::min<size_t>(k, s.nouns_at.size() - 1);
       ++s.nouns;
+      ++s.nouns_at[place];
       const auto piece = std::find(words.begin(), words.end(), named.word);
       const int64_t row = piece - words.begin();
       if (piece == words.end() || row >= r.attention.dim(0)) continue;
@@ -265,7 +275,9 @@ CaptionScores score_captions(const CaptionConfig& config, const Vocabulary& toke
       const int64_t best = std::max_element(w + first_patch, w + Tm) - w - first_patch;
       const double x = (static_cast<double>(best % Wg) + 0.5) * static_cast<double>(P);
       const double y = (static_cast<double>(best / Wg) + 0.5) * static_cast<double>(P);
-      s.in_cell += object->cell.contains(x, y) ? 1 : 0;
+      const int64_t hit = object->cell.contains(x, y) ? 1 : 0;
+      s.in_cell += hit;
+      s.in_cell_at[place] += hit;
     }
   }
   if (!hyps.empty()) s.bleu = decode::corpus_bleu(hyps, refs);

@@ -4,6 +4,7 @@
 // cross-attention of each caption, and the scores of `vitk caption-eval` and of validation:
 // corpus BLEU-4 against every reference caption of each image, exact scene match and
 // attention-in-cell on vitk's generated scenes (datasets/scenes.h).
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -100,9 +101,15 @@ struct CaptionScores {
   int64_t images = 0;       // scored: read and with references
   decode::BleuResult bleu;  // corpus BLEU-4 (sacreBLEU's), every reference of each image
   // Generated scenes only (images with objects):
-  int64_t scenes = 0, exact = 0;   // exact scene match (datasets::caption_matches_scene)
+  int64_t scenes = 0, exact = 0;  // exact scene match (datasets::caption_matches_scene)
+  int64_t articles = 0;           // scenes whose caption names just their articles, once each
+  // Relations stated between two articles of a scene (datasets::check_scene_caption), and the
+  // true ones: horizontal (one row) and vertical.
+  int64_t horizontal = 0, horizontal_true = 0, vertical = 0, vertical_true = 0;
   int64_t nouns = 0, in_cell = 0;  // named articles, and those whose most-attended patch lies
                                    // in that article's cell (needs attention)
+  // The same by the noun's place in its caption: first, second, third, fourth or later.
+  std::array<int64_t, 4> nouns_at{}, in_cell_at{};
   double exact_percent() const { return scenes ? 100.0 * exact / scenes : 0; }
   double in_cell_percent() const { return nouns ? 100.0 * in_cell / nouns : 0; }
 };
