@@ -386,15 +386,16 @@ TEST(CaptionScores, BreakExactMatchAndAttentionDown) {
   config.encoder.image_height = config.encoder.image_width = 84;
   config.encoder.patch_size = 14;  // a 6x6 grid; a 42-pixel cell holds 3x3 patches
   config.memory_class_token = false;
-  const WordVocabulary vocabulary({"a", "bag", "ankle", "boot", "coat", "to", "the", "left",
-                                   "right", "of", "above", "below", "and", "it"});
+  const WordVocabulary vocabulary({"a", "bag", "ankle", "boot", "coat", "dress", "to", "the",
+                                   "left", "right", "of", "above", "below", "and", "it"});
   // bag | ankle boot
-  // coat | (empty)
+  // coat | (empty), and in the last scene a dress there
   datasets::CaptionSet set;
   const std::vector<std::string> captions = {
       "a bag to the left of a ankle boot and a coat below it",   // exact
       "a bag to the right of a ankle boot and a coat below it",  // a false left/right
       "a coat above a bag",                                      // the boot left out, a false above
+      "a bag to the left of a ankle boot and a dress below it and a coat to the left of it",
   };
   std::vector<vit::CaptionResult> results;
   for (size_t i = 0; i < captions.size(); ++i) {
@@ -403,6 +404,7 @@ TEST(CaptionScores, BreakExactMatchAndAttentionDown) {
     image.objects = {vitk::testing::scene_object("bag", 0, 0),
                      vitk::testing::scene_object("ankle boot", 0, 1),
                      vitk::testing::scene_object("coat", 1, 0)};
+    if (i == 3) image.objects.push_back(vitk::testing::scene_object("dress", 1, 1));
     set.images.push_back(image);
     vit::CaptionResult r;
     r.image = static_cast<int64_t>(i);
@@ -428,19 +430,24 @@ TEST(CaptionScores, BreakExactMatchAndAttentionDown) {
   look(1, 8, 3);
   look(1, 11, 18);
   look(2, 1, 18);  // "a coat above a bag": the coat's row 1, the bag's 4 (left at the corner)
+  // The four-article caption: boot 8, dress 11 (patch 21, row 3, column 3), and the coat's row 16
+  // left at the corner, in the bag's cell.
+  look(3, 8, 3);
+  look(3, 11, 21);
   const vit::CaptionScores s = vit::score_captions(config, vocabulary, set, results);
-  EXPECT_EQ(s.images, 3);
-  EXPECT_EQ(s.scenes, 3);
-  EXPECT_EQ(s.exact, 1);
-  EXPECT_EQ(s.articles, 2);
-  EXPECT_EQ(s.horizontal, 2);
-  EXPECT_EQ(s.horizontal_true, 1);
-  EXPECT_EQ(s.vertical, 3);
-  EXPECT_EQ(s.vertical_true, 2);
-  EXPECT_EQ(s.nouns, 8);
-  EXPECT_EQ(s.in_cell, 7);
-  EXPECT_EQ(s.nouns_at, (std::array<int64_t, 4>{3, 3, 2, 0}));
-  EXPECT_EQ(s.in_cell_at, (std::array<int64_t, 4>{2, 3, 2, 0}));
-  EXPECT_DOUBLE_EQ(s.in_cell_percent(), 87.5);
-  EXPECT_EQ(s.bleu.hyp_len, 14 + 14 + 5);  // every caption scored, word by word
+  EXPECT_EQ(s.images, 4);
+  EXPECT_EQ(s.scenes, 4);
+  EXPECT_EQ(s.exact, 2);
+  EXPECT_EQ(s.articles, 3);
+  EXPECT_EQ(s.horizontal, 4);
+  EXPECT_EQ(s.horizontal_true, 3);
+  EXPECT_EQ(s.vertical, 4);
+  EXPECT_EQ(s.vertical_true, 3);
+  EXPECT_EQ(s.nouns, 12);
+  EXPECT_EQ(s.in_cell, 10);
+  EXPECT_EQ(s.nouns_at, (std::array<int64_t, 4>{4, 4, 3, 1}));
+  EXPECT_EQ(s.in_cell_at, (std::array<int64_t, 4>{3, 4, 3, 0}));
+  EXPECT_DOUBLE_EQ(s.exact_percent(), 50.0);
+  EXPECT_NEAR(s.in_cell_percent(), 100.0 * 10 / 12, 1e-9);
+  EXPECT_EQ(s.bleu.hyp_len, 14 + 14 + 5 + 22);  // every caption scored, word by word
 }
