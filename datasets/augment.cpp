@@ -110,9 +110,11 @@ cv::Mat random_resized_crop(const cv::Mat& image, int64_t height, int64_t width,
   return out;
 }
 
-void random_hflip(cv::Mat& image, float p, ops::Rng& rng) {
+bool random_hflip(cv::Mat& image, float p, ops::Rng& rng) {
   // One draw whatever p is, so that the draws after it do not depend on p.
-  if (rng.uniform() < p) cv::flip(image, image, 1);
+  if (rng.uniform() >= p) return false;
+  cv::flip(image, image, 1);
+  return true;
 }
 
 void random_translate(float* chw, int64_t channels, int64_t height, int64_t width, int64_t pad,

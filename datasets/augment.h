@@ -40,8 +40,8 @@ struct AugmentOptions {
 cv::Mat random_resized_crop(const cv::Mat& image, int64_t height, int64_t width,
                             const std::array<float, 2>& scale, const std::array<float, 2>& ratio,
                             int interpolation, ops::Rng& rng);
-// Mirrors left-right with probability p (in place).
-void random_hflip(cv::Mat& image, float p, ops::Rng& rng);
+// Mirrors left-right with probability p (in place); true when it did.
+bool random_hflip(cv::Mat& image, float p, ops::Rng& rng);
 // torchvision's RandomCrop(size, padding=pad, fill=0) on normalised chw [C, H, W] floats, in
 // place: pads `pad` pixels of fill[c] (a black pixel, normalised) on every side and keeps the
 // H × W window at a uniform top, left in [0, 2·pad]. Two draws when pad > 0, none at 0.

@@ -443,6 +443,32 @@ std::string normalize_caption(const std::string& text) {
   return out;
 }
 
+std::string swap_words(const std::string& text,
+                       const std::vector<std::pair<std::string, std::string>>& pairs) {
+  std::string out;
+  out.reserve(text.size());
+  size_t at = 0;
+  while (at <= text.size()) {
+    size_t end = text.find(' ', at);
+    if (end == std::string::npos) end = text.size();
+    std::string word = text.substr(at, end - at);
+    for (const auto& [a, b] : pairs) {
+      if (word == a) {
+        word = b;
+        break;
+      }
+      if (word == b) {
+        word = a;
+        break;
+      }
+    }
+    out += word;
+    if (end < text.size()) out += ' ';
+    at = end + 1;
+  }
+  return out;
+}
+
 namespace {
 
 class CaptionImages : public Dataset {

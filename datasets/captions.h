@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "datasets/dataset.h"
@@ -107,5 +108,10 @@ std::unique_ptr<Dataset> caption_images(const CaptionSet& set);
 // Lower case, punctuation other than '-' and '\'' dropped, runs of spaces made one: the form
 // captions are tokenized and scored in (COCO's evaluation tokenizer does likewise).
 std::string normalize_caption(const std::string& text);
+
+// A normalised caption with the words of each pair exchanged ("left" <-> "right"): what a caption
+// of an image says of its mirror image. Whole words only ("leftover" stays).
+std::string swap_words(const std::string& text,
+                       const std::vector<std::pair<std::string, std::string>>& pairs);
 
 }  // namespace vitk::datasets

@@ -89,9 +89,9 @@ struct Loader::Impl {
              Batch& batch);
   bool mix(int64_t ep, int64_t index, int64_t lo, const std::vector<int64_t>& ord, uint64_t gen,
            Batch& batch);
-  int64_t prepare_sample(int64_t ep, int64_t idx, float* dst);
+  int64_t prepare_sample(int64_t ep, int64_t idx, float* dst, bool* mirrored = nullptr);
   int32_t checked_label(int64_t src) const;
-  bool try_sample(int64_t src, ops::Rng rng, float* dst, std::string& why) const;
+  bool try_sample(int64_t src, ops::Rng rng, float* dst, std::string& why, bool* mirrored) const;
   int64_t replacement(int64_t ep, int64_t idx, int64_t k) const;
 };
 
@@ -270,6 +270,8 @@ bool Loader::Impl::build(int64_t ep, int64_t index, const std::vector<int64_t>* 
   batch.images = Tensor({b, c, h, w});
   batch.labels = Tensor({b}, DType::i32);
   batch.targets = Tensor();
+  const bool report_mirrors = opt.training && opt.augment.hflip > 0.f;
+  batch.mirrored.assign(report_mirrors ? static_cast<size_t>(b) : 0, 0);
   batch.epoch = ep;
   batch.index = index;
   float* images = batch.images.f32();
@@ -279,8 +281,11 @@ bool Loader::Impl::build(int64_t ep, int64_t index, const std::vector<int64_t>* 
     if (stopping.load(std::memory_order_relaxed) || live_generation.load() != gen) return false;
     const int64_t pos = first + lo + i;
     const int64_t idx = ord ? (*ord)[pos] : pos;
-    const int64_t src = prepare_sample(ep, idx, images + rows * c * h * w);
-    if (src >= 0) labels[rows++] = checked_label(src);
+    bool mirrored = false;
+    const int64_t src = prepare_sample(ep, idx, images + rows * c * h * w, &mirrored);
+    if (src < 0) continue;
+    if (report_mirrors) batch.mirrored[static_cast<size_t>(rows)] = mirrored;
+    labels[rows++] = checked_label(src);
   }
   if (rows < b) {
     batch.images = batch.images.rows(0, rows);
@@ -347,7 +352,7 @@ int32_t Loader::Impl::checked_label(int64_t src) const {
 // Writes sample idx at dst and returns idx. When it cannot be read: in training, writes a
 // replacement and returns its index; in evaluation, returns -1 (the sample is left out, so that
 // every image counted is one that was read).
-int64_t Loader::Impl::prepare_sample(int64_t ep, int64_t idx, float* dst) {
+int64_t Loader::Impl::prepare_sample(int64_t ep, int64_t idx, float* dst, bool* mirrored) {
   // The augmentation draws belong to the position (idx), whichever sample ends up filling it.
   const ops::Rng rng(stream_key(opt.seed, kSample, ep, idx));
   const int64_t n = data.size();
@@ -355,7 +360,7 @@ int64_t Loader::Impl::prepare_sample(int64_t ep, int64_t idx, float* dst) {
   for (int64_t k = 0;; ++k) {
     if (!bad.count(src)) {
       std::string why;
-      if (try_sample(src, rng, dst, why)) return src;
+      if (try_sample(src, rng, dst, why, mirrored)) return src;
       bad.insert(src);
       bad_count = static_cast<int64_t>(bad.size());
       std::cerr << ("warning: skipping " + data.describe(src) + ": " + why + "\n") << std::flush;
@@ -382,7 +387,8 @@ int64_t Loader::Impl::replacement(int64_t ep, int64_t idx, int64_t k) const {
 // the eval transform.
 // OpenCV's exceptions here come from the sample's data, so they make it unreadable; anything else
 // propagates.
-bool Loader::Impl::try_sample(int64_t src, ops::Rng rng, float* dst, std::string& why) const {
+bool Loader::Impl::try_sample(int64_t src, ops::Rng rng, float* dst, std::string& why,
+                              bool* mirrored) const {
   cv::Mat decoded;
   try {
     if (!data.load(src, decoded, why)) return false;
@@ -399,11 +405,14 @@ bool Loader::Impl::try_sample(int64_t src, ops::Rng rng, float* dst, std::string
     const AugmentOptions& a = opt.augment;
     if (a.random_resized_crop) {
       cv::Mat crop = random_resized_crop(image, h, w, a.scale, a.ratio, interpolation, rng);
-      random_hflip(crop, a.hflip, rng);
+      const bool flip = random_hflip(crop, a.hflip, rng);
+      if (mirrored) *mirrored = flip;
       datasets::normalize_to_chw(crop, opt.preprocess, dst);
     } else {
       datasets::preprocess_image(image, opt.preprocess, h, w, dst);
-      if (rng.uniform() < a.hflip) flip_chw(dst, c * h, w);  // the draw random_hflip makes
+      const bool flip = rng.uniform() < a.hflip;  // the draw random_hflip makes
+      if (flip) flip_chw(dst, c * h, w);
+      if (mirrored) *mirrored = flip;
     }
     random_translate(dst, c, h, w, a.crop_padding, black.data(), rng);
     random_erasing(dst, c, h, w, a.reprob, rng);

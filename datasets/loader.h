@@ -26,6 +26,9 @@ struct Batch {
   Tensor targets;  // f32 [B, classes] soft targets in every batch of a run with Mixup/CutMix
                    // on (λ = 1 batches too, as timm), else empty
   int64_t epoch = 0, index = 0;  // which (global) batch of which epoch this is
+  // Training with hflip > 0: per row, 1 when the image was mirrored left-right (a captioner then
+  // swaps "left" and "right" in its captions); else empty.
+  std::vector<uint8_t> mirrored;
 };
 
 // Which share of the data this loader yields: shard `index` of `count` (a rank and the number of

@@ -441,6 +441,30 @@ SceneCaptionCheck check_scene_caption(const std::string& caption,
   return check;
 }
 
+int64_t flip_articles(float* chw, int64_t channels, int64_t height, int64_t width,
+                      const std::vector<SceneObject>& objects, bool mirrored, float p,
+                      uint64_t key) {
+  int64_t flipped = 0;
+  for (size_t k = 0; k < objects.size(); ++k) {
+    const Box& b = objects[k].box;
+    if (b.x < 0 || b.y < 0 || b.width <= 0 || b.height <= 0 || b.x + b.width > width ||
+        b.y + b.height > height)
+      throw Error("the box of the scene's " + objects[k].name + " (" + std::to_string(b.x) + ", " +
+                  std::to_string(b.y) + ", " + std::to_string(b.width) + ", " +
+                  std::to_string(b.height) + ") is not inside the " + std::to_string(height) + "x" +
+                  std::to_string(width) + " image");
+    if (ops::Rng::to_uniform(ops::Rng::hash(key, static_cast<uint64_t>(k))) >= p) continue;
+    const int64_t x0 = mirrored ? width - b.x - b.width : b.x;
+    for (int64_t c = 0; c < channels; ++c)
+      for (int64_t y = b.y; y < b.y + b.height; ++y) {
+        float* row = chw + (c * height + y) * width + x0;
+        std::reverse(row, row + b.width);
+      }
+    ++flipped;
+  }
+  return flipped;
+}
+
 bool caption_matches_scene(const std::string& caption, const std::vector<SceneObject>& objects) {
   return check_scene_caption(caption, objects).exact();
 }

@@ -108,19 +108,20 @@ TEST(RandomHflip, ProbabilityAndDeterminism) {
   cv::flip(img, mirrored, 1);
   ops::Rng rng(3);
   cv::Mat m = img.clone();
-  random_hflip(m, 1.f, rng);
+  EXPECT_TRUE(random_hflip(m, 1.f, rng));
   EXPECT_TRUE(same(m, mirrored));
   m = img.clone();
-  random_hflip(m, 0.f, rng);
+  EXPECT_FALSE(random_hflip(m, 0.f, rng));
   EXPECT_TRUE(same(m, img));
   int flipped = 0;
   std::vector<bool> first;
   for (int seed = 0; seed < 1000; ++seed) {
     ops::Rng r(seed);
     cv::Mat x = img.clone();
-    random_hflip(x, 0.5f, r);
+    const bool said = random_hflip(x, 0.5f, r);
     const bool f = same(x, mirrored);
     EXPECT_TRUE(f || same(x, img));
+    EXPECT_EQ(said, f) << seed;
     flipped += f;
     first.push_back(f);
   }

@@ -11,6 +11,9 @@
 #include <string>
 #include <vector>
 
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
+
 #include "common/io/checkpoint.h"
 #include "common/io/json.h"
 #include "common/params.h"
@@ -81,6 +84,18 @@ struct TinyScenes {
   }
 };
 
+// The options of a run that has to learn its scenes: the articles differ by faint textures, so the
+// encoder gets a little more capacity.
+vit::CaptionTrainOptions learning_options(const TinyScenes& s, const std::string& output,
+                                          int epochs) {
+  vit::CaptionTrainOptions o = s.options(output);
+  o.model.encoder.d_model = 64;
+  o.model.encoder.d_ff = 128;
+  o.model.encoder.layers = 2;
+  o.epochs = epochs;
+  return o;
+}
+
 vit::CaptionRunOptions greedy_options() {
   vit::CaptionRunOptions r;
   r.search.method = decode::SearchMethod::greedy;
@@ -95,11 +110,7 @@ TEST(CaptionTrain, ATinyRunLearnsItsScenesAndBeamScoresAtLeastGreedy) {
   TinyScenes s;
   const std::string out = (s.dir / "run").string();
   std::ostringstream log;
-  vit::CaptionTrainOptions o = s.options(out);
-  o.model.encoder.d_model = 64;  // the articles differ by faint textures: a little more capacity
-  o.model.encoder.d_ff = 128;
-  o.model.encoder.layers = 2;
-  o.epochs = 300;
+  vit::CaptionTrainOptions o = learning_options(s, out, 300);
   const train::Result r = vit::train_captions(o, log);
   ASSERT_EQ(r.end, train::End::finished) << log.str();
   vit::LoadedCaptioner m = vit::load_captioner(out + "/last.h5");
@@ -141,11 +152,7 @@ TEST(CaptionTrain, TheLikeliestReferencesSettleOnOneCaptionPerImage) {
     SCOPED_TRACE(references);
     const std::string out = (s.dir / references).string();
     std::ostringstream log;
-    vit::CaptionTrainOptions o = s.options(out);
-    o.model.encoder.d_model = 64;
-    o.model.encoder.d_ff = 128;
-    o.model.encoder.layers = 2;
-    o.epochs = 200;
+    vit::CaptionTrainOptions o = learning_options(s, out, 200);
     o.references = references;
     ASSERT_EQ(vit::train_captions(o, log).end, train::End::finished) << log.str();
     vit::LoadedCaptioner m = vit::load_captioner(out + "/last.h5");
@@ -190,6 +197,50 @@ TEST(CaptionTrain, TheLikeliestReferencesSettleOnOneCaptionPerImage) {
   EXPECT_LT(settled["random"], 0.75);
 }
 
+// --hflip: a mirrored training image trains on its captions with "left" and "right" exchanged.
+// With --hflip 1 the model only ever sees mirror images, so it captions the mirror of each training
+// scene with a caption that is true of the mirror: the original scene's once the words are swapped
+// back, and false of the original scene wherever it says left or right.
+TEST(CaptionTrain, MirroredImagesTrainOnTheirCaptionsWithLeftAndRightSwapped) {
+  TinyScenes s;
+  const std::string out = (s.dir / "run").string();
+  std::ostringstream log;
+  vit::CaptionTrainOptions o = learning_options(s, out, 300);
+  o.hflip = 1.f;
+  ASSERT_EQ(vit::train_captions(o, log).end, train::End::finished) << log.str();
+  EXPECT_TRUE(test::contains(log.str(), "mirrored left-right with probability 1")) << log.str();
+  EXPECT_EQ(io::read_checkpoint_meta(out + "/last.h5").recipe.at("hflip-swap"), "left:right");
+
+  const fs::path mirrored = s.dir / "mirrored";
+  fs::create_directories(mirrored);
+  for (const auto& f : fs::directory_iterator(s.root + "/images/train")) {
+    cv::Mat image = cv::imread(f.path().string(), cv::IMREAD_UNCHANGED);
+    ASSERT_FALSE(image.empty()) << f.path();
+    cv::flip(image, image, 1);
+    ASSERT_TRUE(cv::imwrite((mirrored / f.path().filename()).string(), image));
+  }
+  const datasets::CaptionSet train =
+      datasets::read_captions(s.root + "/captions_train.json", mirrored.string());
+  vit::LoadedCaptioner m = vit::load_captioner(out + "/last.h5");
+  const auto greedy = vit::caption_set(*m.model, m.tokenizer, train, greedy_options());
+  ASSERT_EQ(greedy.size(), 8u);
+  const vit::WordSwaps lr{{"left", "right"}};
+  int exact = 0, sideways = 0;
+  for (const auto& g : greedy) {
+    const std::string& text = g.texts.front();
+    const auto& objects = train.images[static_cast<size_t>(g.image)].objects;
+    const bool match = datasets::caption_matches_scene(datasets::swap_words(text, lr), objects);
+    exact += match ? 1 : 0;
+    if (!match) ADD_FAILURE() << "mirror of scene " << g.image << ": '" << text << "'";
+    if (text.find("left") != std::string::npos || text.find("right") != std::string::npos) {
+      ++sideways;
+      EXPECT_FALSE(datasets::caption_matches_scene(text, objects)) << text;
+    }
+  }
+  EXPECT_EQ(exact, 8) << log.str();
+  EXPECT_GE(sideways, 1) << "no scene of the test says left or right";
+}
+
 // --phrases: the run's tokenizer keeps each phrase as one piece, and the words of a caption are
 // still counted right after it (attention-in-cell finds a noun's row by its word).
 TEST(CaptionTrain, PhrasesAreOnePieceOfTheRunsTokenizer) {
@@ -225,6 +276,10 @@ TEST(CaptionTrain, AResumedRunIsTheUninterruptedOne) {
     whole.epochs = 3;
     whole.attention_penalty = 0.1f;  // the penalty's path too
     whole.references = references;
+    if (references == "likeliest") {  // and the augmentation, whose draws are keyed
+      whole.hflip = 0.5f;
+      whole.article_flip = 0.5f;
+    }
     std::ostringstream log;
     ASSERT_EQ(vit::train_captions(whole, log).end, train::End::finished) << log.str();
 
@@ -426,6 +481,41 @@ TEST(CaptionCli, CaptionTrainRefusesBadDataAndOptions) {
                               "references");
   EXPECT_EQ(r.status, 2);
   EXPECT_TRUE(test::contains(r.err, "--references must be random or likeliest, got 'best'"))
+      << r.err;
+  // The augmentation options, each refused with exit 2 and the option named.
+  struct Refused {
+    std::vector<std::string> options;
+    std::string says;
+  };
+  const std::vector<Refused> refused = {
+      {{"--hflip", "1.5"}, "--hflip must be in [0, 1]"},
+      {{"--article-flip", "-0.5"}, "--article-flip must be in [0, 1]"},
+      {{"--article-flip", "0.5", "--model.image_size", "56", "--model.patch_size", "14",
+        "--batch-size", "4", "--vocab-size", "40"},
+       "reaches past the model's 56x56 image"},
+      {{"--hflip", "0.5", "--hflip-swap", "left"}, "--hflip-swap"},
+      {{"--hflip", "0.5", "--hflip-swap", "left:right,"}, "--hflip-swap"},
+      {{"--hflip", "0.5", "--hflip-swap", "left:right:up"}, "--hflip-swap"},
+      {{"--hflip", "0.5", "--hflip-swap", "left:left"}, "--hflip-swap"},
+      {{"--hflip", "0.5", "--hflip-swap", "Left:right"}, "--hflip-swap"},
+      {{"--hflip", "0.5", "--hflip-swap", "to left:right"}, "--hflip-swap"}};
+  for (const Refused& c : refused) {
+    std::vector<std::string> args = {"caption-train", "--data", s.root, "--output",
+                                     (s.dir / "g").string()};
+    args.insert(args.end(), c.options.begin(), c.options.end());
+    r = vitk::testing::run_vitk(s.dir.path(), args, "augment");
+    EXPECT_EQ(r.status, 2) << c.options.back();
+    EXPECT_TRUE(test::contains(r.err, c.says)) << c.options.back() << ": " << r.err;
+  }
+  const std::string coco = std::string(VITK_SOURCE_DIR) + "/tests/fixtures/captions/coco.json";
+  r = vitk::testing::run_vitk(s.dir.path(),
+                              {"caption-train", "--train-captions", coco, "--val-captions", coco,
+                               "--output", (s.dir / "g").string(), "--article-flip", "0.5"},
+                              "article-flip-coco");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(
+      test::contains(r.err, "--article-flip mirrors the articles of generated scenes, and " + coco +
+                                " has no scene boxes"))
       << r.err;
   for (const std::string phrases : {"to the left of,,below", "to the left of,", " , "}) {
     r = vitk::testing::run_vitk(s.dir.path(),

@@ -26,6 +26,7 @@ using vitk::datasets::normalize_caption;
 using vitk::datasets::read_captions;
 using vitk::datasets::read_coco_captions;
 using vitk::datasets::read_flickr_captions;
+using vitk::datasets::swap_words;
 using vitk::test::contains;
 using vitk::test::error_of;
 using Strings = std::vector<std::string>;
@@ -453,6 +454,26 @@ TEST(CaptionNormalize, Cases) {
   EXPECT_EQ(normalize_caption(""), "");
   EXPECT_EQ(normalize_caption("a -- b"), "a -- b");
   EXPECT_EQ(normalize_caption("x\x01y"), "x y");
+}
+
+// What a mirrored image's caption says: whole words exchanged both ways, each word once (so
+// "left right" becomes "right left", not "left left"), other words and parts of words kept.
+TEST(CaptionSwapWords, ExchangesWholeWordsBothWays) {
+  const std::vector<std::pair<std::string, std::string>> lr{{"left", "right"}};
+  EXPECT_EQ(swap_words("a bag to the left of a coat", lr), "a bag to the right of a coat");
+  EXPECT_EQ(swap_words("a bag to the right of a coat and a shirt to the left of it", lr),
+            "a bag to the left of a coat and a shirt to the right of it");
+  EXPECT_EQ(swap_words("left right", lr), "right left");
+  EXPECT_EQ(swap_words("leftover rights bright", lr), "leftover rights bright");
+  EXPECT_EQ(swap_words("right", lr), "left");
+  EXPECT_EQ(swap_words("", lr), "");
+  EXPECT_EQ(swap_words("a dog on the left", {}), "a dog on the left");
+  const std::vector<std::pair<std::string, std::string>> two{{"left", "right"},
+                                                             {"eastward", "westward"}};
+  EXPECT_EQ(swap_words("westward on the left", two), "eastward on the right");
+  // Mirroring twice is the identity.
+  const std::string c = "a sandal to the left of a bag and a coat to the right of it";
+  EXPECT_EQ(swap_words(swap_words(c, two), two), c);
 }
 
 }  // namespace

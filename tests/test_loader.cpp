@@ -107,6 +107,17 @@ LoaderOptions augmented(int prefetch) {
   return o;
 }
 
+// Sample i of `data` through the eval transform of `o` (o.channels, o.height x o.width).
+std::vector<float> eval_image(const Dataset& data, int64_t i, const LoaderOptions& o) {
+  cv::Mat m;
+  std::string why;
+  if (!data.load(i, m, why)) throw Error("cannot load sample " + std::to_string(i) + ": " + why);
+  std::vector<float> out(static_cast<size_t>(o.channels * o.height * o.width));
+  datasets::preprocess_image(datasets::to_channels(m, o.channels), o.preprocess, o.height, o.width,
+                             out.data());
+  return out;
+}
+
 std::vector<int64_t> indices(const Batch& b) {
   std::vector<int64_t> out;
   const int64_t stride = b.images.numel() / b.images.dim(0);
@@ -245,6 +256,51 @@ TEST(Loader, TrainingPipelineIsCropFlipNormalise) {
   }
 }
 
+// Batch::mirrored says which rows the flip mirrored (a captioner swaps "left" and "right" in
+// their captions): with hflip 0.5 each row is the eval image, mirrored exactly when it says so,
+// and both kinds occur; with hflip 0 (or in evaluation) there is nothing to report.
+TEST(Loader, BatchesSayWhichRowsTheFlipMirrored) {
+  Synthetic data(16, 16, 12, 12);
+  for (bool crop : {true, false}) {
+    SCOPED_TRACE(crop ? "random resized crop" : "eval transform");
+    LoaderOptions o = plain(true, 8);
+    o.augment.random_resized_crop = crop;
+    o.augment.scale = {1.f, 1.f};
+    o.augment.ratio = {1.f, 1.f};
+    o.augment.hflip = 0.5f;
+    o.preprocess.interpolation = "nearest";  // 12 -> 12: the crop's resize changes nothing
+    Loader loader(data, o);
+    int mirrored = 0, kept = 0;
+    const int64_t n = 12 * 12;
+    for (int64_t ep = 0; ep < 2; ++ep)
+      for (const Batch& b : epoch(loader, ep)) {
+        ASSERT_EQ(b.mirrored.size(), 8u);
+        for (int64_t row = 0; row < 8; ++row) {
+          const int64_t i = b.labels.i32()[row];
+          std::vector<float> want = eval_image(data, i, o);
+          if (b.mirrored[static_cast<size_t>(row)]) {
+            for (int64_t r = 0; r < 12; ++r)
+              std::reverse(want.begin() + r * 12, want.begin() + (r + 1) * 12);
+            ++mirrored;
+          } else {
+            ++kept;
+          }
+          const float* got = b.images.f32() + row * n;
+          EXPECT_EQ(std::vector<float>(got, got + n), want) << "epoch " << ep << " image " << i;
+        }
+      }
+    EXPECT_GT(mirrored, 0);
+    EXPECT_GT(kept, 0);
+  }
+  LoaderOptions off = plain(true, 8);
+  Loader unflipped(data, off);
+  for (const Batch& b : epoch(unflipped, 0)) EXPECT_TRUE(b.mirrored.empty());
+  LoaderOptions eval = plain(false, 8);
+  eval.augment.hflip = 1.f;
+  Loader evaluation(data, eval);
+  for (const Batch& b : epoch(evaluation, 0)) EXPECT_TRUE(b.mirrored.empty());
+}
+
 // --crop-padding: each training image is the eval transform shifted by at most N pixels on each
 // axis, with black (normalised) where the shift uncovered the border.
 TEST(Loader, CropPaddingShiftsTheImageOverABlackBorder) {
@@ -265,12 +321,7 @@ TEST(Loader, CropPaddingShiftsTheImageOverABlackBorder) {
   int shifted = 0;
   for (int64_t row = 0; row < 8; ++row) {
     const int64_t i = b.labels.i32()[row];
-    cv::Mat m;
-    std::string why;
-    ASSERT_TRUE(data.load(i, m, why));
-    std::vector<float> plain_image(n);
-    datasets::preprocess_image(datasets::to_channels(m, 3), o.preprocess, 12, 12,
-                               plain_image.data());
+    const std::vector<float> plain_image = eval_image(data, i, o);
     const float* got = b.images.f32() + row * n;
     int matches = 0;
     for (int64_t dy = -3; dy <= 3; ++dy)

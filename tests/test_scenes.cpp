@@ -289,6 +289,64 @@ TEST(Scenes, RefusesBadOptionsAndAnOccupiedOutputFolder) {
   EXPECT_TRUE(fs::exists(fs::path(no_data.output) / "captions_val.json"));
 }
 
+// --article-flip's augmentation: each article chosen is mirrored inside its box and nothing else
+// moves; probability 0 and 1 do none and all; at 0.5 the choice is per article, the same for the
+// same key and different for another; a mirrored image has its boxes mirrored too; a box outside
+// the image is an error that names the article.
+TEST(Scenes, FlipArticlesMirrorsEachArticleInsideItsBox) {
+  const int64_t C = 2, H = 84, W = 84;
+  std::vector<float> image(static_cast<size_t>(C * H * W));
+  for (size_t i = 0; i < image.size(); ++i) image[i] = static_cast<float>(i % 1009) * 0.25f;
+  const std::vector<SceneObject> objects = {vitk::testing::scene_object("bag", 0, 0),
+                                            vitk::testing::scene_object("coat", 1, 1)};
+  // Where pixel (c, y, x) should come from when the articles in `which` are mirrored.
+  auto expected = [&](const std::vector<bool>& which, bool mirrored_image) {
+    std::vector<float> want = image;
+    for (size_t k = 0; k < objects.size(); ++k) {
+      if (!which[k]) continue;
+      const Box& b = objects[k].box;
+      const int64_t x0 = mirrored_image ? W - b.x - b.width : b.x;
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t y = b.y; y < b.y + b.height; ++y)
+          for (int64_t x = 0; x < b.width; ++x)
+            want[static_cast<size_t>((c * H + y) * W + x0 + x)] =
+                image[static_cast<size_t>((c * H + y) * W + x0 + b.width - 1 - x)];
+    }
+    return want;
+  };
+  for (const bool mirrored : {false, true}) {
+    SCOPED_TRACE(mirrored ? "mirrored image" : "as drawn");
+    std::vector<float> x = image;
+    EXPECT_EQ(vitk::datasets::flip_articles(x.data(), C, H, W, objects, mirrored, 0.f, 7), 0);
+    EXPECT_EQ(x, image);
+    EXPECT_EQ(vitk::datasets::flip_articles(x.data(), C, H, W, objects, mirrored, 1.f, 7), 2);
+    EXPECT_EQ(x, expected({true, true}, mirrored));
+  }
+  std::set<std::vector<bool>> seen;
+  for (uint64_t key = 0; key < 64; ++key) {
+    std::vector<float> x = image, again = image;
+    const int64_t n = vitk::datasets::flip_articles(x.data(), C, H, W, objects, false, 0.5f, key);
+    vitk::datasets::flip_articles(again.data(), C, H, W, objects, false, 0.5f, key);
+    EXPECT_EQ(x, again) << key;
+    bool matched = false;
+    for (const std::vector<bool> which :
+         {std::vector<bool>{false, false}, {true, false}, {false, true}, {true, true}})
+      if (x == expected(which, false)) {
+        matched = true;
+        seen.insert(which);
+        EXPECT_EQ(n, std::count(which.begin(), which.end(), true)) << key;
+      }
+    EXPECT_TRUE(matched) << key;
+  }
+  EXPECT_EQ(seen.size(), 4u);  // every combination occurs over 64 keys
+  std::vector<SceneObject> outside = objects;
+  outside[1].box.x = 70;
+  std::vector<float> x = image;
+  const std::string e =
+      error_of([&] { vitk::datasets::flip_articles(x.data(), C, H, W, outside, false, 0.f, 7); });
+  EXPECT_TRUE(contains(e, "coat (70, 49, 28, 28) is not inside the 84x84 image")) << e;
+}
+
 TEST(Scenes, TooFewClassesForTheArticlesOfAScene) {
   TempDir dir;
   const fs::path root = dir / "fm";

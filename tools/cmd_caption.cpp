@@ -106,7 +106,15 @@ void add_caption_train_options(po::options_description& o) {
       ("references", po::value<std::string>()->default_value("random")->value_name("HOW"),
        "which of an image's reference captions a step trains on: random (one per image and "
        "epoch) or likeliest (the one the model scores highest before the step: it settles on "
-       "one way to say each image)")                                                        //
+       "one way to say each image)")  //
+      ("hflip", po::value<float>()->default_value(0.f, "0")->value_name("P"),
+       "mirror a training image left-right with probability P, its captions read with the "
+       "words of --hflip-swap exchanged")  //
+      ("hflip-swap", po::value<std::string>()->default_value("left:right")->value_name("PAIRS"),
+       "comma-separated WORD:WORD pairs that a mirrored image's captions exchange")  //
+      ("article-flip", po::value<float>()->default_value(0.f, "0")->value_name("P"),
+       "on vitk make-scenes data: mirror each article inside its box with probability P (its "
+       "captions stay true)")                                                               //
       ("model-ema", switch_value(), "keep an EMA of the weights (ema.h5)")                  //
       ("model-ema-decay", po::value<double>()->default_value(0.999, "0.999"), "its decay")  //
       ("seed", po::value<uint64_t>()->default_value(42), "initialisation, order, dropout")  //
@@ -194,6 +202,9 @@ vit::CaptionTrainOptions caption_train_options(const po::variables_map& vm) {
   t.smoothing = vm["label-smoothing"].as<float>();
   t.attention_penalty = vm["attention-penalty"].as<float>();
   t.references = vm["references"].as<std::string>();
+  t.hflip = vm["hflip"].as<float>();
+  t.article_flip = vm["article-flip"].as<float>();
+  t.hflip_swap = vit::parse_word_swaps(vm["hflip-swap"].as<std::string>());
   t.model_ema = vm["model-ema"].as<bool>();
   t.model_ema_decay = vm["model-ema-decay"].as<double>();
   t.seed = vm["seed"].as<uint64_t>();

@@ -12,6 +12,7 @@
 #include "common/ops/ops.h"
 #include "common/ops/profile.h"
 #include "common/progress.h"
+#include "datasets/scenes.h"
 #include "vit/captioner.h"
 #include "vit/checkpoint.h"
 #include "vit/evaluate.h"
@@ -53,6 +54,29 @@ CaptionDataPaths caption_data_paths(const std::string& data, const CaptionDataPa
   return p;
 }
 
+WordSwaps parse_word_swaps(const std::string& text) {
+  WordSwaps swaps;
+  size_t at = 0;
+  while (at <= text.size()) {
+    size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string piece = text.substr(at, end - at);
+    const size_t colon = piece.find(':');
+    if (colon == std::string::npos || piece.find(':', colon + 1) != std::string::npos)
+      throw UsageError("--hflip-swap takes WORD:WORD pairs separated by commas, got '" + piece +
+                       "' in '" + text + "'");
+    swaps.emplace_back(piece.substr(0, colon), piece.substr(colon + 1));
+    at = end + 1;
+  }
+  return swaps;
+}
+
+std::string word_swaps_text(const WordSwaps& swaps) {
+  std::string text;
+  for (const auto& [a, b] : swaps) text += (text.empty() ? "" : ",") + a + ":" + b;
+  return text;
+}
+
 void CaptionTrainOptions::validate() const {
   auto need = [](bool ok, const std::string& what) {
     if (!ok) throw UsageError(what);
@@ -75,6 +99,14 @@ void CaptionTrainOptions::validate() const {
        "--references must be random or likeliest, got '" + references + "'");
   need(phrases.empty() || spm.empty(),
        "--phrases shapes the SentencePiece model a run trains; --spm gives a trained one");
+  need(hflip >= 0.f && hflip <= 1.f, "--hflip must be in [0, 1]");
+  for (const auto& [a, b] : hflip_swap)
+    need(!a.empty() && !b.empty() && a != b && a.find(' ') == std::string::npos &&
+             b.find(' ') == std::string::npos && datasets::normalize_caption(a) == a &&
+             datasets::normalize_caption(b) == b,
+         "--hflip-swap takes pairs of two different lower-case words, WORD:WORD, got '" + a + ":" +
+             b + "'");
+  need(article_flip >= 0.f && article_flip <= 1.f, "--article-flip must be in [0, 1]");
   need(model_ema_decay > 0 && model_ema_decay < 1, "--model-ema-decay must be in (0, 1)");
   need(val_interval >= 0, "--val-interval must be >= 0");
   need(val_images >= 0, "--val-images-max must be >= 0");
@@ -136,12 +168,13 @@ void CaptionTask::setup(const io::CheckpointMeta* resumed, uint64_t seed,
     }
   }
   build_model(resumed, seed);
+  if (o_.article_flip > 0.f) check_article_boxes();
   encode_captions();
   datasets::LoaderOptions lo = eval_loader_options(cfg_.encoder, o_.batch_size, o_.prefetch);
   lo.training = true;  // shuffled, the last partial batch dropped
   lo.seed = seed;
   lo.augment.random_resized_crop = false;
-  lo.augment.hflip = 0.f;
+  lo.augment.hflip = o_.hflip;  // with the captions' words swapped (references_of)
   lo.augment.reprob = 0.f;
   lo.num_classes = train_images_->size();
   lo.shard = {part_.rank, part_.ranks};
@@ -155,6 +188,10 @@ void CaptionTask::open_data() {
   val_set_ = datasets::read_captions(paths_.val_captions, paths_.val_images);
   if (o_.val_images > 0 && static_cast<int64_t>(val_set_.images.size()) > o_.val_images)
     val_set_.images.resize(static_cast<size_t>(o_.val_images));
+  if (o_.article_flip > 0.f && std::none_of(train_set_.images.begin(), train_set_.images.end(),
+                                            [](const auto& i) { return !i.objects.empty(); }))
+    throw UsageError("--article-flip mirrors the articles of generated scenes, and " +
+                     paths_.train_captions + " has no scene boxes (vitk make-scenes writes them)");
   if (static_cast<int64_t>(train_set_.images.size()) < o_.batch_size)
     throw UsageError("--batch-size " + std::to_string(o_.batch_size) + " is larger than the " +
                      std::to_string(train_set_.images.size()) + " captioned training images of " +
@@ -224,14 +261,21 @@ void CaptionTask::build_model(const io::CheckpointMeta* resumed, uint64_t seed) 
 void CaptionTask::encode_captions() {
   cut_captions_ = 0;
   const int64_t most = cfg_.max_length - 1;  // BOS + tokens, or tokens + EOS
-  train_ids_.assign(train_set_.images.size(), {});
-  for (size_t i = 0; i < train_set_.images.size(); ++i)
+  auto encode = [&](const std::string& text, bool count) {
+    const std::vector<int> ids = tokenizer_.encode(text);
+    if (count && static_cast<int64_t>(ids.size()) > most) ++cut_captions_;
+    return std::vector<int32_t>(
+        ids.begin(), ids.begin() + std::min<int64_t>(most, static_cast<int64_t>(ids.size())));
+  };
+  const size_t n = train_set_.images.size();
+  train_ids_.assign(n, {});
+  mirrored_ids_.assign(o_.hflip > 0.f ? n : 0, {});
+  for (size_t i = 0; i < n; ++i)
     for (const std::string& c : train_set_.images[i].captions) {
-      const std::vector<int> ids = tokenizer_.encode(datasets::normalize_caption(c));
-      if (static_cast<int64_t>(ids.size()) > most) ++cut_captions_;
-      std::vector<int32_t> cut(
-          ids.begin(), ids.begin() + std::min<int64_t>(most, static_cast<int64_t>(ids.size())));
-      train_ids_[i].push_back(std::move(cut));
+      const std::string text = datasets::normalize_caption(c);
+      train_ids_[i].push_back(encode(text, true));
+      if (o_.hflip > 0.f)
+        mirrored_ids_[i].push_back(encode(datasets::swap_words(text, o_.hflip_swap), false));
     }
 }
 
@@ -262,6 +306,7 @@ void CaptionTask::start_epoch(int64_t epoch, int64_t first) {
 
 bool CaptionTask::next_batch() {
   if (!loader_->next(batch_)) return false;
+  if (o_.article_flip > 0.f) flip_articles();
   if (o_.references == "likeliest") choose_likeliest();
   // The loss is the mean over the global batch's target tokens (words and EOS), so each part
   // weighs its own tokens' mean by their share of them: the count of every rank's rows.
@@ -301,8 +346,44 @@ void teacher_forcing(const std::vector<const std::vector<int32_t>*>& ids, Tensor
 
 }  // namespace
 
-const std::vector<int32_t>& CaptionTask::caption_of(int64_t image) const {
-  const auto& captions = train_ids_.at(static_cast<size_t>(image));
+void CaptionTask::check_article_boxes() const {
+  const int64_t H = cfg_.encoder.image_height, W = cfg_.encoder.image_width;
+  for (const datasets::CaptionedImage& image : train_set_.images)
+    for (const datasets::SceneObject& o : image.objects) {
+      const datasets::Box& b = o.box;
+      if (b.x + b.width > W || b.y + b.height > H)
+        throw UsageError("--article-flip: the box of the " + o.name + " of " + image.file_name +
+                         " in " + paths_.train_captions + " reaches past the model's " +
+                         std::to_string(H) + "x" + std::to_string(W) +
+                         " image: the model's image size must be the scenes'");
+    }
+}
+
+void CaptionTask::flip_articles() {
+  const VitConfig& enc = cfg_.encoder;
+  const int64_t C = enc.channels, H = enc.image_height, W = enc.image_width;
+  for (int64_t r = 0; r < batch_.labels.numel(); ++r) {
+    const int64_t image = batch_.labels.i32()[r];
+    const bool mirrored = !batch_.mirrored.empty() && batch_.mirrored.at(static_cast<size_t>(r));
+    // Keyed by (seed, epoch, image): the same draws on any rank and after a resume.
+    const uint64_t key =
+        ops::Rng::hash(ops::Rng::hash(seed_ ^ 0xF11BA7, static_cast<uint64_t>(epoch_)),
+                       static_cast<uint64_t>(image));
+    const auto& scene = train_set_.images.at(static_cast<size_t>(image));
+    datasets::flip_articles(batch_.images.f32() + r * C * H * W, C, H, W, scene.objects, mirrored,
+                            o_.article_flip, key);  // the boxes fit (check_article_boxes)
+  }
+}
+
+const std::vector<std::vector<int32_t>>& CaptionTask::references_of(int64_t row) const {
+  const size_t image = static_cast<size_t>(batch_.labels.i32()[row]);
+  const bool mirrored = !batch_.mirrored.empty() && batch_.mirrored.at(static_cast<size_t>(row));
+  return mirrored ? mirrored_ids_.at(image) : train_ids_.at(image);
+}
+
+const std::vector<int32_t>& CaptionTask::caption_of(int64_t row) const {
+  const auto& captions = references_of(row);
+  const int64_t image = batch_.labels.i32()[row];
   // One caption per image and epoch, keyed by (seed, epoch, image): the same on any rank.
   const uint64_t draw =
       ops::Rng::hash(ops::Rng::hash(seed_ ^ 0xCA9710, static_cast<uint64_t>(epoch_)),
@@ -312,7 +393,7 @@ const std::vector<int32_t>& CaptionTask::caption_of(int64_t image) const {
 
 const std::vector<int32_t>& CaptionTask::target_of(int64_t row) const {
   if (o_.references == "likeliest") return *chosen_.at(static_cast<size_t>(row));
-  return caption_of(batch_.labels.i32()[row]);
+  return caption_of(row);
 }
 
 void CaptionTask::choose_likeliest() {
@@ -322,7 +403,7 @@ void CaptionTask::choose_likeliest() {
   std::vector<int64_t> row_of;
   std::vector<const std::vector<int32_t>*> refs;
   for (int64_t b = 0; b < B; ++b)
-    for (const auto& ids : train_ids_.at(static_cast<size_t>(batch_.labels.i32()[b]))) {
+    for (const auto& ids : references_of(b)) {
       row_of.push_back(b);
       refs.push_back(&ids);
     }
@@ -510,6 +591,11 @@ io::CheckpointMeta CaptionTask::checkpoint_meta() const {
   m.recipe["encoder-lr-scale"] = format_general(o_.encoder_lr_scale);
   if (!o_.encoder_from.empty()) m.recipe["encoder-from"] = o_.encoder_from;
   m.recipe["references"] = o_.references;  // a resumed run's choice, as the last stage trained
+  if (o_.article_flip > 0.f) m.recipe["article-flip"] = format_general(o_.article_flip);
+  if (o_.hflip > 0.f) {
+    m.recipe["hflip"] = format_general(o_.hflip);
+    m.recipe["hflip-swap"] = word_swaps_text(o_.hflip_swap);
+  }
   return m;
 }
 
@@ -556,8 +642,14 @@ void CaptionTask::log_setup(std::ostream& L) const {
     << "; references "
     << (o_.references == "likeliest" ? "the likeliest of each image's"
                                      : "one of each image's at random per epoch")
-    << "\n"
-    << std::flush;
+    << "\n";
+  if (o_.article_flip > 0.f)
+    L << "augment: each article mirrored in its box with probability "
+      << format_general(o_.article_flip) << "\n";
+  if (o_.hflip > 0.f)
+    L << "augment: mirrored left-right with probability " << format_general(o_.hflip)
+      << ", the captions' words swapped (" << word_swaps_text(o_.hflip_swap) << ")\n";
+  L << std::flush;
 }
 
 train::Result train_captions(const CaptionTrainOptions& options, std::ostream& log, bool tty,

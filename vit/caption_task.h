@@ -36,6 +36,12 @@ struct CaptionDataPaths {
 };
 CaptionDataPaths caption_data_paths(const std::string& data, const CaptionDataPaths& given);
 
+// --hflip-swap's pairs of words as text, "left:right,up:down", and back; parse_word_swaps throws
+// a UsageError naming the option on a piece that is not WORD:WORD.
+using WordSwaps = std::vector<std::pair<std::string, std::string>>;
+WordSwaps parse_word_swaps(const std::string& text);
+std::string word_swaps_text(const WordSwaps& swaps);
+
 // Named after the options; validate() names the option at fault as "--name".
 struct CaptionTrainOptions {
   std::string data;        // --data DIR (above)
@@ -59,6 +65,14 @@ struct CaptionTrainOptions {
   // lets the model settle on one way to say an image instead of spreading its probability over
   // all of them (multiple-choice learning).
   std::string references = "random";
+  // --hflip: the probability of mirroring a training image left-right; its captions are then read
+  // with the words of each hflip_swap pair exchanged (--hflip-swap, "left:right" by default), so
+  // that "a bag to the left of a coat" becomes "a bag to the right of a coat".
+  float hflip = 0.f;
+  WordSwaps hflip_swap{{"left", "right"}};
+  // --article-flip: on generated scenes (captions with article boxes), the probability of
+  // mirroring each article inside its box (datasets::flip_articles): every caption stays true.
+  float article_flip = 0.f;
 
   int epochs = 10;
   int64_t steps = 0;  // --steps: the run's length in optimizer steps instead of epochs
@@ -120,8 +134,15 @@ class CaptionTask : public train::Task {
   // model's positions.
   void encode_captions();
   // target_in/target_out/lengths for rows [begin, end) of the current batch.
-  // The caption image `image` is trained on this epoch, as token ids.
-  const std::vector<int32_t>& caption_of(int64_t image) const;
+  // The reference captions of the current batch's row `row` as token ids: its image's, or their
+  // mirror images' when the loader mirrored it.
+  const std::vector<std::vector<int32_t>>& references_of(int64_t row) const;
+  // The caption row `row` is trained on this epoch under --references random.
+  const std::vector<int32_t>& caption_of(int64_t row) const;
+  // --article-flip: every training box inside the model's image (else a UsageError), and the
+  // flips on the current batch's images.
+  void check_article_boxes() const;
+  void flip_articles();
   // --references likeliest: chosen_[row] for each row of the current batch.
   void choose_likeliest();
   const std::vector<int32_t>& target_of(int64_t row) const;
@@ -133,7 +154,9 @@ class CaptionTask : public train::Task {
   std::unique_ptr<datasets::Dataset> train_images_;
   datasets::Tokenizer tokenizer_;
   std::vector<std::vector<std::vector<int32_t>>> train_ids_;  // [image][caption] -> ids
-  int64_t cut_captions_ = 0;                                  // longer than the model's positions
+  std::vector<std::vector<std::vector<int32_t>>>
+      mirrored_ids_;          // the same, words swapped (--hflip)
+  int64_t cut_captions_ = 0;  // longer than the model's positions
   CaptionConfig cfg_;
   uint64_t seed_ = 0;
   int64_t bpe_ = 0, epoch_ = 0;
