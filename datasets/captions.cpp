@@ -443,28 +443,29 @@ std::string normalize_caption(const std::string& text) {
   return out;
 }
 
+std::vector<std::string> caption_words(const std::string& normalised) {
+  std::vector<std::string> words;
+  size_t start = 0;
+  while (start < normalised.size()) {
+    size_t end = normalised.find(' ', start);
+    if (end == std::string::npos) end = normalised.size();
+    words.push_back(normalised.substr(start, end - start));
+    start = end + 1;
+  }
+  return words;
+}
+
 std::string swap_words(const std::string& text,
                        const std::vector<std::pair<std::string, std::string>>& pairs) {
   std::string out;
-  out.reserve(text.size());
-  size_t at = 0;
-  while (at <= text.size()) {
-    size_t end = text.find(' ', at);
-    if (end == std::string::npos) end = text.size();
-    std::string word = text.substr(at, end - at);
+  for (std::string word : caption_words(text)) {
     for (const auto& [a, b] : pairs) {
-      if (word == a) {
-        word = b;
-        break;
-      }
-      if (word == b) {
-        word = a;
+      if (word == a || word == b) {
+        word = word == a ? b : a;
         break;
       }
     }
-    out += word;
-    if (end < text.size()) out += ' ';
-    at = end + 1;
+    out += (out.empty() ? "" : " ") + word;
   }
   return out;
 }

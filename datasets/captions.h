@@ -109,6 +109,9 @@ std::unique_ptr<Dataset> caption_images(const CaptionSet& set);
 // captions are tokenized and scored in (COCO's evaluation tokenizer does likewise).
 std::string normalize_caption(const std::string& text);
 
+// The words of a normalised caption: its text split at each (single) space; none when empty.
+std::vector<std::string> caption_words(const std::string& normalised);
+
 // A normalised caption with the words of each pair exchanged ("left" <-> "right"): what a caption
 // of an image says of its mirror image. Whole words only ("leftover" stays).
 std::string swap_words(const std::string& text,

@@ -300,16 +300,7 @@ void write_split(const SceneOptions& o, const SplitPlan& split) {
 // ---- Caption grammar ---------------------------------------------------------------------------
 
 std::vector<std::string> words_of(const std::string& caption) {
-  std::vector<std::string> words;
-  const std::string text = normalize_caption(caption);
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find(' ', start);
-    if (end == std::string::npos) end = text.size();
-    words.push_back(text.substr(start, end - start));
-    start = end + 1;
-  }
-  return words;
+  return caption_words(normalize_caption(caption));
 }
 
 // The noun at words[i] (one or two words), advancing i past it; "" when there is none.
@@ -441,18 +432,25 @@ SceneCaptionCheck check_scene_caption(const std::string& caption,
   return check;
 }
 
-int64_t flip_articles(float* chw, int64_t channels, int64_t height, int64_t width,
-                      const std::vector<SceneObject>& objects, bool mirrored, float p,
-                      uint64_t key) {
-  int64_t flipped = 0;
-  for (size_t k = 0; k < objects.size(); ++k) {
-    const Box& b = objects[k].box;
+void check_boxes_inside(const std::vector<SceneObject>& objects, int64_t height, int64_t width) {
+  for (const SceneObject& o : objects) {
+    const Box& b = o.box;
     if (b.x < 0 || b.y < 0 || b.width <= 0 || b.height <= 0 || b.x + b.width > width ||
         b.y + b.height > height)
-      throw Error("the box of the scene's " + objects[k].name + " (" + std::to_string(b.x) + ", " +
+      throw Error("the box of the scene's " + o.name + " (" + std::to_string(b.x) + ", " +
                   std::to_string(b.y) + ", " + std::to_string(b.width) + ", " +
                   std::to_string(b.height) + ") is not inside the " + std::to_string(height) + "x" +
                   std::to_string(width) + " image");
+  }
+}
+
+int64_t flip_articles(float* chw, int64_t channels, int64_t height, int64_t width,
+                      const std::vector<SceneObject>& objects, bool mirrored, float p,
+                      uint64_t key) {
+  check_boxes_inside(objects, height, width);
+  int64_t flipped = 0;
+  for (size_t k = 0; k < objects.size(); ++k) {
+    const Box& b = objects[k].box;
     if (ops::Rng::to_uniform(ops::Rng::hash(key, static_cast<uint64_t>(k))) >= p) continue;
     const int64_t x0 = mirrored ? width - b.x - b.width : b.x;
     for (int64_t c = 0; c < channels; ++c)

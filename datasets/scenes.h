@@ -41,12 +41,16 @@ struct SceneOptions {
 // vitk::UsageError for bad options, vitk::Error for unreadable Fashion-MNIST files.
 void make_scenes(const SceneOptions& options);
 
+// Throws vitk::Error naming the article and its box when a box of `objects` is not inside a
+// height × width image.
+void check_boxes_inside(const std::vector<SceneObject>& objects, int64_t height, int64_t width);
+
 // Training augmentation that leaves a scene's captions true (caption-train --article-flip): on a
 // normalised chw [C, H, W] image of a scene, mirrors each article left-right inside its box, in
 // place, with probability p per article, the draw keyed by (key, the article's index). An article
 // keeps its name and cell, so every caption of the scene still holds. `mirrored`: the image was
 // mirrored as a whole (the boxes are then at x' = W - x - width). Returns how many it mirrored;
-// throws vitk::Error when a box does not fit in H × W.
+// throws check_boxes_inside's error when a box does not fit in H × W.
 int64_t flip_articles(float* chw, int64_t channels, int64_t height, int64_t width,
                       const std::vector<SceneObject>& objects, bool mirrored, float p,
                       uint64_t key);

@@ -492,7 +492,7 @@ TEST(CaptionCli, CaptionTrainRefusesBadDataAndOptions) {
       {{"--article-flip", "-0.5"}, "--article-flip must be in [0, 1]"},
       {{"--article-flip", "0.5", "--model.image_size", "56", "--model.patch_size", "14",
         "--batch-size", "4", "--vocab-size", "40"},
-       "reaches past the model's 56x56 image"},
+       "is not inside the 56x56 image of the model"},
       {{"--hflip", "0.5", "--hflip-swap", "left"}, "--hflip-swap"},
       {{"--hflip", "0.5", "--hflip-swap", "left:right,"}, "--hflip-swap"},
       {{"--hflip", "0.5", "--hflip-swap", "left:right:up"}, "--hflip-swap"},

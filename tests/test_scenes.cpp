@@ -329,7 +329,7 @@ TEST(Scenes, FlipArticlesMirrorsEachArticleInsideItsBox) {
     vitk::datasets::flip_articles(again.data(), C, H, W, objects, false, 0.5f, key);
     EXPECT_EQ(x, again) << key;
     bool matched = false;
-    for (const std::vector<bool> which :
+    for (const std::vector<bool>& which :
          {std::vector<bool>{false, false}, {true, false}, {false, true}, {true, true}})
       if (x == expected(which, false)) {
         matched = true;

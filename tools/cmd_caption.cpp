@@ -160,6 +160,25 @@ std::vector<std::string> caption_phrases(const std::string& list) {
   return phrases;
 }
 
+// --hflip-swap "left:right,up:down": the words themselves are checked by
+// CaptionTrainOptions::validate.
+vit::WordSwaps hflip_swaps(const std::string& list) {
+  auto refused = [&](const std::string& item) {
+    return UsageError("--hflip-swap takes WORD:WORD pairs separated by commas, got '" + item +
+                      "' in '" + list + "'");
+  };
+  vit::WordSwaps swaps;
+  std::istringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) {
+    const size_t colon = item.find(':');
+    if (colon == std::string::npos || item.find(':', colon + 1) != std::string::npos)
+      throw refused(item);
+    swaps.emplace_back(item.substr(0, colon), item.substr(colon + 1));
+  }
+  if (list.empty() || list.back() == ',') throw refused("");
+  return swaps;
+}
+
 vit::CaptionTrainOptions caption_train_options(const po::variables_map& vm) {
   vit::CaptionTrainOptions t;
   t.data = str(vm, "data");
@@ -204,7 +223,7 @@ vit::CaptionTrainOptions caption_train_options(const po::variables_map& vm) {
   t.references = vm["references"].as<std::string>();
   t.hflip = vm["hflip"].as<float>();
   t.article_flip = vm["article-flip"].as<float>();
-  t.hflip_swap = vit::parse_word_swaps(vm["hflip-swap"].as<std::string>());
+  t.hflip_swap = hflip_swaps(vm["hflip-swap"].as<std::string>());
   t.model_ema = vm["model-ema"].as<bool>();
   t.model_ema_decay = vm["model-ema-decay"].as<double>();
   t.seed = vm["seed"].as<uint64_t>();

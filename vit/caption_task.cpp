@@ -54,23 +54,6 @@ CaptionDataPaths caption_data_paths(const std::string& data, const CaptionDataPa
   return p;
 }
 
-WordSwaps parse_word_swaps(const std::string& text) {
-  WordSwaps swaps;
-  size_t at = 0;
-  while (at <= text.size()) {
-    size_t end = text.find(',', at);
-    if (end == std::string::npos) end = text.size();
-    const std::string piece = text.substr(at, end - at);
-    const size_t colon = piece.find(':');
-    if (colon == std::string::npos || piece.find(':', colon + 1) != std::string::npos)
-      throw UsageError("--hflip-swap takes WORD:WORD pairs separated by commas, got '" + piece +
-                       "' in '" + text + "'");
-    swaps.emplace_back(piece.substr(0, colon), piece.substr(colon + 1));
-    at = end + 1;
-  }
-  return swaps;
-}
-
 std::string word_swaps_text(const WordSwaps& swaps) {
   std::string text;
   for (const auto& [a, b] : swaps) text += (text.empty() ? "" : ",") + a + ":" + b;
@@ -348,15 +331,14 @@ void teacher_forcing(const std::vector<const std::vector<int32_t>*>& ids, Tensor
 
 void CaptionTask::check_article_boxes() const {
   const int64_t H = cfg_.encoder.image_height, W = cfg_.encoder.image_width;
-  for (const datasets::CaptionedImage& image : train_set_.images)
-    for (const datasets::SceneObject& o : image.objects) {
-      const datasets::Box& b = o.box;
-      if (b.x + b.width > W || b.y + b.height > H)
-        throw UsageError("--article-flip: the box of the " + o.name + " of " + image.file_name +
-                         " in " + paths_.train_captions + " reaches past the model's " +
-                         std::to_string(H) + "x" + std::to_string(W) +
-                         " image: the model's image size must be the scenes'");
+  for (const datasets::CaptionedImage& image : train_set_.images) {
+    try {
+      datasets::check_boxes_inside(image.objects, H, W);
+    } catch (const Error& e) {
+      throw UsageError("--article-flip: " + image.file_name + " of " + paths_.train_captions +
+                       ": " + e.what() + " of the model: its image size must be the scenes'");
     }
+  }
 }
 
 void CaptionTask::flip_articles() {

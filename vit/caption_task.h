@@ -36,10 +36,8 @@ struct CaptionDataPaths {
 };
 CaptionDataPaths caption_data_paths(const std::string& data, const CaptionDataPaths& given);
 
-// --hflip-swap's pairs of words as text, "left:right,up:down", and back; parse_word_swaps throws
-// a UsageError naming the option on a piece that is not WORD:WORD.
+// --hflip-swap's pairs of words, and their text as the option spells it: "left:right,up:down".
 using WordSwaps = std::vector<std::pair<std::string, std::string>>;
-WordSwaps parse_word_swaps(const std::string& text);
 std::string word_swaps_text(const WordSwaps& swaps);
 
 // Named after the options; validate() names the option at fault as "--name".
