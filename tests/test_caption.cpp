@@ -127,7 +127,7 @@ TEST_P(CaptionParity, MatchesPyTorch) {
   nn::Context ctx{true, &arena, nullptr};
   ctx.precision = precision;
   store.zero_grad();
-  model.keep_penalty_weights = true;
+  model.keep_attention_weights = true;
   const Tensor logits = model.forward(ctx, images, target_in, target_lengths);
   const Tensor want_logits = f.read_f32("output/logits");
   if (precision != ops::Precision::f32) {
@@ -342,6 +342,84 @@ TEST(CaptionConfig, RoundTripsThroughTextAndNamesBadKeys) {
   EXPECT_TRUE(vit::caption_config_from_map(bad, "x.h5").memory_positions);
 }
 
+// Guided attention: its value is −λ · log of the attention mass (the last layer's, mean over the
+// heads) in each guide's memory rows, read against the model's own cross_attention(), and its
+// gradient, alone and added to the doubly stochastic penalty's, is the finite differences' in
+// the decoder and in the encoder.
+TEST(CaptionModel, GuidedAttentionIsMinusTheLogOfItsMassWithTheFiniteDifferencesGradient) {
+  SmallCaptioner s;  // memory: the class token and 4 patches
+  std::mt19937 gen(11);
+  const Tensor images = random_images(2, gen);
+  Tensor target_in({2, 3}, DType::i32), lengths({2}, DType::i32);
+  const int32_t in[] = {2, 5, 6, 2, 7, 0};
+  std::copy(in, in + 6, target_in.i32());
+  lengths.i32()[0] = 3, lengths.i32()[1] = 2;
+  const std::vector<vit::CaptionModel::AttentionGuide> guides = {
+      {0, 1, {1, 2}}, {0, 2, {4}}, {1, 0, {3}}, {1, 1, {0, 4}}};
+  const float lambda = 0.7f;
+  s.model->keep_attention_weights = true;
+  auto run = [&](bool penalty, bool backward) {
+    Arena arena;
+    nn::Context ctx{true, &arena, nullptr};
+    const Tensor logits = s.model->forward(ctx, images, target_in, lengths);
+    double loss = s.model->guided_attention(guides, lambda, 1.f);
+    if (penalty) loss += s.model->attention_penalty(0.3f, 1.f);
+    if (backward) s.model->backward(ctx, ctx.alloc(logits.shape()));  // no caption loss
+    return loss;
+  };
+
+  // The reference: each image's weights from an inference forward (no dropout in this model).
+  double want = 0;
+  {
+    Arena arena;
+    nn::Context ctx{false, &arena, nullptr};
+    const std::vector<std::vector<int32_t>> tokens = {{5, 6}, {7}};
+    for (int64_t b = 0; b < 2; ++b) {
+      Tensor image({1, 1, 8, 8});
+      std::copy_n(images.f32() + b * 64, 64, image.f32());
+      const Tensor w = s.model->cross_attention(ctx, image, tokens[static_cast<size_t>(b)], true);
+      for (const auto& g : guides) {
+        if (g.row != b) continue;
+        double mass = 0;
+        for (const int32_t i : g.memory) mass += w.f32()[g.position * w.dim(1) + i];
+        ASSERT_GT(mass, 0.0);
+        want -= lambda * std::log(mass);
+      }
+    }
+  }
+  EXPECT_NEAR(run(false, false), want, 1e-5 * std::fabs(want));
+
+  for (const bool penalty : {false, true}) {
+    SCOPED_TRACE(penalty ? "with the penalty" : "alone");
+    s.store.zero_grad();
+    run(penalty, true);
+    const Tensor grads = s.store.grads().clone();
+    const auto [first, end] = s.model->encoder_params();
+    int checked = 0;
+    for (size_t i = 0; i < s.store.params().size(); ++i) {
+      Parameter& p = s.store.params()[i];
+      const bool cross = p.name.find("cross_attn.q.weight") != std::string::npos;
+      if (!(cross || i == first)) continue;
+      std::vector<double> analytic(static_cast<size_t>(p.numel()));
+      for (int64_t j = 0; j < p.numel(); ++j)
+        analytic[static_cast<size_t>(j)] = grads.f32()[p.offset + j];
+      test::FdOptions fd;
+      fd.h = 1e-3;
+      fd.atol = 1e-3;
+      EXPECT_GRAD_OK(test::check_gradient(
+          p.name, p.value, analytic, [&] { return run(penalty, false); }, fd));
+      ++checked;
+    }
+    EXPECT_GE(checked, 2) << "the last cross-attention's queries and an encoder tensor";
+  }
+  // A guide outside the captions is an error, not a read past the weights.
+  Arena arena;
+  nn::Context ctx{true, &arena, nullptr};
+  s.model->forward(ctx, images, target_in, lengths);
+  EXPECT_THROW(s.model->guided_attention({{1, 2, {0}}}, lambda, 1.f), Error);  // row 1 has 2
+  EXPECT_THROW(s.model->guided_attention({{0, 0, {5}}}, lambda, 1.f), Error);  // 5 memory rows
+}
+
 namespace {
 
 // Each word of a caption one piece ("▁bag"), so that a noun's row is its word's index.
@@ -450,4 +528,40 @@ TEST(CaptionScores, BreakExactMatchAndAttentionDown) {
   EXPECT_DOUBLE_EQ(s.exact_percent(), 50.0);
   EXPECT_NEAR(s.in_cell_percent(), 100.0 * 10 / 12, 1e-9);
   EXPECT_EQ(s.bleu.hyp_len, 14 + 14 + 5 + 22);  // every caption scored, word by word
+}
+
+// What attention-in-cell and --guided-attention read: the token that writes each article noun
+// (the first piece of its last word) with the article it names, and the memory rows of a cell.
+TEST(CaptionScores, NamedCellsGiveEachNounsTokenAndArticleAndTheCellsPatches) {
+  const WordVocabulary vocabulary(
+      {"a", "bag", "ankle", "boot", "coat", "to", "the", "left", "of", "below", "and", "it"});
+  const std::vector<datasets::SceneObject> objects = {
+      vitk::testing::scene_object("bag", 0, 0), vitk::testing::scene_object("ankle boot", 0, 1)};
+  const std::string caption = "a bag to the left of a ankle boot and a coat below it";
+  const std::vector<int> ids = vocabulary.encode(caption);
+  const std::vector<int32_t> tokens(ids.begin(), ids.end());
+  const std::vector<vit::NamedCell> named = vit::named_cells(vocabulary, tokens, caption, objects);
+  ASSERT_EQ(named.size(), 3u);
+  EXPECT_EQ(named[0].object, &objects[0]);
+  EXPECT_EQ(named[0].token, 1);  // "bag"
+  EXPECT_EQ(named[1].object, &objects[1]);
+  EXPECT_EQ(named[1].token, 8);         // "boot" of "ankle boot"
+  EXPECT_EQ(named[2].object, nullptr);  // no coat in the scene
+  EXPECT_EQ(named[2].token, 11);
+  // Cut after "ankle": the boot has no token.
+  const std::vector<int32_t> cut(tokens.begin(), tokens.begin() + 8);
+  const std::vector<vit::NamedCell> short_named =
+      vit::named_cells(vocabulary, cut, caption, objects);
+  ASSERT_EQ(short_named.size(), 3u);
+  EXPECT_EQ(short_named[0].token, 1);
+  EXPECT_EQ(short_named[1].token, -1);
+
+  vit::CaptionConfig config;
+  config.encoder.image_height = config.encoder.image_width = 84;
+  config.encoder.patch_size = 14;  // 6x6 patches; a 42-pixel cell holds 3x3 of them
+  config.memory_class_token = false;
+  EXPECT_EQ(vit::patches_in(config, objects[1].cell),
+            (std::vector<int32_t>{3, 4, 5, 9, 10, 11, 15, 16, 17}));
+  config.memory_class_token = true;  // row 0 is the class token
+  EXPECT_EQ(vit::patches_in(config, {0, 28, 28, 28}), (std::vector<int32_t>{13, 14, 19, 20}));
 }

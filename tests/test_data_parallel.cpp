@@ -317,14 +317,16 @@ TEST(DataParallel, TwoRanksTrainTheCaptioningModelThatOneProcessTrains) {
 }
 
 // --references likeliest: each rank chooses for its own rows what one process chooses for them.
+// --guided-attention: each part's nouns weigh by the global batch's count of them.
 TEST(DataParallel, TwoRanksChooseTheLikeliestReferencesAsOneProcessDoes) {
   SKIP_WITHOUT_MPIRUN();
   TempDir tmp;
   const fs::path d = tmp.path();
   ASSERT_NO_FATAL_FAILURE(expect_two_ranks_train_as_one(d, [&](const std::string& out) {
-    return with(caption_args(d, out), "--references", "likeliest");
+    return with(with(caption_args(d, out), "--references", "likeliest"), "--guided-attention", "1");
   }));
   EXPECT_TRUE(contains(out_of(d, "two"), "the likeliest of each image's")) << out_of(d, "two");
+  EXPECT_TRUE(contains(out_of(d, "two"), "guided attention 1")) << out_of(d, "two");
 }
 
 // With a learning rate of 1e-30 the weights stay as drawn but for the zeros (which move by about

@@ -294,10 +294,14 @@ Tensor CaptionModel::forward(nn::Context& ctx, const Tensor& images, const Tenso
   Tensor x = nn::embed_tokens(ctx, target_in, m.embed->value, 1.f, m.positions.table.value,
                               0);  // [B, Tt, d]
   x = m.drop.forward(ctx, x);
-  // The penalty reads the last layer's weights (cross_attention() sets keep_weights itself).
+  // The loss terms on the attention (the penalty, guided attention) read the last layer's weights
+  // (cross_attention() sets keep_weights itself).
   nn::MultiHeadAttention& last = m.decoder.layers().back().cross_attention();
   const bool kept = last.keep_weights;
-  if (ctx.training) last.keep_weights = keep_penalty_weights;
+  if (ctx.training) {
+    last.keep_weights = keep_attention_weights;
+    last.dweights = Tensor();  // a loss term of an earlier forward that no backward took
+  }
   Tensor h = m.decoder.forward(ctx, x, memory, nn::AttentionMask{target_lengths, true},
                                nn::AttentionMask{});  // [B, Tt, d]
   last.keep_weights = kept;
@@ -315,14 +319,22 @@ Tensor CaptionModel::forward(nn::Context& ctx, const Tensor& images, const Tenso
   return logits;
 }
 
-double CaptionModel::attention_penalty(float lambda, float grad_scale) {
+Tensor& CaptionModel::attention_grad(const char* who) {
   Impl& m = *impl_;
   nn::MultiHeadAttention& last = m.decoder.layers().back().cross_attention();
   const Tensor& w = last.weights();  // [B, H, Tt, Tm]
   if (!m.trained || w.empty())
-    throw Error("caption: attention_penalty needs a training forward with keep_penalty_weights");
+    throw Error(std::string("caption: ") + who +
+                " needs a training forward with keep_attention_weights");
+  if (last.dweights.shape() != w.shape()) last.dweights = Tensor(w.shape());  // zero-filled
+  return last.dweights;
+}
+
+double CaptionModel::attention_penalty(float lambda, float grad_scale) {
+  Impl& m = *impl_;
+  Tensor& dw = attention_grad("attention_penalty");  // pad positions get no gradient
+  const Tensor& w = m.decoder.layers().back().cross_attention().weights();  // [B, H, Tt, Tm]
   const int64_t B = w.dim(0), H = w.dim(1), Tt = w.dim(2), Tm = w.dim(3);
-  Tensor dw({B, H, Tt, Tm});  // zero-filled: pad positions get no gradient
   double total = 0;
   std::vector<double> coverage(static_cast<size_t>(Tm));
   for (int64_t b = 0; b < B; ++b) {
@@ -340,10 +352,38 @@ double CaptionModel::attention_penalty(float lambda, float grad_scale) {
       // d/dα_ti of λ(1 − c_i)² is −2λ(1 − c_i), for every t; α is the mean of H heads
       const float g = static_cast<float>(-2.0 * lambda * gap / H * grad_scale);
       for (int64_t h = 0; h < H; ++h)
-        for (int64_t t = 0; t < len; ++t) dw.f32()[((b * H + h) * Tt + t) * Tm + i] = g;
+        for (int64_t t = 0; t < len; ++t) dw.f32()[((b * H + h) * Tt + t) * Tm + i] += g;
     }
   }
-  last.dweights = dw;
+  return total;
+}
+
+double CaptionModel::guided_attention(const std::vector<AttentionGuide>& guides, float lambda,
+                                      float grad_scale) {
+  Impl& m = *impl_;
+  Tensor& dw = attention_grad("guided_attention");
+  const Tensor& w = m.decoder.layers().back().cross_attention().weights();  // [B, H, Tt, Tm]
+  const int64_t B = w.dim(0), H = w.dim(1), Tt = w.dim(2), Tm = w.dim(3);
+  double total = 0;
+  for (const AttentionGuide& g : guides) {
+    if (g.row < 0 || g.row >= B || g.position < 0 || g.position >= m.target_lengths.i32()[g.row])
+      throw Error("caption: guided_attention at row " + std::to_string(g.row) + ", position " +
+                  std::to_string(g.position) + ": outside the batch's captions");
+    double mass = 0;  // Σ_{i ∈ memory} α_ti, α the mean over the heads
+    for (const int32_t i : g.memory) {
+      if (i < 0 || i >= Tm)
+        throw Error("caption: guided_attention memory row " + std::to_string(i) + " of " +
+                    std::to_string(Tm));
+      for (int64_t h = 0; h < H; ++h)
+        mass += w.f32()[((g.row * H + h) * Tt + g.position) * Tm + i] / static_cast<double>(H);
+    }
+    mass = std::max(mass, 1e-30);
+    total -= lambda * std::log(mass);
+    // d/dα_hti of −λ log(mass) is −λ / (H · mass) for i in the set, 0 elsewhere
+    const float d = static_cast<float>(-lambda / (static_cast<double>(H) * mass) * grad_scale);
+    for (const int32_t i : g.memory)
+      for (int64_t h = 0; h < H; ++h) dw.f32()[((g.row * H + h) * Tt + g.position) * Tm + i] += d;
+  }
   return total;
 }
 

@@ -86,11 +86,23 @@ class CaptionModel {
   // -> logits f32 [B, Tt, V]. The id tensors must stay alive until backward().
   Tensor forward(nn::Context& ctx, const Tensor& images, const Tensor& target_in,
                  const Tensor& target_lengths);
-  // The doubly stochastic penalty of the last training forward: returns Σ over its images of
-  // λ · Σ_i (1 − Σ_t α_ti)², and makes the next backward() add grad_scale times its gradient.
-  // The forward must have been run with keep_penalty_weights set.
+  // Loss terms on the last decoder layer's cross-attention weights α (the mean over its heads)
+  // of the last training forward, which must have been run with keep_attention_weights set. Each
+  // returns its value and makes the next backward() add grad_scale times its gradient; both
+  // together add both.
+  bool keep_attention_weights = false;  // the next training forward keeps what they read
+  // The doubly stochastic penalty: Σ over the images of λ · Σ_i (1 − Σ_t α_ti)².
   double attention_penalty(float lambda, float grad_scale);
-  bool keep_penalty_weights = false;  // the next training forward keeps what the penalty reads
+  // Guided attention (supervised attention, as Marian's guided alignment for translation): for
+  // each guide, −λ · log Σ_{i ∈ memory} α_ti of image `row` at decoder position t (the position
+  // that writes the guided token): the attention there should fall inside the given memory rows
+  // (a named article's patches). Returns the sum over the guides.
+  struct AttentionGuide {
+    int64_t row = 0, position = 0;
+    std::vector<int32_t> memory;  // memory rows, each < Tm
+  };
+  double guided_attention(const std::vector<AttentionGuide>& guides, float lambda,
+                          float grad_scale);
   // dlogits [B, Tt, V] -> ADDS every parameter's gradient (the encoder's only where it trains:
   // train_encoder false skips the encoder's backward altogether, a frozen encoder).
   void backward(nn::Context& ctx, const Tensor& dlogits);
@@ -120,6 +132,8 @@ class CaptionModel {
   std::pair<size_t, size_t> encoder_params() const;
 
  private:
+  // The gradient of the loss terms on the kept weights, zero until the first term of a step.
+  Tensor& attention_grad(const char* who);
   struct Impl;
   std::shared_ptr<Impl> impl_;
   CaptionConfig config_;

@@ -90,6 +90,8 @@ void CaptionTrainOptions::validate() const {
          "--hflip-swap takes pairs of two different lower-case words, WORD:WORD, got '" + a + ":" +
              b + "'");
   need(article_flip >= 0.f && article_flip <= 1.f, "--article-flip must be in [0, 1]");
+  need(std::isfinite(guided_attention) && guided_attention >= 0.f,
+       "--guided-attention must be >= 0");
   need(model_ema_decay > 0 && model_ema_decay < 1, "--model-ema-decay must be in (0, 1)");
   need(val_interval >= 0, "--val-interval must be >= 0");
   need(val_images >= 0, "--val-images-max must be >= 0");
@@ -151,7 +153,8 @@ void CaptionTask::setup(const io::CheckpointMeta* resumed, uint64_t seed,
     }
   }
   build_model(resumed, seed);
-  if (o_.article_flip > 0.f) check_article_boxes();
+  if (o_.article_flip > 0.f) check_article_boxes("--article-flip");
+  if (o_.guided_attention > 0.f) check_article_boxes("--guided-attention");
   encode_captions();
   datasets::LoaderOptions lo = eval_loader_options(cfg_.encoder, o_.batch_size, o_.prefetch);
   lo.training = true;  // shuffled, the last partial batch dropped
@@ -171,10 +174,16 @@ void CaptionTask::open_data() {
   val_set_ = datasets::read_captions(paths_.val_captions, paths_.val_images);
   if (o_.val_images > 0 && static_cast<int64_t>(val_set_.images.size()) > o_.val_images)
     val_set_.images.resize(static_cast<size_t>(o_.val_images));
-  if (o_.article_flip > 0.f && std::none_of(train_set_.images.begin(), train_set_.images.end(),
-                                            [](const auto& i) { return !i.objects.empty(); }))
+  const bool scenes = std::any_of(train_set_.images.begin(), train_set_.images.end(),
+                                  [](const auto& i) { return !i.objects.empty(); });
+  if (o_.article_flip > 0.f && !scenes)
     throw UsageError("--article-flip mirrors the articles of generated scenes, and " +
                      paths_.train_captions + " has no scene boxes (vitk make-scenes writes them)");
+  if (o_.guided_attention > 0.f && !scenes)
+    throw UsageError(
+        "--guided-attention points the attention at the articles of generated "
+        "scenes, and " +
+        paths_.train_captions + " has no scene boxes (vitk make-scenes writes them)");
   if (static_cast<int64_t>(train_set_.images.size()) < o_.batch_size)
     throw UsageError("--batch-size " + std::to_string(o_.batch_size) + " is larger than the " +
                      std::to_string(train_set_.images.size()) + " captioned training images of " +
@@ -238,7 +247,7 @@ void CaptionTask::build_model(const io::CheckpointMeta* resumed, uint64_t seed) 
   }
   for (size_t i = first; i < end; ++i) params_->params()[i].lr_scale = o_.encoder_lr_scale;
   model_->train_encoder = o_.encoder_lr_scale > 0.f;
-  model_->keep_penalty_weights = o_.attention_penalty > 0.f;
+  model_->keep_attention_weights = o_.attention_penalty > 0.f || o_.guided_attention > 0.f;
 }
 
 void CaptionTask::encode_captions() {
@@ -253,13 +262,31 @@ void CaptionTask::encode_captions() {
   const size_t n = train_set_.images.size();
   train_ids_.assign(n, {});
   mirrored_ids_.assign(o_.hflip > 0.f ? n : 0, {});
-  for (size_t i = 0; i < n; ++i)
+  const bool guided = o_.guided_attention > 0.f;
+  guide_points_.assign(guided ? n : 0, {});
+  mirrored_guide_points_.assign(guided && o_.hflip > 0.f ? n : 0, {});
+  for (size_t i = 0; i < n; ++i) {
+    const auto& objects = train_set_.images[i].objects;
+    // The nouns of a caption that name an article of the scene, at a token the model reads.
+    auto points = [&](const std::vector<int32_t>& ids, const std::string& text) {
+      std::vector<GuidePoint> found;
+      for (const NamedCell& c : named_cells(tokenizer_, ids, text, objects))
+        if (c.object && c.token >= 0)
+          found.push_back(
+              {static_cast<int32_t>(c.token), static_cast<int32_t>(c.object - objects.data())});
+      return found;
+    };
     for (const std::string& c : train_set_.images[i].captions) {
       const std::string text = datasets::normalize_caption(c);
       train_ids_[i].push_back(encode(text, true));
-      if (o_.hflip > 0.f)
-        mirrored_ids_[i].push_back(encode(datasets::swap_words(text, o_.hflip_swap), false));
+      if (guided) guide_points_[i].push_back(points(train_ids_[i].back(), text));
+      if (o_.hflip > 0.f) {
+        const std::string swapped = datasets::swap_words(text, o_.hflip_swap);
+        mirrored_ids_[i].push_back(encode(swapped, false));
+        if (guided) mirrored_guide_points_[i].push_back(points(mirrored_ids_[i].back(), swapped));
+      }
     }
+  }
 }
 
 std::unique_ptr<optim::Optimizer> CaptionTask::make_optimizer() {
@@ -293,10 +320,14 @@ bool CaptionTask::next_batch() {
   if (o_.references == "likeliest") choose_likeliest();
   // The loss is the mean over the global batch's target tokens (words and EOS), so each part
   // weighs its own tokens' mean by their share of them: the count of every rank's rows.
-  global_tokens_ = 0;
-  for (int64_t r = 0; r < batch_.labels.numel(); ++r)
-    global_tokens_ += static_cast<int64_t>(target_of(r).size()) + 1;
-  if (part_.ranks > 1) part_.world->allreduce_sum(&global_tokens_, 1);
+  int64_t counts[2] = {0, 0};  // target tokens, guided nouns
+  for (int64_t r = 0; r < batch_.labels.numel(); ++r) {
+    counts[0] += static_cast<int64_t>(target_of(r).size()) + 1;
+    if (o_.guided_attention > 0.f) counts[1] += static_cast<int64_t>(guide_points_of(r).size());
+  }
+  if (part_.ranks > 1) part_.world->allreduce_sum(counts, 2);
+  global_tokens_ = counts[0];
+  global_guides_ = counts[1];
   return true;
 }
 
@@ -329,16 +360,44 @@ void teacher_forcing(const std::vector<const std::vector<int32_t>*>& ids, Tensor
 
 }  // namespace
 
-void CaptionTask::check_article_boxes() const {
+void CaptionTask::check_article_boxes(const std::string& option) const {
   const int64_t H = cfg_.encoder.image_height, W = cfg_.encoder.image_width;
   for (const datasets::CaptionedImage& image : train_set_.images) {
     try {
       datasets::check_boxes_inside(image.objects, H, W);
     } catch (const Error& e) {
-      throw UsageError("--article-flip: " + image.file_name + " of " + paths_.train_captions +
-                       ": " + e.what() + " of the model: its image size must be the scenes'");
+      throw UsageError(option + ": " + image.file_name + " of " + paths_.train_captions + ": " +
+                       e.what() + " of the model: its image size must be the scenes'");
     }
   }
+}
+
+bool CaptionTask::mirrored_row(int64_t row) const {
+  return !batch_.mirrored.empty() && batch_.mirrored.at(static_cast<size_t>(row));
+}
+
+const std::vector<GuidePoint>& CaptionTask::guide_points_of(int64_t row) const {
+  const std::vector<int32_t>& target = target_of(row);
+  const auto& references = references_of(row);
+  const size_t image = static_cast<size_t>(batch_.labels.i32()[row]);
+  const bool mirrored = mirrored_row(row);
+  const auto& points = mirrored ? mirrored_guide_points_.at(image) : guide_points_.at(image);
+  return points.at(static_cast<size_t>(&target - references.data()));  // target is one of them
+}
+
+std::vector<CaptionModel::AttentionGuide> CaptionTask::guides(int64_t begin, int64_t end) const {
+  const int64_t W = cfg_.encoder.image_width;
+  std::vector<CaptionModel::AttentionGuide> out;
+  for (int64_t r = begin; r < end; ++r) {
+    const auto& objects = train_set_.images.at(static_cast<size_t>(batch_.labels.i32()[r])).objects;
+    const bool mirrored = mirrored_row(r);
+    for (const GuidePoint& p : guide_points_of(r)) {
+      datasets::Box cell = objects.at(static_cast<size_t>(p.object)).cell;
+      if (mirrored) cell.x = W - cell.x - cell.width;
+      out.push_back({r - begin, p.token, patches_in(cfg_, cell)});
+    }
+  }
+  return out;
 }
 
 void CaptionTask::flip_articles() {
@@ -346,7 +405,7 @@ void CaptionTask::flip_articles() {
   const int64_t C = enc.channels, H = enc.image_height, W = enc.image_width;
   for (int64_t r = 0; r < batch_.labels.numel(); ++r) {
     const int64_t image = batch_.labels.i32()[r];
-    const bool mirrored = !batch_.mirrored.empty() && batch_.mirrored.at(static_cast<size_t>(r));
+    const bool mirrored = mirrored_row(r);
     // Keyed by (seed, epoch, image): the same draws on any rank and after a resume.
     const uint64_t key =
         ops::Rng::hash(ops::Rng::hash(seed_ ^ 0xF11BA7, static_cast<uint64_t>(epoch_)),
@@ -359,7 +418,7 @@ void CaptionTask::flip_articles() {
 
 const std::vector<std::vector<int32_t>>& CaptionTask::references_of(int64_t row) const {
   const size_t image = static_cast<size_t>(batch_.labels.i32()[row]);
-  const bool mirrored = !batch_.mirrored.empty() && batch_.mirrored.at(static_cast<size_t>(row));
+  const bool mirrored = mirrored_row(row);
   return mirrored ? mirrored_ids_.at(image) : train_ids_.at(image);
 }
 
@@ -446,9 +505,16 @@ train::StepStats CaptionTask::forward_loss(nn::Context& ctx, int64_t, int micro)
     penalty = model_->attention_penalty(o_.attention_penalty,
                                         1.f / static_cast<float>(local * part_.ranks)) /
               static_cast<double>(rows);
+  double guided = 0;
+  if (o_.guided_attention > 0.f && global_guides_ > 0) {  // the mean over the global batch's nouns
+    const std::vector<CaptionModel::AttentionGuide> g = guides(begin, end);
+    guided =
+        model_->guided_attention(g, o_.guided_attention, 1.f / static_cast<float>(global_guides_)) /
+        static_cast<double>(std::max<size_t>(g.size(), 1));
+  }
   train::StepStats stats;
-  stats.loss = s.loss + penalty;
-  stats.loss_sum = (s.loss + penalty) * static_cast<double>(s.count);
+  stats.loss = s.loss + penalty + guided;
+  stats.loss_sum = (s.loss + penalty + guided) * static_cast<double>(s.count);
   stats.items = s.count;
   stats.correct = s.correct;
   stats.units = rows;
@@ -574,6 +640,7 @@ io::CheckpointMeta CaptionTask::checkpoint_meta() const {
   if (!o_.encoder_from.empty()) m.recipe["encoder-from"] = o_.encoder_from;
   m.recipe["references"] = o_.references;  // a resumed run's choice, as the last stage trained
   if (o_.article_flip > 0.f) m.recipe["article-flip"] = format_general(o_.article_flip);
+  if (o_.guided_attention > 0.f) m.recipe["guided-attention"] = format_general(o_.guided_attention);
   if (o_.hflip > 0.f) {
     m.recipe["hflip"] = format_general(o_.hflip);
     m.recipe["hflip-swap"] = word_swaps_text(o_.hflip_swap);
@@ -621,6 +688,9 @@ void CaptionTask::log_setup(std::ostream& L) const {
   L << "loss: cross-entropy, label smoothing " << format_general(o_.smoothing)
     << ", attention penalty "
     << (o_.attention_penalty > 0 ? format_general(o_.attention_penalty) : std::string("off"))
+    << ", guided attention "
+    << (o_.guided_attention > 0 ? format_general(o_.guided_attention) + " (nouns to their cells)"
+                                : std::string("off"))
     << "; references "
     << (o_.references == "likeliest" ? "the likeliest of each image's"
                                      : "one of each image's at random per epoch")

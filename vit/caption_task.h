@@ -4,13 +4,13 @@
 // transform: flips and crops would change what a caption says), one of each image's captions per
 // step (drawn from (seed, epoch, image), or the one the model finds likeliest: --references),
 // teacher forcing with label-smoothed cross-entropy plus
-// the doubly stochastic attention penalty, AdamW with warmup and a cosine per step, the encoder
-// new, or initialised from a ViT checkpoint (--encoder-from) and then frozen or trained at its own
-// learning rate. Validation: the loss of each image's first caption, and greedy captions scored
-// by corpus BLEU-4 against every reference (and exact scene match on generated scenes), each rank
-// decoding its share of the images and the captions put together before scoring; best.h5
-// is the best BLEU. The checkpoint holds the SentencePiece model trained on the training captions
-// (with --phrases as single pieces).
+// the doubly stochastic attention penalty and, on generated scenes, guided attention, AdamW with
+// warmup and a cosine per step, the encoder new, or initialised from a ViT checkpoint
+// (--encoder-from) and then frozen or trained at its own learning rate. Validation: the loss of
+// each image's first caption, and greedy captions scored by corpus BLEU-4 against every reference
+// (and exact scene match on generated scenes), each rank decoding its share of the images and the
+// captions put together before scoring; best.h5 is the best BLEU. The checkpoint holds the
+// SentencePiece model trained on the training captions (with --phrases as single pieces).
 #include <atomic>
 #include <cstdint>
 #include <iosfwd>
@@ -71,6 +71,12 @@ struct CaptionTrainOptions {
   // --article-flip: on generated scenes (captions with article boxes), the probability of
   // mirroring each article inside its box (datasets::flip_articles): every caption stays true.
   float article_flip = 0.f;
+  // --guided-attention: on generated scenes, λ of guided attention (supervised attention, as
+  // Marian's guided alignment): the position that writes an article's noun in the training
+  // caption is trained to put the last decoder layer's cross-attention (the mean of its heads)
+  // inside that article's grid cell, loss −λ · log(its attention mass there), the mean over the
+  // global batch's nouns.
+  float guided_attention = 0.f;
 
   int epochs = 10;
   int64_t steps = 0;  // --steps: the run's length in optimizer steps instead of epochs
@@ -96,6 +102,12 @@ struct CaptionTrainOptions {
   ops::Precision precision = ops::Precision::f32;
 
   void validate() const;
+};
+
+// --guided-attention: the token of a training caption that names a scene article, and the
+// article (its index in the image's objects).
+struct GuidePoint {
+  int32_t token = 0, object = 0;
 };
 
 class CaptionTask : public train::Task {
@@ -135,12 +147,18 @@ class CaptionTask : public train::Task {
   // The reference captions of the current batch's row `row` as token ids: its image's, or their
   // mirror images' when the loader mirrored it.
   const std::vector<std::vector<int32_t>>& references_of(int64_t row) const;
+  bool mirrored_row(int64_t row) const;  // did the loader mirror the current batch's row?
   // The caption row `row` is trained on this epoch under --references random.
   const std::vector<int32_t>& caption_of(int64_t row) const;
-  // --article-flip: every training box inside the model's image (else a UsageError), and the
-  // flips on the current batch's images.
-  void check_article_boxes() const;
+  // --article-flip and --guided-attention: every training box inside the model's image (else a
+  // UsageError naming `option`).
+  void check_article_boxes(const std::string& option) const;
+  // --article-flip: the flips on the current batch's images.
   void flip_articles();
+  // --guided-attention: for rows [begin, end) of the current batch, each noun of its target
+  // caption with the patches of the article's cell (mirrored with the image).
+  std::vector<CaptionModel::AttentionGuide> guides(int64_t begin, int64_t end) const;
+  const std::vector<GuidePoint>& guide_points_of(int64_t row) const;
   // --references likeliest: chosen_[row] for each row of the current batch.
   void choose_likeliest();
   const std::vector<int32_t>& target_of(int64_t row) const;
@@ -153,12 +171,16 @@ class CaptionTask : public train::Task {
   datasets::Tokenizer tokenizer_;
   std::vector<std::vector<std::vector<int32_t>>> train_ids_;  // [image][caption] -> ids
   std::vector<std::vector<std::vector<int32_t>>>
-      mirrored_ids_;          // the same, words swapped (--hflip)
+      mirrored_ids_;  // the same, words swapped (--hflip)
+  // --guided-attention: the nouns of each training caption (and of its words-swapped mirror),
+  // [image][caption] as the ids are.
+  std::vector<std::vector<std::vector<GuidePoint>>> guide_points_, mirrored_guide_points_;
   int64_t cut_captions_ = 0;  // longer than the model's positions
   CaptionConfig cfg_;
   uint64_t seed_ = 0;
   int64_t bpe_ = 0, epoch_ = 0;
   int64_t global_tokens_ = 0;  // target tokens of the current global batch, every rank's
+  int64_t global_guides_ = 0;  // --guided-attention's nouns in it
   std::vector<const std::vector<int32_t>*> chosen_;  // --references likeliest: each row's caption
   Arena choice_arena_;
   int64_t encoder_tensors_ = 0;

@@ -225,6 +225,35 @@ std::vector<CaptionResult> caption_set(CaptionModel& model, const Vocabulary& to
   return results;
 }
 
+std::vector<NamedCell> named_cells(const Vocabulary& tokenizer, const std::vector<int32_t>& ids,
+                                   const std::string& normalised,
+                                   const std::vector<datasets::SceneObject>& objects) {
+  const std::vector<int64_t> words = word_of_pieces(tokenizer, ids);
+  std::vector<NamedCell> cells;
+  for (const datasets::NamedArticle& named : datasets::named_articles(normalised)) {
+    NamedCell c;
+    const auto object = std::find_if(objects.begin(), objects.end(),
+                                     [&](const auto& o) { return o.name == named.name; });
+    if (object != objects.end()) c.object = &*object;
+    const auto piece = std::find(words.begin(), words.end(), named.word);
+    if (piece != words.end()) c.token = piece - words.begin();
+    cells.push_back(c);
+  }
+  return cells;
+}
+
+std::vector<int32_t> patches_in(const CaptionConfig& config, const datasets::Box& box) {
+  const int64_t P = config.encoder.patch_size, Wg = config.encoder.grid_width();
+  const int64_t Hg = config.encoder.grid_height(), first = config.memory_class_token ? 1 : 0;
+  std::vector<int32_t> rows;
+  for (int64_t p = 0; p < Hg * Wg; ++p) {
+    const double x = (static_cast<double>(p % Wg) + 0.5) * static_cast<double>(P);
+    const double y = (static_cast<double>(p / Wg) + 0.5) * static_cast<double>(P);
+    if (box.contains(x, y)) rows.push_back(static_cast<int32_t>(first + p));
+  }
+  return rows;
+}
+
 CaptionScores score_captions(const CaptionConfig& config, const Vocabulary& tokenizer,
                              const datasets::CaptionSet& set,
                              const std::vector<CaptionResult>& results) {
@@ -234,7 +263,6 @@ CaptionScores score_captions(const CaptionConfig& config, const Vocabulary& toke
   size_t most_refs = 0;
   for (const auto& image : set.images) most_refs = std::max(most_refs, image.captions.size());
   refs.resize(most_refs);
-  const int64_t P = config.encoder.patch_size, Wg = config.encoder.grid_width();
   const int64_t first_patch = config.memory_class_token ? 1 : 0;
   for (const CaptionResult& r : results) {
     const datasets::CaptionedImage& image = set.images.at(static_cast<size_t>(r.image));
@@ -256,26 +284,20 @@ CaptionScores score_captions(const CaptionConfig& config, const Vocabulary& toke
     s.vertical += check.vertical;
     s.vertical_true += check.vertical_true;
     if (r.attention.empty() || r.hypotheses.empty()) continue;
-    const std::vector<int32_t>& ids = r.hypotheses.front().tokens;
-    const std::vector<int64_t> words = word_of_pieces(tokenizer, ids);
-    const std::vector<datasets::NamedArticle> named_articles = datasets::named_articles(text);
-    for (size_t k = 0; k < named_articles.size(); ++k) {
-      const datasets::NamedArticle& named = named_articles[k];
-      const auto object = std::find_if(image.objects.begin(), image.objects.end(),
-                                       [&](const auto& o) { return o.name == named.name; });
-      if (object == image.objects.end()) continue;  // a noun the scene does not have
+    const std::vector<NamedCell> named =
+        named_cells(tokenizer, r.hypotheses.front().tokens, text, image.objects);
+    for (size_t k = 0; k < named.size(); ++k) {
+      if (!named[k].object) continue;  // a noun the scene does not have
       const size_t place = std::min<size_t>(k, s.nouns_at.size() - 1);
       ++s.nouns;
       ++s.nouns_at[place];
-      const auto piece = std::find(words.begin(), words.end(), named.word);
-      const int64_t row = piece - words.begin();
-      if (piece == words.end() || row >= r.attention.dim(0)) continue;
+      const int64_t row = named[k].token;
+      if (row < 0 || row >= r.attention.dim(0)) continue;
       const int64_t Tm = r.attention.dim(1);
       const float* w = r.attention.f32() + row * Tm;
-      const int64_t best = std::max_element(w + first_patch, w + Tm) - w - first_patch;
-      const double x = (static_cast<double>(best % Wg) + 0.5) * static_cast<double>(P);
-      const double y = (static_cast<double>(best / Wg) + 0.5) * static_cast<double>(P);
-      const int64_t hit = object->cell.contains(x, y) ? 1 : 0;
+      const int64_t best = std::max_element(w + first_patch, w + Tm) - w;
+      const std::vector<int32_t> cell = patches_in(config, named[k].object->cell);
+      const int64_t hit = std::binary_search(cell.begin(), cell.end(), best) ? 1 : 0;
       s.in_cell += hit;
       s.in_cell_at[place] += hit;
     }

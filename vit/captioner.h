@@ -135,4 +135,21 @@ std::vector<double> caption_log_probs(CaptionModel& model, nn::Context& ctx, con
 // SentencePiece's "▁" begin a word).
 std::vector<int64_t> word_of_pieces(const Vocabulary& tokenizer, const std::vector<int32_t>& ids);
 
+// The article nouns of a caption of a generated scene, in the caption's order: the article of
+// `objects` each names (null for a noun the scene does not have) and the token of `ids` (the
+// caption's pieces, `normalised` its text) that writes it: the first piece of the noun's last
+// word, -1 when no piece is there (a caption cut short). The decoder position that predicts
+// token t is row t of the cross-attention (CaptionResult::attention).
+struct NamedCell {
+  const datasets::SceneObject* object = nullptr;
+  int64_t token = -1;
+};
+std::vector<NamedCell> named_cells(const Vocabulary& tokenizer, const std::vector<int32_t>& ids,
+                                   const std::string& normalised,
+                                   const std::vector<datasets::SceneObject>& objects);
+
+// The memory rows of the patches whose centre lies in `box` (after the class token when the
+// memory holds it), in row order.
+std::vector<int32_t> patches_in(const CaptionConfig& config, const datasets::Box& box);
+
 }  // namespace vitk::vit
