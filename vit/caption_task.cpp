@@ -153,8 +153,9 @@ void CaptionTask::setup(const io::CheckpointMeta* resumed, uint64_t seed,
     }
   }
   build_model(resumed, seed);
-  if (o_.article_flip > 0.f) check_article_boxes("--article-flip");
-  if (o_.guided_attention > 0.f) check_article_boxes("--guided-attention");
+  // Both options read the boxes: one pass over them, naming the first option given.
+  if (o_.article_flip > 0.f || o_.guided_attention > 0.f)
+    check_article_boxes(o_.article_flip > 0.f ? "--article-flip" : "--guided-attention");
   encode_captions();
   datasets::LoaderOptions lo = eval_loader_options(cfg_.encoder, o_.batch_size, o_.prefetch);
   lo.training = true;  // shuffled, the last partial batch dropped
@@ -176,14 +177,13 @@ void CaptionTask::open_data() {
     val_set_.images.resize(static_cast<size_t>(o_.val_images));
   const bool scenes = std::any_of(train_set_.images.begin(), train_set_.images.end(),
                                   [](const auto& i) { return !i.objects.empty(); });
-  if (o_.article_flip > 0.f && !scenes)
-    throw UsageError("--article-flip mirrors the articles of generated scenes, and " +
-                     paths_.train_captions + " has no scene boxes (vitk make-scenes writes them)");
-  if (o_.guided_attention > 0.f && !scenes)
-    throw UsageError(
-        "--guided-attention points the attention at the articles of generated "
-        "scenes, and " +
-        paths_.train_captions + " has no scene boxes (vitk make-scenes writes them)");
+  auto need_scenes = [&](float value, const std::string& what) {
+    if (value > 0.f && !scenes)
+      throw UsageError(what + " of generated scenes, and " + paths_.train_captions +
+                       " has no scene boxes (vitk make-scenes writes them)");
+  };
+  need_scenes(o_.article_flip, "--article-flip mirrors the articles");
+  need_scenes(o_.guided_attention, "--guided-attention points the attention at the articles");
   if (static_cast<int64_t>(train_set_.images.size()) < o_.batch_size)
     throw UsageError("--batch-size " + std::to_string(o_.batch_size) + " is larger than the " +
                      std::to_string(train_set_.images.size()) + " captioned training images of " +
