@@ -91,6 +91,24 @@ Tensor random_images(int64_t B, std::mt19937& gen) {
   return t;
 }
 
+// Teacher forcing for two captions, "5 6" and "7" (BOS 2, EOS 3): in and out [2, 3], lengths.
+struct TwoCaptions {
+  Tensor in{{2, 3}, DType::i32}, out{{2, 3}, DType::i32}, lengths{{2}, DType::i32};
+  TwoCaptions() {
+    const int32_t i[] = {2, 5, 6, 2, 7, 0}, o[] = {5, 6, 3, 7, 3, 0};
+    std::copy(i, i + 6, in.i32());
+    std::copy(o, o + 6, out.i32());
+    lengths.i32()[0] = 3, lengths.i32()[1] = 2;
+  }
+};
+
+// Parameter p's gradient in `grads` (a copy of its store's gradients), for check_gradient.
+std::vector<double> gradient_of(const Parameter& p, const Tensor& grads) {
+  std::vector<double> g(static_cast<size_t>(p.numel()));
+  for (int64_t j = 0; j < p.numel(); ++j) g[static_cast<size_t>(j)] = grads.f32()[p.offset + j];
+  return g;
+}
+
 }  // namespace
 
 class CaptionParity : public ::testing::TestWithParam<std::tuple<std::string, ops::Precision>> {};
@@ -250,11 +268,8 @@ TEST(CaptionModel, AFrozenEncoderGetsNoGradientAndTheDecoderTheSame) {
   SmallCaptioner s;
   std::mt19937 gen(4);
   const Tensor images = random_images(2, gen);
-  Tensor target_in({2, 3}, DType::i32), target_out({2, 3}, DType::i32), lengths({2}, DType::i32);
-  const int32_t in[] = {2, 5, 6, 2, 7, 0}, out[] = {5, 6, 3, 7, 3, 0};
-  std::copy(in, in + 6, target_in.i32());
-  std::copy(out, out + 6, target_out.i32());
-  lengths.i32()[0] = 3, lengths.i32()[1] = 2;
+  const TwoCaptions c;
+  const Tensor &target_in = c.in, &target_out = c.out, &lengths = c.lengths;
   auto grads = [&](bool train_encoder) {
     s.model->train_encoder = train_encoder;
     s.store.zero_grad();
@@ -350,10 +365,8 @@ TEST(CaptionModel, GuidedAttentionIsMinusTheLogOfItsMassWithTheFiniteDifferences
   SmallCaptioner s;  // memory: the class token and 4 patches
   std::mt19937 gen(11);
   const Tensor images = random_images(2, gen);
-  Tensor target_in({2, 3}, DType::i32), lengths({2}, DType::i32);
-  const int32_t in[] = {2, 5, 6, 2, 7, 0};
-  std::copy(in, in + 6, target_in.i32());
-  lengths.i32()[0] = 3, lengths.i32()[1] = 2;
+  const TwoCaptions c;
+  const Tensor &target_in = c.in, &lengths = c.lengths;
   const std::vector<vit::CaptionModel::AttentionGuide> guides = {
       {0, 1, {1, 2}}, {0, 2, {4}}, {1, 0, {3}}, {1, 1, {0, 4}}};
   const float lambda = 0.7f;
@@ -400,9 +413,7 @@ TEST(CaptionModel, GuidedAttentionIsMinusTheLogOfItsMassWithTheFiniteDifferences
       Parameter& p = s.store.params()[i];
       const bool cross = p.name.find("cross_attn.q.weight") != std::string::npos;
       if (!(cross || i == first)) continue;
-      std::vector<double> analytic(static_cast<size_t>(p.numel()));
-      for (int64_t j = 0; j < p.numel(); ++j)
-        analytic[static_cast<size_t>(j)] = grads.f32()[p.offset + j];
+      const std::vector<double> analytic = gradient_of(p, grads);
       test::FdOptions fd;
       fd.h = 1e-3;
       fd.atol = 1e-3;
@@ -418,6 +429,101 @@ TEST(CaptionModel, GuidedAttentionIsMinusTheLogOfItsMassWithTheFiniteDifferences
   s.model->forward(ctx, images, target_in, lengths);
   EXPECT_THROW(s.model->guided_attention({{1, 2, {0}}}, lambda, 1.f), Error);  // row 1 has 2
   EXPECT_THROW(s.model->guided_attention({{0, 0, {5}}}, lambda, 1.f), Error);  // 5 memory rows
+}
+
+// The article loss: its value is λ · −log softmax(W · the mean of the guide's memory rows) at the
+// guide's token, read against the model's own encode() and output matrix, and its gradient is the
+// finite differences' in W and in the encoder, tied or not; a later forward drops it.
+TEST(CaptionModel,
+     ArticleLossIsTheOutputLayersCrossEntropyOnACellWithTheFiniteDifferencesGradient) {
+  for (const bool tied : {true, false}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    SmallCaptioner s(true, tied);  // memory: the class token and 4 patches, 9 tokens
+    std::mt19937 gen(12);
+    const Tensor images = random_images(2, gen);
+    const TwoCaptions c;
+    const Tensor &target_in = c.in, &lengths = c.lengths;
+    const std::vector<vit::CaptionModel::AttentionGuide> guides = {
+        {0, 1, {1, 2}, 5}, {0, 2, {4}, 8}, {1, 0, {0, 3, 4}, 7}, {1, 0, {3}, 4}};
+    const float lambda = 0.6f;
+    auto run = [&](bool backward) {
+      Arena arena;
+      nn::Context ctx{true, &arena, nullptr};
+      const Tensor logits = s.model->forward(ctx, images, target_in, lengths);
+      const double loss = s.model->article_loss(guides, lambda, 1.f);
+      if (backward) s.model->backward(ctx, ctx.alloc(logits.shape()));  // no caption loss
+      return loss;
+    };
+
+    const Parameter& W =
+        *s.store.find(tied ? "decoder.embed_tokens.weight" : "output_projection.weight");
+    double want = 0;
+    {
+      Arena arena;
+      nn::Context ctx{false, &arena, nullptr};
+      const Tensor memory = s.model->encode(ctx, images);  // [2, 5, 16]
+      const int64_t Tm = memory.dim(1), d = memory.dim(2), V = W.shape[0];
+      for (const auto& g : guides) {
+        std::vector<double> mean(static_cast<size_t>(d), 0.0), z;
+        for (const int32_t i : g.memory)
+          for (int64_t k = 0; k < d; ++k)
+            mean[static_cast<size_t>(k)] +=
+                memory.f32()[(g.row * Tm + i) * d + k] / static_cast<double>(g.memory.size());
+        for (int64_t v = 0; v < V; ++v) {
+          double dot = 0;
+          for (int64_t k = 0; k < d; ++k)
+            dot += W.value.f32()[v * d + k] * mean[static_cast<size_t>(k)];
+          z.push_back(dot);
+        }
+        double sum = 0;
+        for (const double x : z) sum += std::exp(x);
+        want += lambda * (std::log(sum) - z[static_cast<size_t>(g.token)]);
+      }
+    }
+    ASSERT_GT(want, 0.0);
+    EXPECT_NEAR(run(false), want, 1e-5 * want);
+
+    s.store.zero_grad();
+    run(true);
+    const Tensor grads = s.store.grads().clone();
+    const auto [first, end] = s.model->encoder_params();
+    int checked = 0;
+    for (size_t i = 0; i < s.store.params().size(); ++i) {
+      Parameter& p = s.store.params()[i];
+      if (!(&p == &W || i == first || p.name == "norm.weight")) continue;
+      const std::vector<double> analytic = gradient_of(p, grads);
+      test::FdOptions fd;
+      fd.h = 1e-3;
+      fd.atol = 1e-3;
+      EXPECT_GRAD_OK(test::check_gradient(
+          p.name, p.value, analytic, [&] { return run(false); }, fd));
+      ++checked;
+    }
+    EXPECT_EQ(checked, 3) << "the output matrix, the first encoder tensor and the final norm";
+
+    // A forward after it starts afresh: with no loss, every gradient is zero.
+    {
+      Arena arena;
+      nn::Context ctx{true, &arena, nullptr};
+      s.model->forward(ctx, images, target_in, lengths);
+      s.model->article_loss(guides, lambda, 1.f);
+      s.store.zero_grad();
+      const Tensor logits = s.model->forward(ctx, images, target_in, lengths);
+      s.model->backward(ctx, ctx.alloc(logits.shape()));
+      double most = 0;
+      for (int64_t j = 0; j < s.store.grads().numel(); ++j)
+        most = std::max(most, static_cast<double>(std::fabs(s.store.grads().f32()[j])));
+      EXPECT_EQ(most, 0.0);
+    }
+    // A guide outside the batch, the vocabulary or the memory is an error.
+    Arena arena;
+    nn::Context ctx{true, &arena, nullptr};
+    s.model->forward(ctx, images, target_in, lengths);
+    EXPECT_THROW(s.model->article_loss({{2, 0, {0}, 5}}, lambda, 1.f), Error);  // 2 rows
+    EXPECT_THROW(s.model->article_loss({{0, 0, {0}, 9}}, lambda, 1.f), Error);  // 9 tokens
+    EXPECT_THROW(s.model->article_loss({{0, 0, {5}, 5}}, lambda, 1.f), Error);  // 5 memory rows
+    EXPECT_THROW(s.model->article_loss({{0, 0, {}, 5}}, lambda, 1.f), Error);   // no cell
+  }
 }
 
 namespace {

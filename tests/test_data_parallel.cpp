@@ -317,16 +317,20 @@ TEST(DataParallel, TwoRanksTrainTheCaptioningModelThatOneProcessTrains) {
 }
 
 // --references likeliest: each rank chooses for its own rows what one process chooses for them.
-// --guided-attention: each part's nouns weigh by the global batch's count of them.
+// --guided-attention and --article-loss: each part's nouns weigh by the global batch's count of
+// them.
 TEST(DataParallel, TwoRanksChooseTheLikeliestReferencesAsOneProcessDoes) {
   SKIP_WITHOUT_MPIRUN();
   TempDir tmp;
   const fs::path d = tmp.path();
   ASSERT_NO_FATAL_FAILURE(expect_two_ranks_train_as_one(d, [&](const std::string& out) {
-    return with(with(caption_args(d, out), "--references", "likeliest"), "--guided-attention", "1");
+    return with(
+        with(with(caption_args(d, out), "--references", "likeliest"), "--guided-attention", "1"),
+        "--article-loss", "0.5");
   }));
   EXPECT_TRUE(contains(out_of(d, "two"), "the likeliest of each image's")) << out_of(d, "two");
   EXPECT_TRUE(contains(out_of(d, "two"), "guided attention 1")) << out_of(d, "two");
+  EXPECT_TRUE(contains(out_of(d, "two"), "article loss 0.5")) << out_of(d, "two");
 }
 
 // With a learning rate of 1e-30 the weights stay as drawn but for the zeros (which move by about

@@ -107,6 +107,10 @@ void add_caption_train_options(po::options_description& o) {
        "on vitk make-scenes data: train the attention of each word that names an article to "
        "fall in that article's cell, loss LAMBDA * -log(its attention there) per noun "
        "(supervised attention; 0: off)")  //
+      ("article-loss", po::value<float>()->default_value(0.f, "0")->value_name("LAMBDA"),
+       "on vitk make-scenes data: the output layer, reading the mean of the memory tokens in "
+       "the cell of each article a caption names, should write its noun, loss LAMBDA * "
+       "-log p(noun) per noun (an auxiliary article classification; 0: off)")  //
       ("references", po::value<std::string>()->default_value("random")->value_name("HOW"),
        "which of an image's reference captions a step trains on: random (one per image and "
        "epoch) or likeliest (the one the model scores highest before the step: it settles on "
@@ -228,6 +232,7 @@ vit::CaptionTrainOptions caption_train_options(const po::variables_map& vm) {
   t.hflip = vm["hflip"].as<float>();
   t.article_flip = vm["article-flip"].as<float>();
   t.guided_attention = vm["guided-attention"].as<float>();
+  t.article_loss = vm["article-loss"].as<float>();
   t.hflip_swap = hflip_swaps(vm["hflip-swap"].as<std::string>());
   t.model_ema = vm["model-ema"].as<bool>();
   t.model_ema_decay = vm["model-ema-decay"].as<double>();

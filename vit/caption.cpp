@@ -181,8 +181,10 @@ struct CaptionModel::Impl {
   // Kept by a training forward.
   bool trained = false;
   bool encoder_ran_training = false;
-  Tensor target_in, target_lengths;  // the ids, for the embedding gradient and the penalty
-  Tensor hidden;                     // decoder output [B, Tt, d]
+  Tensor target_in, target_lengths;         // the ids, for the embedding gradient and the penalty
+  Tensor hidden;                            // decoder output [B, Tt, d]
+  Tensor memory;                            // [B, Tm, d], for article_loss
+  Tensor article_dmemory, article_doutput;  // article_loss's gradients, added by backward
   int64_t batch = 0, features_rows = 0;
   ops::Precision precision = ops::Precision::f32;
 };
@@ -312,10 +314,11 @@ Tensor CaptionModel::forward(nn::Context& ctx, const Tensor& images, const Tenso
   m.precision = ctx.precision;
   m.batch = B;
   if (ctx.training) {
-    m.target_in = target_in, m.target_lengths = target_lengths, m.hidden = h;
+    m.target_in = target_in, m.target_lengths = target_lengths, m.hidden = h, m.memory = memory;
   } else {
-    m.target_in = m.target_lengths = m.hidden = Tensor();
+    m.target_in = m.target_lengths = m.hidden = m.memory = Tensor();
   }
+  m.article_dmemory = m.article_doutput = Tensor();  // a loss of an earlier forward
   return logits;
 }
 
@@ -387,6 +390,63 @@ double CaptionModel::guided_attention(const std::vector<AttentionGuide>& guides,
   return total;
 }
 
+double CaptionModel::article_loss(const std::vector<AttentionGuide>& guides, float lambda,
+                                  float grad_scale) {
+  Impl& m = *impl_;
+  if (!m.trained) throw Error("caption: article_loss needs a training forward");
+  const Tensor& memory = m.memory;    // [B, Tm, d]
+  const Tensor& W = m.output->value;  // [V, d]
+  const int64_t B = memory.dim(0), Tm = memory.dim(1), d = memory.dim(2), V = W.dim(0);
+  if (m.article_dmemory.empty()) m.article_dmemory = Tensor(memory.shape());  // zero-filled
+  if (m.article_doutput.empty()) m.article_doutput = Tensor(W.shape());
+  std::vector<double> pooled(static_cast<size_t>(d)), z(static_cast<size_t>(V)),
+      dpooled(static_cast<size_t>(d));
+  double total = 0;
+  for (const AttentionGuide& g : guides) {
+    if (g.row < 0 || g.row >= B || g.token < 0 || g.token >= V || g.memory.empty())
+      throw Error("caption: article_loss guide at row " + std::to_string(g.row) + ", token " +
+                  std::to_string(g.token) + ", " + std::to_string(g.memory.size()) +
+                  " memory rows: outside the batch or the vocabulary, or no cell");
+    std::fill(pooled.begin(), pooled.end(), 0.0);
+    const double n = static_cast<double>(g.memory.size());
+    for (const int32_t i : g.memory) {
+      if (i < 0 || i >= Tm)
+        throw Error("caption: article_loss memory row " + std::to_string(i) + " of " +
+                    std::to_string(Tm));
+      const float* row = memory.f32() + (g.row * Tm + i) * d;
+      for (int64_t k = 0; k < d; ++k) pooled[static_cast<size_t>(k)] += row[k] / n;
+    }
+    double top = -1e300;
+    for (int64_t v = 0; v < V; ++v) {
+      double dot = 0;
+      for (int64_t k = 0; k < d; ++k) dot += W.f32()[v * d + k] * pooled[static_cast<size_t>(k)];
+      z[static_cast<size_t>(v)] = dot;
+      top = std::max(top, dot);
+    }
+    double sum = 0;
+    for (const double x : z) sum += std::exp(x - top);
+    const double log_sum = top + std::log(sum);
+    total += lambda * (log_sum - z[static_cast<size_t>(g.token)]);
+    // d/dz_v of λ(logsumexp z − z_token) is λ(softmax_v − [v = token]); z_v = W_v · pooled
+    std::fill(dpooled.begin(), dpooled.end(), 0.0);
+    for (int64_t v = 0; v < V; ++v) {
+      const double dz = lambda * grad_scale *
+                        (std::exp(z[static_cast<size_t>(v)] - log_sum) - (v == g.token ? 1 : 0));
+      for (int64_t k = 0; k < d; ++k) {
+        m.article_doutput.f32()[v * d + k] +=
+            static_cast<float>(dz * pooled[static_cast<size_t>(k)]);
+        dpooled[static_cast<size_t>(k)] += dz * W.f32()[v * d + k];
+      }
+    }
+    for (const int32_t i : g.memory) {
+      float* row = m.article_dmemory.f32() + (g.row * Tm + i) * d;
+      for (int64_t k = 0; k < d; ++k)
+        row[k] += static_cast<float>(dpooled[static_cast<size_t>(k)] / n);
+    }
+  }
+  return total;
+}
+
 void CaptionModel::backward(nn::Context& ctx, const Tensor& dlogits) {
   Impl& m = *impl_;
   if (!m.trained) throw Error("caption: backward without a training forward");
@@ -401,8 +461,11 @@ void CaptionModel::backward(nn::Context& ctx, const Tensor& dlogits) {
   at_forward.precision = m.precision;
   ops::linear_backward(m.hidden, nn::weight_of(*m.output, at_forward), dlogits, dh, m.output->grad,
                        no_bias, m.precision);
+  if (!m.article_doutput.empty()) ops::accumulate(m.output->grad, m.article_doutput);
   Tensor dmemory;  // [B, Tm, d]
   Tensor dx = m.decoder.backward(ctx, dh, m.encoder_ran_training ? &dmemory : nullptr);
+  if (!m.article_dmemory.empty() && m.encoder_ran_training)
+    ops::accumulate(dmemory, m.article_dmemory);
   dx = m.drop.backward(ctx, dx);  // [B, Tt, d]
   ops::embedding_backward(m.target_in, dx, m.embed->grad, 1.f);
   m.positions.backward(ctx, dx);

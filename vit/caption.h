@@ -100,9 +100,17 @@ class CaptionModel {
   struct AttentionGuide {
     int64_t row = 0, position = 0;
     std::vector<int32_t> memory;  // memory rows, each < Tm
+    int32_t token = -1;           // the token written there (article_loss)
   };
   double guided_attention(const std::vector<AttentionGuide>& guides, float lambda,
                           float grad_scale);
+  // The article loss, an auxiliary classification of the named articles that reads no attention:
+  // for each guide, the output layer W reads the mean of the guide's memory rows of image `row`
+  // as it reads a decoder state, and should write the guide's token (the article's noun):
+  // λ · −log softmax(W · mean_{i ∈ memory} m_i)[token]. No parameter of its own: each cell's
+  // tokens learn to say their article in the words the decoder writes. Returns the sum over the
+  // guides; the next backward() adds grad_scale times its gradient (to W and the encoder).
+  double article_loss(const std::vector<AttentionGuide>& guides, float lambda, float grad_scale);
   // dlogits [B, Tt, V] -> ADDS every parameter's gradient (the encoder's only where it trains:
   // train_encoder false skips the encoder's backward altogether, a frozen encoder).
   void backward(nn::Context& ctx, const Tensor& dlogits);

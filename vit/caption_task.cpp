@@ -92,6 +92,7 @@ void CaptionTrainOptions::validate() const {
   need(article_flip >= 0.f && article_flip <= 1.f, "--article-flip must be in [0, 1]");
   need(std::isfinite(guided_attention) && guided_attention >= 0.f,
        "--guided-attention must be >= 0");
+  need(std::isfinite(article_loss) && article_loss >= 0.f, "--article-loss must be >= 0");
   need(model_ema_decay > 0 && model_ema_decay < 1, "--model-ema-decay must be in (0, 1)");
   need(val_interval >= 0, "--val-interval must be >= 0");
   need(val_images >= 0, "--val-images-max must be >= 0");
@@ -153,9 +154,11 @@ void CaptionTask::setup(const io::CheckpointMeta* resumed, uint64_t seed,
     }
   }
   build_model(resumed, seed);
-  // Both options read the boxes: one pass over them, naming the first option given.
-  if (o_.article_flip > 0.f || o_.guided_attention > 0.f)
-    check_article_boxes(o_.article_flip > 0.f ? "--article-flip" : "--guided-attention");
+  // These options read the boxes: one pass over them, naming the first option given.
+  if (o_.article_flip > 0.f || o_.guided_attention > 0.f || o_.article_loss > 0.f)
+    check_article_boxes(o_.article_flip > 0.f       ? "--article-flip"
+                        : o_.guided_attention > 0.f ? "--guided-attention"
+                                                    : "--article-loss");
   encode_captions();
   datasets::LoaderOptions lo = eval_loader_options(cfg_.encoder, o_.batch_size, o_.prefetch);
   lo.training = true;  // shuffled, the last partial batch dropped
@@ -184,6 +187,7 @@ void CaptionTask::open_data() {
   };
   need_scenes(o_.article_flip, "--article-flip mirrors the articles");
   need_scenes(o_.guided_attention, "--guided-attention points the attention at the articles");
+  need_scenes(o_.article_loss, "--article-loss classifies the articles");
   if (static_cast<int64_t>(train_set_.images.size()) < o_.batch_size)
     throw UsageError("--batch-size " + std::to_string(o_.batch_size) + " is larger than the " +
                      std::to_string(train_set_.images.size()) + " captioned training images of " +
@@ -262,7 +266,7 @@ void CaptionTask::encode_captions() {
   const size_t n = train_set_.images.size();
   train_ids_.assign(n, {});
   mirrored_ids_.assign(o_.hflip > 0.f ? n : 0, {});
-  const bool guided = o_.guided_attention > 0.f;
+  const bool guided = o_.guided_attention > 0.f || o_.article_loss > 0.f;  // the nouns' cells
   guide_points_.assign(guided ? n : 0, {});
   mirrored_guide_points_.assign(guided && o_.hflip > 0.f ? n : 0, {});
   for (size_t i = 0; i < n; ++i) {
@@ -323,7 +327,7 @@ bool CaptionTask::next_batch() {
   int64_t counts[2] = {0, 0};  // target tokens, guided nouns
   for (int64_t r = 0; r < batch_.labels.numel(); ++r) {
     counts[0] += static_cast<int64_t>(target_of(r).size()) + 1;
-    if (o_.guided_attention > 0.f) counts[1] += static_cast<int64_t>(guide_points_of(r).size());
+    if (!guide_points_.empty()) counts[1] += static_cast<int64_t>(guide_points_of(r).size());
   }
   if (part_.ranks > 1) part_.world->allreduce_sum(counts, 2);
   global_tokens_ = counts[0];
@@ -391,10 +395,12 @@ std::vector<CaptionModel::AttentionGuide> CaptionTask::guides(int64_t begin, int
   for (int64_t r = begin; r < end; ++r) {
     const auto& objects = train_set_.images.at(static_cast<size_t>(batch_.labels.i32()[r])).objects;
     const bool mirrored = mirrored_row(r);
+    const std::vector<int32_t>& target = target_of(r);
     for (const GuidePoint& p : guide_points_of(r)) {
       datasets::Box cell = objects.at(static_cast<size_t>(p.object)).cell;
       if (mirrored) cell.x = W - cell.x - cell.width;
-      out.push_back({r - begin, p.token, patches_in(cfg_, cell)});
+      out.push_back(
+          {r - begin, p.token, patches_in(cfg_, cell), target.at(static_cast<size_t>(p.token))});
     }
   }
   return out;
@@ -505,16 +511,18 @@ train::StepStats CaptionTask::forward_loss(nn::Context& ctx, int64_t, int micro)
     penalty = model_->attention_penalty(o_.attention_penalty,
                                         1.f / static_cast<float>(local * part_.ranks)) /
               static_cast<double>(rows);
-  double guided = 0;
-  if (o_.guided_attention > 0.f && global_guides_ > 0) {  // the mean over the global batch's nouns
+  double nouns = 0;  // the mean over the global batch's nouns, of each term
+  if (!guide_points_.empty() && global_guides_ > 0) {
     const std::vector<CaptionModel::AttentionGuide> g = guides(begin, end);
-    guided =
-        model_->guided_attention(g, o_.guided_attention, 1.f / static_cast<float>(global_guides_)) /
-        static_cast<double>(std::max<size_t>(g.size(), 1));
+    const float per_noun = 1.f / static_cast<float>(global_guides_);
+    const double here = static_cast<double>(std::max<size_t>(g.size(), 1));
+    if (o_.guided_attention > 0.f)
+      nouns += model_->guided_attention(g, o_.guided_attention, per_noun) / here;
+    if (o_.article_loss > 0.f) nouns += model_->article_loss(g, o_.article_loss, per_noun) / here;
   }
   train::StepStats stats;
-  stats.loss = s.loss + penalty + guided;
-  stats.loss_sum = (s.loss + penalty + guided) * static_cast<double>(s.count);
+  stats.loss = s.loss + penalty + nouns;
+  stats.loss_sum = (s.loss + penalty + nouns) * static_cast<double>(s.count);
   stats.items = s.count;
   stats.correct = s.correct;
   stats.units = rows;
@@ -641,6 +649,7 @@ io::CheckpointMeta CaptionTask::checkpoint_meta() const {
   m.recipe["references"] = o_.references;  // a resumed run's choice, as the last stage trained
   if (o_.article_flip > 0.f) m.recipe["article-flip"] = format_general(o_.article_flip);
   if (o_.guided_attention > 0.f) m.recipe["guided-attention"] = format_general(o_.guided_attention);
+  if (o_.article_loss > 0.f) m.recipe["article-loss"] = format_general(o_.article_loss);
   if (o_.hflip > 0.f) {
     m.recipe["hflip"] = format_general(o_.hflip);
     m.recipe["hflip-swap"] = word_swaps_text(o_.hflip_swap);
@@ -691,6 +700,9 @@ void CaptionTask::log_setup(std::ostream& L) const {
     << ", guided attention "
     << (o_.guided_attention > 0 ? format_general(o_.guided_attention) + " (nouns to their cells)"
                                 : std::string("off"))
+    << ", article loss "
+    << (o_.article_loss > 0 ? format_general(o_.article_loss) + " (cells to their nouns)"
+                            : std::string("off"))
     << "; references "
     << (o_.references == "likeliest" ? "the likeliest of each image's"
                                      : "one of each image's at random per epoch")

@@ -77,6 +77,11 @@ struct CaptionTrainOptions {
   // inside that article's grid cell, loss −λ · log(its attention mass there), the mean over the
   // global batch's nouns.
   float guided_attention = 0.f;
+  // --article-loss: on generated scenes, λ of an auxiliary classification of the articles: the
+  // output layer, reading the mean of the memory tokens in the cell of each article the training
+  // caption names, should write its noun (CaptionModel::article_loss), loss −λ · log p(noun), the
+  // mean over the global batch's nouns. It teaches the encoder the articles directly.
+  float article_loss = 0.f;
 
   int epochs = 10;
   int64_t steps = 0;  // --steps: the run's length in optimizer steps instead of epochs
@@ -104,8 +109,8 @@ struct CaptionTrainOptions {
   void validate() const;
 };
 
-// --guided-attention: the token of a training caption that names a scene article, and the
-// article (its index in the image's objects).
+// --guided-attention and --article-loss: the token of a training caption that names a scene
+// article, and the article (its index in the image's objects).
 struct GuidePoint {
   int32_t token = 0, object = 0;
 };
@@ -155,8 +160,8 @@ class CaptionTask : public train::Task {
   void check_article_boxes(const std::string& option) const;
   // --article-flip: the flips on the current batch's images.
   void flip_articles();
-  // --guided-attention: for rows [begin, end) of the current batch, each noun of its target
-  // caption with the patches of the article's cell (mirrored with the image).
+  // --guided-attention and --article-loss: for rows [begin, end) of the current batch, each noun
+  // of its target caption with the patches of the article's cell (mirrored with the image).
   std::vector<CaptionModel::AttentionGuide> guides(int64_t begin, int64_t end) const;
   const std::vector<GuidePoint>& guide_points_of(int64_t row) const;
   // --references likeliest: chosen_[row] for each row of the current batch.
@@ -172,7 +177,8 @@ class CaptionTask : public train::Task {
   std::vector<std::vector<std::vector<int32_t>>> train_ids_;  // [image][caption] -> ids
   std::vector<std::vector<std::vector<int32_t>>>
       mirrored_ids_;  // the same, words swapped (--hflip)
-  // --guided-attention: the nouns of each training caption (and of its words-swapped mirror),
+  // --guided-attention and --article-loss: the nouns of each training caption (and of its
+  // words-swapped mirror),
   // [image][caption] as the ids are.
   std::vector<std::vector<std::vector<GuidePoint>>> guide_points_, mirrored_guide_points_;
   int64_t cut_captions_ = 0;  // longer than the model's positions
@@ -180,7 +186,7 @@ class CaptionTask : public train::Task {
   uint64_t seed_ = 0;
   int64_t bpe_ = 0, epoch_ = 0;
   int64_t global_tokens_ = 0;  // target tokens of the current global batch, every rank's
-  int64_t global_guides_ = 0;  // --guided-attention's nouns in it
+  int64_t global_guides_ = 0;  // the nouns in it (--guided-attention, --article-loss)
   std::vector<const std::vector<int32_t>*> chosen_;  // --references likeliest: each row's caption
   Arena choice_arena_;
   int64_t encoder_tensors_ = 0;
