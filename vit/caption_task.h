@@ -3,9 +3,9 @@
 // (common/train/task.h): the images of a caption set through the threaded loader (the eval
 // transform: flips and crops would change what a caption says), one of each image's captions per
 // step (drawn from (seed, epoch, image), or the one the model finds likeliest: --references),
-// teacher forcing with label-smoothed cross-entropy plus
-// the doubly stochastic attention penalty and, on generated scenes, guided attention, AdamW with
-// warmup and a cosine per step, the encoder new, or initialised from a ViT checkpoint
+// teacher forcing with label-smoothed cross-entropy plus the doubly stochastic attention penalty
+// and, on generated scenes, guided attention and the article loss, AdamW with warmup and a cosine
+// per step, the encoder new, or initialised from a ViT checkpoint
 // (--encoder-from) and then frozen or trained at its own learning rate. Validation: the loss of
 // each image's first caption, and greedy captions scored by corpus BLEU-4 against every reference
 // (and exact scene match on generated scenes), each rank decoding its share of the images and the
