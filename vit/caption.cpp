@@ -394,57 +394,48 @@ double CaptionModel::article_loss(const std::vector<AttentionGuide>& guides, flo
                                   float grad_scale) {
   Impl& m = *impl_;
   if (!m.trained) throw Error("caption: article_loss needs a training forward");
+  if (guides.empty()) return 0;
   const Tensor& memory = m.memory;    // [B, Tm, d]
   const Tensor& W = m.output->value;  // [V, d]
   const int64_t B = memory.dim(0), Tm = memory.dim(1), d = memory.dim(2), V = W.dim(0);
-  if (m.article_dmemory.empty()) m.article_dmemory = Tensor(memory.shape());  // zero-filled
-  if (m.article_doutput.empty()) m.article_doutput = Tensor(W.shape());
-  std::vector<double> pooled(static_cast<size_t>(d)), z(static_cast<size_t>(V)),
-      dpooled(static_cast<size_t>(d));
-  double total = 0;
-  for (const AttentionGuide& g : guides) {
+  const int64_t G = static_cast<int64_t>(guides.size());
+  // Each guide's cell as one row: the mean of its memory rows, and the noun to write.
+  Tensor pooled({G, d}), nouns({G}, DType::i32);  // zero-filled
+  for (int64_t j = 0; j < G; ++j) {
+    const AttentionGuide& g = guides[static_cast<size_t>(j)];
     if (g.row < 0 || g.row >= B || g.token < 0 || g.token >= V || g.memory.empty())
       throw Error("caption: article_loss guide at row " + std::to_string(g.row) + ", token " +
                   std::to_string(g.token) + ", " + std::to_string(g.memory.size()) +
                   " memory rows: outside the batch or the vocabulary, or no cell");
-    std::fill(pooled.begin(), pooled.end(), 0.0);
-    const double n = static_cast<double>(g.memory.size());
+    float* mean = pooled.f32() + j * d;
+    const float n = static_cast<float>(g.memory.size());
     for (const int32_t i : g.memory) {
       if (i < 0 || i >= Tm)
         throw Error("caption: article_loss memory row " + std::to_string(i) + " of " +
                     std::to_string(Tm));
       const float* row = memory.f32() + (g.row * Tm + i) * d;
-      for (int64_t k = 0; k < d; ++k) pooled[static_cast<size_t>(k)] += row[k] / n;
+      for (int64_t k = 0; k < d; ++k) mean[k] += row[k] / n;
     }
-    double top = -1e300;
-    for (int64_t v = 0; v < V; ++v) {
-      double dot = 0;
-      for (int64_t k = 0; k < d; ++k) dot += W.f32()[v * d + k] * pooled[static_cast<size_t>(k)];
-      z[static_cast<size_t>(v)] = dot;
-      top = std::max(top, dot);
-    }
-    double sum = 0;
-    for (const double x : z) sum += std::exp(x - top);
-    const double log_sum = top + std::log(sum);
-    total += lambda * (log_sum - z[static_cast<size_t>(g.token)]);
-    // d/dz_v of λ(logsumexp z − z_token) is λ(softmax_v − [v = token]); z_v = W_v · pooled
-    std::fill(dpooled.begin(), dpooled.end(), 0.0);
-    for (int64_t v = 0; v < V; ++v) {
-      const double dz = lambda * grad_scale *
-                        (std::exp(z[static_cast<size_t>(v)] - log_sum) - (v == g.token ? 1 : 0));
-      for (int64_t k = 0; k < d; ++k) {
-        m.article_doutput.f32()[v * d + k] +=
-            static_cast<float>(dz * pooled[static_cast<size_t>(k)]);
-        dpooled[static_cast<size_t>(k)] += dz * W.f32()[v * d + k];
-      }
-    }
+    nouns.i32()[j] = g.token;
+  }
+  // The output layer on the cells, and the cross-entropy of their nouns: λ times the sum over the
+  // guides, G times the mean that the cross-entropy returns and differentiates.
+  Tensor logits({G, V}), dlogits({G, V}), dpooled({G, d}), no_bias;
+  ops::linear_forward(pooled, W, Tensor(), logits);
+  const ops::CrossEntropyStats ce = ops::cross_entropy_forward_backward(
+      logits, nouns, 0.f, -100, lambda * grad_scale * static_cast<float>(G), dlogits);
+  if (m.article_doutput.empty()) m.article_doutput = Tensor(W.shape());
+  if (m.article_dmemory.empty()) m.article_dmemory = Tensor(memory.shape());
+  ops::linear_backward(pooled, W, dlogits, dpooled, m.article_doutput, no_bias);  // dW +=
+  for (int64_t j = 0; j < G; ++j) {  // each memory row of a cell gets 1/n of its mean's gradient
+    const AttentionGuide& g = guides[static_cast<size_t>(j)];
+    const float n = static_cast<float>(g.memory.size());
     for (const int32_t i : g.memory) {
       float* row = m.article_dmemory.f32() + (g.row * Tm + i) * d;
-      for (int64_t k = 0; k < d; ++k)
-        row[k] += static_cast<float>(dpooled[static_cast<size_t>(k)] / n);
+      for (int64_t k = 0; k < d; ++k) row[k] += dpooled.f32()[j * d + k] / n;
     }
   }
-  return total;
+  return lambda * ce.loss * static_cast<double>(G);
 }
 
 void CaptionModel::backward(nn::Context& ctx, const Tensor& dlogits) {

@@ -5,12 +5,12 @@
 // step (drawn from (seed, epoch, image), or the one the model finds likeliest: --references),
 // teacher forcing with label-smoothed cross-entropy plus the doubly stochastic attention penalty
 // and, on generated scenes, guided attention and the article loss, AdamW with warmup and a cosine
-// per step, the encoder new, or initialised from a ViT checkpoint
-// (--encoder-from) and then frozen or trained at its own learning rate. Validation: the loss of
-// each image's first caption, and greedy captions scored by corpus BLEU-4 against every reference
-// (and exact scene match on generated scenes), each rank decoding its share of the images and the
-// captions put together before scoring; best.h5 is the best BLEU. The checkpoint holds the
-// SentencePiece model trained on the training captions (with --phrases as single pieces).
+// per step, the encoder new, or initialised from a ViT checkpoint (--encoder-from) and then
+// frozen or trained at its own learning rate. Validation: the loss of each image's first caption,
+// and greedy captions scored by corpus BLEU-4 against every reference (and exact scene match on
+// generated scenes), each rank decoding its share of the images and the captions put together
+// before scoring; best.h5 is the best BLEU. The checkpoint holds the SentencePiece model trained
+// on the training captions (with --phrases as single pieces).
 #include <atomic>
 #include <cstdint>
 #include <iosfwd>
@@ -155,8 +155,8 @@ class CaptionTask : public train::Task {
   bool mirrored_row(int64_t row) const;  // did the loader mirror the current batch's row?
   // The caption row `row` is trained on this epoch under --references random.
   const std::vector<int32_t>& caption_of(int64_t row) const;
-  // --article-flip and --guided-attention: every training box inside the model's image (else a
-  // UsageError naming `option`).
+  // --article-flip, --guided-attention and --article-loss: every training box inside the model's
+  // image (else a UsageError naming `option`).
   void check_article_boxes(const std::string& option) const;
   // --article-flip: the flips on the current batch's images.
   void flip_articles();
@@ -178,8 +178,7 @@ class CaptionTask : public train::Task {
   std::vector<std::vector<std::vector<int32_t>>>
       mirrored_ids_;  // the same, words swapped (--hflip)
   // --guided-attention and --article-loss: the nouns of each training caption (and of its
-  // words-swapped mirror),
-  // [image][caption] as the ids are.
+  // words-swapped mirror), [image][caption] as the ids are.
   std::vector<std::vector<std::vector<GuidePoint>>> guide_points_, mirrored_guide_points_;
   int64_t cut_captions_ = 0;  // longer than the model's positions
   CaptionConfig cfg_;
