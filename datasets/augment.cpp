@@ -138,10 +138,10 @@ void random_translate(float* chw, int64_t channels, int64_t height, int64_t widt
   }
 }
 
-void random_erasing(float* chw, int64_t channels, int64_t height, int64_t width, float p,
+bool random_erasing(float* chw, int64_t channels, int64_t height, int64_t width, float p,
                     ops::Rng& rng) {
   // timm: erase when random() <= p; uniform() < p gives the same odds and never erases at p = 0.
-  if (!(rng.uniform() < p)) return;
+  if (!(rng.uniform() < p)) return false;
   const double area = static_cast<double>(height) * width;
   constexpr double kMinArea = 0.02, kMaxArea = 1.0 / 3.0;
   // timm's default aspect range (0.3, 1/0.3), log-uniform.
@@ -160,9 +160,10 @@ void random_erasing(float* chw, int64_t channels, int64_t height, int64_t width,
           float* row = chw + (c * height + y) * width;
           for (int64_t x = left; x < left + w; ++x) row[x] = static_cast<float>(rng.normal());
         }
-      return;
+      return true;
     }
   }
+  return false;
 }
 
 double sample_beta(double alpha, ops::Rng& rng) {

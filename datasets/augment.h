@@ -47,8 +47,9 @@ bool random_hflip(cv::Mat& image, float p, ops::Rng& rng);
 // H × W window at a uniform top, left in [0, 2·pad]. Two draws when pad > 0, none at 0.
 void random_translate(float* chw, int64_t channels, int64_t height, int64_t width, int64_t pad,
                       const float* fill, ops::Rng& rng);
-// On normalised chw [C, H, W] floats, in place, with probability p.
-void random_erasing(float* chw, int64_t channels, int64_t height, int64_t width, float p,
+// On normalised chw [C, H, W] floats, in place, with probability p. True when it erased (it
+// gives up, as timm does, when 10 draws of the rectangle do not fit).
+bool random_erasing(float* chw, int64_t channels, int64_t height, int64_t width, float p,
                     ops::Rng& rng);
 
 // Mixup / CutMix in timm's mode "batch": row i of a batch of B rows is mixed with its mirror,

@@ -18,6 +18,7 @@
 #include "common/io/atomic_file.h"
 #include "common/io/json.h"
 #include "common/ops/ops.h"
+#include "datasets/augment.h"
 #include "datasets/dataset.h"
 
 namespace vitk::datasets {
@@ -461,6 +462,37 @@ int64_t flip_articles(float* chw, int64_t channels, int64_t height, int64_t widt
     ++flipped;
   }
   return flipped;
+}
+
+int64_t erase_articles(float* chw, int64_t channels, int64_t height, int64_t width,
+                       const std::vector<SceneObject>& objects, bool mirrored, float p,
+                       uint64_t key) {
+  check_boxes_inside(objects, height, width);
+  int64_t erased = 0;
+  std::vector<float> box;
+  for (size_t k = 0; k < objects.size(); ++k) {
+    const Box& b = objects[k].box;
+    const int64_t x0 = mirrored ? width - b.x - b.width : b.x;
+    // The box copied out as an image of its own, erased, and copied back.
+    box.resize(static_cast<size_t>(channels * b.height * b.width));
+    auto rows = [&](bool out) {
+      for (int64_t c = 0; c < channels; ++c)
+        for (int64_t y = 0; y < b.height; ++y) {
+          float* image_row = chw + (c * height + b.y + y) * width + x0;
+          float* box_row = box.data() + (c * b.height + y) * b.width;
+          if (out)
+            std::copy(image_row, image_row + b.width, box_row);
+          else
+            std::copy(box_row, box_row + b.width, image_row);
+        }
+    };
+    rows(true);
+    ops::Rng rng(ops::Rng::hash(key, static_cast<uint64_t>(k)));
+    if (!random_erasing(box.data(), channels, b.height, b.width, p, rng)) continue;
+    rows(false);
+    ++erased;
+  }
+  return erased;
 }
 
 bool caption_matches_scene(const std::string& caption, const std::vector<SceneObject>& objects) {

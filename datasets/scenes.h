@@ -55,6 +55,16 @@ int64_t flip_articles(float* chw, int64_t channels, int64_t height, int64_t widt
                       const std::vector<SceneObject>& objects, bool mirrored, float p,
                       uint64_t key);
 
+// Training augmentation that also leaves the captions true (caption-train --article-erase):
+// random erasing as the classifier's (timm's --reprob, mode "pixel", datasets/augment.h) applied
+// to each article's box on its own, with probability p per article: one rectangle of 2% to 1/3
+// of the box, inside it, filled with N(0, 1) noise. The draws are keyed by (key, the article's
+// index); `mirrored` as flip_articles. Returns how many articles it erased; throws
+// check_boxes_inside's error when a box does not fit in H × W.
+int64_t erase_articles(float* chw, int64_t channels, int64_t height, int64_t width,
+                       const std::vector<SceneObject>& objects, bool mirrored, float p,
+                       uint64_t key);
+
 // The caption nouns of the ten Fashion-MNIST classes, in class order.
 const std::vector<std::string>& scene_nouns();
 

@@ -187,13 +187,13 @@ TEST(RandomErasing, OneNoiseBoxOfTheRightSize) {
   std::vector<float> base(c * h * w, 5.f);  // no N(0, 1) draw is exactly 5
   std::vector<float> x(base.size(), 5.f);
   ops::Rng none(1);
-  random_erasing(x.data(), c, h, w, 0.f, none);
+  EXPECT_FALSE(random_erasing(x.data(), c, h, w, 0.f, none));
   EXPECT_EQ(x, base);
   double fraction_sum = 0;
   for (int seed = 0; seed < 200; ++seed) {
     std::fill(x.begin(), x.end(), 5.f);
     ops::Rng rng(seed);
-    random_erasing(x.data(), c, h, w, 1.f, rng);
+    EXPECT_TRUE(random_erasing(x.data(), c, h, w, 1.f, rng)) << seed;
     // The changed values of channel 0 form one box, the same in every channel.
     int64_t y0 = h, y1 = -1, x0 = w, x1 = -1, changed = 0;
     for (int64_t yy = 0; yy < h; ++yy)

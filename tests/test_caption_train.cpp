@@ -390,6 +390,7 @@ TEST(CaptionTrain, AResumedRunIsTheUninterruptedOne) {
     if (references == "likeliest") {  // and the augmentation, whose draws are keyed, and the
       whole.hflip = 0.5f;             // guided attention at the mirrored cells
       whole.article_flip = 0.5f;
+      whole.article_erase = 0.5f;
       whole.guided_attention = 0.5f;
       whole.article_loss = 0.5f;
     }
@@ -603,6 +604,10 @@ TEST(CaptionCli, CaptionTrainRefusesBadDataAndOptions) {
   const std::vector<Refused> refused = {
       {{"--hflip", "1.5"}, "--hflip must be in [0, 1]"},
       {{"--article-flip", "-0.5"}, "--article-flip must be in [0, 1]"},
+      {{"--article-erase", "1.5"}, "--article-erase must be in [0, 1]"},
+      {{"--article-erase", "0.5", "--model.image_size", "56", "--model.patch_size", "14",
+        "--batch-size", "4", "--vocab-size", "40"},
+       "--article-erase: "},
       {{"--article-flip", "0.5", "--model.image_size", "56", "--model.patch_size", "14",
         "--batch-size", "4", "--vocab-size", "40"},
        "is not inside the 56x56 image of the model"},
@@ -634,6 +639,7 @@ TEST(CaptionCli, CaptionTrainRefusesBadDataAndOptions) {
   // The options that read the scenes' boxes, on captions without them.
   const std::vector<std::pair<std::string, std::string>> need_boxes = {
       {"--article-flip", "--article-flip mirrors the articles"},
+      {"--article-erase", "--article-erase erases parts of the articles"},
       {"--guided-attention", "--guided-attention points the attention at the articles"},
       {"--article-loss", "--article-loss classifies the articles"}};
   for (const auto& [option, says] : need_boxes) {

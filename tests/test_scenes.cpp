@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -344,6 +345,83 @@ TEST(Scenes, FlipArticlesMirrorsEachArticleInsideItsBox) {
   std::vector<float> x = image;
   const std::string e =
       error_of([&] { vitk::datasets::flip_articles(x.data(), C, H, W, outside, false, 0.f, 7); });
+  EXPECT_TRUE(contains(e, "coat (70, 49, 28, 28) is not inside the 84x84 image")) << e;
+}
+
+// --article-erase's augmentation: each article chosen gets one rectangle of noise inside its box
+// (2% to 1/3 of the box's area), and no pixel outside the chosen boxes changes; probability 0
+// and 1 erase none and all; at 0.5 the choice is per article, the same for the same key; a
+// mirrored image has its boxes mirrored too; a box outside the image is an error.
+TEST(Scenes, EraseArticlesFillsARectangleInsideEachChosenArticlesBox) {
+  const int64_t C = 2, H = 84, W = 84;
+  std::vector<float> image(static_cast<size_t>(C * H * W));
+  for (size_t i = 0; i < image.size(); ++i) image[i] = 100.f + static_cast<float>(i % 1009);
+  const std::vector<SceneObject> objects = {vitk::testing::scene_object("bag", 0, 0),
+                                            vitk::testing::scene_object("coat", 1, 1)};
+  // Which articles' boxes hold changed pixels; fails the test on a change outside every box, or
+  // on changed pixels that are not one rectangle of the allowed area in every channel.
+  auto erased = [&](const std::vector<float>& x, bool mirrored_image) {
+    std::vector<bool> which(objects.size(), false);
+    std::vector<bool> inside(static_cast<size_t>(H * W), false);
+    for (size_t k = 0; k < objects.size(); ++k) {
+      const Box& b = objects[k].box;
+      const int64_t x0 = mirrored_image ? W - b.x - b.width : b.x;
+      int64_t changed = 0, top = H, bottom = -1, left = W, right = -1;
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t y = b.y; y < b.y + b.height; ++y)
+          for (int64_t xx = x0; xx < x0 + b.width; ++xx) {
+            inside[static_cast<size_t>(y * W + xx)] = true;
+            const size_t i = static_cast<size_t>((c * H + y) * W + xx);
+            if (x[i] == image[i]) continue;
+            ++changed;
+            EXPECT_LT(std::abs(x[i]), 10.f) << "not N(0, 1) noise at " << i;
+            top = std::min(top, y), bottom = std::max(bottom, y);
+            left = std::min(left, xx), right = std::max(right, xx);
+          }
+      if (changed == 0) continue;
+      which[k] = true;
+      const int64_t area = (bottom - top + 1) * (right - left + 1);
+      EXPECT_EQ(changed, C * area) << "article " << k << ": not one rectangle in every channel";
+      const double share = static_cast<double>(area) / static_cast<double>(b.height * b.width);
+      EXPECT_GE(share, 0.015) << "article " << k;  // 2%, give or take the rounding of the sides
+      EXPECT_LE(share, 0.40) << "article " << k;   // 1/3, the same
+    }
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t i = 0; i < H * W; ++i)
+        if (!inside[static_cast<size_t>(i)]) {
+          EXPECT_EQ(x[static_cast<size_t>(c * H * W + i)],
+                    image[static_cast<size_t>(c * H * W + i)])
+              << "changed outside the boxes at " << c * H * W + i;
+        }
+    return which;
+  };
+  for (const bool mirrored : {false, true}) {
+    SCOPED_TRACE(mirrored ? "mirrored image" : "as drawn");
+    std::vector<float> x = image;
+    EXPECT_EQ(vitk::datasets::erase_articles(x.data(), C, H, W, objects, mirrored, 0.f, 7), 0);
+    EXPECT_EQ(x, image);
+    EXPECT_EQ(vitk::datasets::erase_articles(x.data(), C, H, W, objects, mirrored, 1.f, 7), 2);
+    EXPECT_EQ(erased(x, mirrored), (std::vector<bool>{true, true}));
+  }
+  std::set<std::vector<bool>> seen;
+  std::set<std::vector<float>> images;
+  for (uint64_t key = 0; key < 64; ++key) {
+    std::vector<float> x = image, again = image;
+    const int64_t n = vitk::datasets::erase_articles(x.data(), C, H, W, objects, false, 0.5f, key);
+    vitk::datasets::erase_articles(again.data(), C, H, W, objects, false, 0.5f, key);
+    EXPECT_EQ(x, again) << key;
+    const std::vector<bool> which = erased(x, false);
+    EXPECT_EQ(n, std::count(which.begin(), which.end(), true)) << key;
+    seen.insert(which);
+    images.insert(x);
+  }
+  EXPECT_EQ(seen.size(), 4u);     // every combination occurs over 64 keys
+  EXPECT_GT(images.size(), 40u);  // and the rectangles differ from key to key
+  std::vector<SceneObject> outside = objects;
+  outside[1].box.x = 70;
+  std::vector<float> x = image;
+  const std::string e =
+      error_of([&] { vitk::datasets::erase_articles(x.data(), C, H, W, outside, false, 0.f, 7); });
   EXPECT_TRUE(contains(e, "coat (70, 49, 28, 28) is not inside the 84x84 image")) << e;
 }
 

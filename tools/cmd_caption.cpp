@@ -122,10 +122,13 @@ void add_caption_train_options(po::options_description& o) {
        "comma-separated WORD:WORD pairs that a mirrored image's captions exchange")  //
       ("article-flip", po::value<float>()->default_value(0.f, "0")->value_name("P"),
        "on vitk make-scenes data: mirror each article inside its box with probability P (its "
-       "captions stay true)")                                                               //
-      ("model-ema", switch_value(), "keep an EMA of the weights (ema.h5)")                  //
-      ("model-ema-decay", po::value<double>()->default_value(0.999, "0.999"), "its decay")  //
-      ("seed", po::value<uint64_t>()->default_value(42), "initialisation, order, dropout")  //
+       "captions stay true)")  //
+      ("article-erase", po::value<float>()->default_value(0.f, "0")->value_name("P"),
+       "on vitk make-scenes data: erase a random rectangle of each article's box with "
+       "probability P (random erasing per article, so that none vanishes from its captions)")  //
+      ("model-ema", switch_value(), "keep an EMA of the weights (ema.h5)")                     //
+      ("model-ema-decay", po::value<double>()->default_value(0.999, "0.999"), "its decay")     //
+      ("seed", po::value<uint64_t>()->default_value(42), "initialisation, order, dropout")     //
       ("max-steps", po::value<int64_t>()->default_value(0),
        "stop after this many steps (0: off)")                                                 //
       ("val-interval", po::value<int64_t>()->default_value(1), "epochs between validations")  //
@@ -231,6 +234,7 @@ vit::CaptionTrainOptions caption_train_options(const po::variables_map& vm) {
   t.references = vm["references"].as<std::string>();
   t.hflip = vm["hflip"].as<float>();
   t.article_flip = vm["article-flip"].as<float>();
+  t.article_erase = vm["article-erase"].as<float>();
   t.guided_attention = vm["guided-attention"].as<float>();
   t.article_loss = vm["article-loss"].as<float>();
   t.hflip_swap = hflip_swaps(vm["hflip-swap"].as<std::string>());

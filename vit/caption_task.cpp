@@ -90,6 +90,7 @@ void CaptionTrainOptions::validate() const {
          "--hflip-swap takes pairs of two different lower-case words, WORD:WORD, got '" + a + ":" +
              b + "'");
   need(article_flip >= 0.f && article_flip <= 1.f, "--article-flip must be in [0, 1]");
+  need(article_erase >= 0.f && article_erase <= 1.f, "--article-erase must be in [0, 1]");
   need(std::isfinite(guided_attention) && guided_attention >= 0.f,
        "--guided-attention must be >= 0");
   need(std::isfinite(article_loss) && article_loss >= 0.f, "--article-loss must be >= 0");
@@ -155,8 +156,10 @@ void CaptionTask::setup(const io::CheckpointMeta* resumed, uint64_t seed,
   }
   build_model(resumed, seed);
   // These options read the boxes: one pass over them, naming the first option given.
-  if (o_.article_flip > 0.f || o_.guided_attention > 0.f || o_.article_loss > 0.f)
+  if (o_.article_flip > 0.f || o_.article_erase > 0.f || o_.guided_attention > 0.f ||
+      o_.article_loss > 0.f)
     check_article_boxes(o_.article_flip > 0.f       ? "--article-flip"
+                        : o_.article_erase > 0.f    ? "--article-erase"
                         : o_.guided_attention > 0.f ? "--guided-attention"
                                                     : "--article-loss");
   encode_captions();
@@ -186,6 +189,7 @@ void CaptionTask::open_data() {
                        " has no scene boxes (vitk make-scenes writes them)");
   };
   need_scenes(o_.article_flip, "--article-flip mirrors the articles");
+  need_scenes(o_.article_erase, "--article-erase erases parts of the articles");
   need_scenes(o_.guided_attention, "--guided-attention points the attention at the articles");
   need_scenes(o_.article_loss, "--article-loss classifies the articles");
   if (static_cast<int64_t>(train_set_.images.size()) < o_.batch_size)
@@ -320,7 +324,7 @@ void CaptionTask::start_epoch(int64_t epoch, int64_t first) {
 
 bool CaptionTask::next_batch() {
   if (!loader_->next(batch_)) return false;
-  if (o_.article_flip > 0.f) flip_articles();
+  if (o_.article_flip > 0.f || o_.article_erase > 0.f) augment_articles();
   if (o_.references == "likeliest") choose_likeliest();
   // The loss is the mean over the global batch's target tokens (words and EOS), so each part
   // weighs its own tokens' mean by their share of them: the count of every rank's rows.
@@ -406,19 +410,26 @@ std::vector<CaptionModel::AttentionGuide> CaptionTask::guides(int64_t begin, int
   return out;
 }
 
-void CaptionTask::flip_articles() {
+void CaptionTask::augment_articles() {
   const VitConfig& enc = cfg_.encoder;
   const int64_t C = enc.channels, H = enc.image_height, W = enc.image_width;
   for (int64_t r = 0; r < batch_.labels.numel(); ++r) {
     const int64_t image = batch_.labels.i32()[r];
     const bool mirrored = mirrored_row(r);
     // Keyed by (seed, epoch, image): the same draws on any rank and after a resume.
-    const uint64_t key =
-        ops::Rng::hash(ops::Rng::hash(seed_ ^ 0xF11BA7, static_cast<uint64_t>(epoch_)),
-                       static_cast<uint64_t>(image));
+    auto key = [&](uint64_t salt) {
+      return ops::Rng::hash(ops::Rng::hash(seed_ ^ salt, static_cast<uint64_t>(epoch_)),
+                            static_cast<uint64_t>(image));
+    };
     const auto& scene = train_set_.images.at(static_cast<size_t>(image));
-    datasets::flip_articles(batch_.images.f32() + r * C * H * W, C, H, W, scene.objects, mirrored,
-                            o_.article_flip, key);  // the boxes fit (check_article_boxes)
+    float* chw = batch_.images.f32() + r * C * H * W;
+    // The boxes fit (check_article_boxes).
+    if (o_.article_flip > 0.f)
+      datasets::flip_articles(chw, C, H, W, scene.objects, mirrored, o_.article_flip,
+                              key(0xF11BA7));
+    if (o_.article_erase > 0.f)
+      datasets::erase_articles(chw, C, H, W, scene.objects, mirrored, o_.article_erase,
+                               key(0xE4A5E));
   }
 }
 
@@ -648,6 +659,7 @@ io::CheckpointMeta CaptionTask::checkpoint_meta() const {
   if (!o_.encoder_from.empty()) m.recipe["encoder-from"] = o_.encoder_from;
   m.recipe["references"] = o_.references;  // a resumed run's choice, as the last stage trained
   if (o_.article_flip > 0.f) m.recipe["article-flip"] = format_general(o_.article_flip);
+  if (o_.article_erase > 0.f) m.recipe["article-erase"] = format_general(o_.article_erase);
   if (o_.guided_attention > 0.f) m.recipe["guided-attention"] = format_general(o_.guided_attention);
   if (o_.article_loss > 0.f) m.recipe["article-loss"] = format_general(o_.article_loss);
   if (o_.hflip > 0.f) {
@@ -710,6 +722,9 @@ void CaptionTask::log_setup(std::ostream& L) const {
   if (o_.article_flip > 0.f)
     L << "augment: each article mirrored in its box with probability "
       << format_general(o_.article_flip) << "\n";
+  if (o_.article_erase > 0.f)
+    L << "augment: a random rectangle of each article's box erased with probability "
+      << format_general(o_.article_erase) << "\n";
   if (o_.hflip > 0.f)
     L << "augment: mirrored left-right with probability " << format_general(o_.hflip)
       << ", the captions' words swapped (" << word_swaps_text(o_.hflip_swap) << ")\n";

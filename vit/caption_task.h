@@ -71,6 +71,10 @@ struct CaptionTrainOptions {
   // --article-flip: on generated scenes (captions with article boxes), the probability of
   // mirroring each article inside its box (datasets::flip_articles): every caption stays true.
   float article_flip = 0.f;
+  // --article-erase: on generated scenes, the probability of random erasing inside each article's
+  // box (datasets::erase_articles): the classifier's random erasing, one article at a time, so
+  // that no article vanishes from its captions.
+  float article_erase = 0.f;
   // --guided-attention: on generated scenes, λ of guided attention (supervised attention, as
   // Marian's guided alignment): the position that writes an article's noun in the training
   // caption is trained to put the last decoder layer's cross-attention (the mean of its heads)
@@ -155,11 +159,11 @@ class CaptionTask : public train::Task {
   bool mirrored_row(int64_t row) const;  // did the loader mirror the current batch's row?
   // The caption row `row` is trained on this epoch under --references random.
   const std::vector<int32_t>& caption_of(int64_t row) const;
-  // --article-flip, --guided-attention and --article-loss: every training box inside the model's
-  // image (else a UsageError naming `option`).
+  // --article-flip, --article-erase, --guided-attention and --article-loss: every training box
+  // inside the model's image (else a UsageError naming `option`).
   void check_article_boxes(const std::string& option) const;
-  // --article-flip: the flips on the current batch's images.
-  void flip_articles();
+  // --article-flip and --article-erase: their augmentation of the current batch's images.
+  void augment_articles();
   // --guided-attention and --article-loss: for rows [begin, end) of the current batch, each noun
   // of its target caption with the patches of the article's cell (mirrored with the image).
   std::vector<CaptionModel::AttentionGuide> guides(int64_t begin, int64_t end) const;
