@@ -431,6 +431,44 @@ TEST(CaptionModel, GuidedAttentionIsMinusTheLogOfItsMassWithTheFiniteDifferences
   EXPECT_THROW(s.model->guided_attention({{0, 0, {5}}}, lambda, 1.f), Error);  // 5 memory rows
 }
 
+namespace {
+
+// The logits the article loss reads, in double: W · the mean of each guide's memory rows of the
+// model's own encode().
+std::vector<std::vector<double>> cell_logits(
+    SmallCaptioner& s, const Parameter& W, const Tensor& images,
+    const std::vector<vit::CaptionModel::AttentionGuide>& guides) {
+  Arena arena;
+  nn::Context ctx{false, &arena, nullptr};
+  const Tensor memory = s.model->encode(ctx, images);  // [B, Tm, d]
+  const int64_t Tm = memory.dim(1), d = memory.dim(2), V = W.shape[0];
+  std::vector<std::vector<double>> out;
+  for (const auto& g : guides) {
+    std::vector<double> mean(static_cast<size_t>(d), 0.0), z;
+    for (const int32_t i : g.memory)
+      for (int64_t k = 0; k < d; ++k)
+        mean[static_cast<size_t>(k)] +=
+            memory.f32()[(g.row * Tm + i) * d + k] / static_cast<double>(g.memory.size());
+    for (int64_t v = 0; v < V; ++v) {
+      double dot = 0;
+      for (int64_t k = 0; k < d; ++k)
+        dot += W.value.f32()[v * d + k] * mean[static_cast<size_t>(k)];
+      z.push_back(dot);
+    }
+    out.push_back(z);
+  }
+  return out;
+}
+
+// log softmax(z / tau)[i], in double.
+double log_softmax_at(const std::vector<double>& z, size_t i, double tau = 1.0) {
+  double sum = 0;
+  for (const double x : z) sum += std::exp(x / tau);
+  return z[i] / tau - std::log(sum);
+}
+
+}  // namespace
+
 // The article loss: its value is λ · −log softmax(W · the mean of the guide's memory rows) at the
 // guide's token, read against the model's own encode() and output matrix, and its gradient is the
 // finite differences' in W and in the encoder, tied or not; a later forward drops it.
@@ -458,28 +496,9 @@ TEST(CaptionModel,
     const Parameter& W =
         *s.store.find(tied ? "decoder.embed_tokens.weight" : "output_projection.weight");
     double want = 0;
-    {
-      Arena arena;
-      nn::Context ctx{false, &arena, nullptr};
-      const Tensor memory = s.model->encode(ctx, images);  // [2, 5, 16]
-      const int64_t Tm = memory.dim(1), d = memory.dim(2), V = W.shape[0];
-      for (const auto& g : guides) {
-        std::vector<double> mean(static_cast<size_t>(d), 0.0), z;
-        for (const int32_t i : g.memory)
-          for (int64_t k = 0; k < d; ++k)
-            mean[static_cast<size_t>(k)] +=
-                memory.f32()[(g.row * Tm + i) * d + k] / static_cast<double>(g.memory.size());
-        for (int64_t v = 0; v < V; ++v) {
-          double dot = 0;
-          for (int64_t k = 0; k < d; ++k)
-            dot += W.value.f32()[v * d + k] * mean[static_cast<size_t>(k)];
-          z.push_back(dot);
-        }
-        double sum = 0;
-        for (const double x : z) sum += std::exp(x);
-        want += lambda * (std::log(sum) - z[static_cast<size_t>(g.token)]);
-      }
-    }
+    const std::vector<std::vector<double>> z = cell_logits(s, W, images, guides);
+    for (size_t j = 0; j < guides.size(); ++j)
+      want -= lambda * log_softmax_at(z[j], static_cast<size_t>(guides[j].token));
     ASSERT_GT(want, 0.0);
     EXPECT_NEAR(run(false), want, 1e-5 * want);
 
@@ -524,6 +543,92 @@ TEST(CaptionModel,
     EXPECT_THROW(s.model->article_loss({{0, 0, {5}, 5}}, lambda, 1.f), Error);  // 5 memory rows
     EXPECT_THROW(s.model->article_loss({{0, 0, {}, 5}}, lambda, 1.f), Error);   // no cell
   }
+}
+
+// Distillation onto the article loss: with a teacher's logits per guide, each guide's term is
+// (1 − α) · −log p[token] + α · τ² · KL(softmax(t/τ) ‖ softmax(z/τ) at the teacher's tokens), or,
+// hard, α · −log p[the teacher's top token]; read against the model's own logits, with the finite
+// differences' gradient. α = 0 is the plain loss, and a guide without the teacher's logits, a
+// token outside the vocabulary or α outside [0, 1] is an error.
+TEST(CaptionModel, DistilledArticleLossIsTheTeachersShareWithTheFiniteDifferencesGradient) {
+  SmallCaptioner s(true, true);  // 9 tokens: the teacher's 3 classes are tokens 4, 6 and 8
+  std::mt19937 gen(13);
+  const Tensor images = random_images(2, gen);
+  const TwoCaptions c;
+  const std::vector<float> t = {2.f, -1.f, 0.5f, -0.3f, 0.2f, 1.7f, 3.f, 3.f, -2.f};  // 3 x 3
+  std::vector<vit::CaptionModel::AttentionGuide> guides = {{0, 1, {1, 2}, 4, t.data()},
+                                                           {1, 0, {0, 3, 4}, 6, t.data() + 3},
+                                                           {1, 0, {3}, 8, t.data() + 6}};
+  const float lambda = 0.7f;
+  const Parameter& W = *s.store.find("decoder.embed_tokens.weight");
+  const std::vector<std::vector<double>> z = cell_logits(s, W, images, guides);
+  for (const bool hard : {false, true}) {
+    SCOPED_TRACE(hard ? "hard" : "soft");
+    vit::CaptionModel::ArticleTeacher teacher;
+    teacher.tokens = {4, 6, 8};
+    teacher.alpha = 0.4f;
+    teacher.tau = 2.f;
+    teacher.hard = hard;
+    auto run = [&](bool backward, const vit::CaptionModel::ArticleTeacher* with) {
+      Arena arena;
+      nn::Context ctx{true, &arena, nullptr};
+      const Tensor logits = s.model->forward(ctx, images, c.in, c.lengths);
+      const double loss = s.model->article_loss(guides, lambda, 1.f, with);
+      if (backward) s.model->backward(ctx, ctx.alloc(logits.shape()));
+      return loss;
+    };
+    double want = 0;
+    const double a = teacher.alpha, tau = teacher.tau;
+    for (size_t j = 0; j < guides.size(); ++j) {
+      const float* tj = guides[j].teacher;
+      want -= lambda * (1 - a) * log_softmax_at(z[j], static_cast<size_t>(guides[j].token));
+      if (hard) {
+        const size_t top = static_cast<size_t>(std::max_element(tj, tj + 3) - tj);  // first max
+        want -= lambda * a * log_softmax_at(z[j], static_cast<size_t>(teacher.tokens[top]));
+      } else {
+        double sum = 0;
+        for (int k = 0; k < 3; ++k) sum += std::exp(tj[k] / tau);
+        for (size_t k = 0; k < 3; ++k) {
+          const double q = std::exp(tj[k] / tau) / sum;
+          want += lambda * a * tau * tau * q *
+                  (std::log(q) - log_softmax_at(z[j], static_cast<size_t>(teacher.tokens[k]), tau));
+        }
+      }
+    }
+    EXPECT_NEAR(run(false, &teacher), want, 1e-5 * std::fabs(want));
+    s.store.zero_grad();
+    run(true, &teacher);
+    const Tensor grads = s.store.grads().clone();
+    const auto [first, end] = s.model->encoder_params();
+    int checked = 0;
+    for (size_t i = 0; i < s.store.params().size(); ++i) {
+      Parameter& p = s.store.params()[i];
+      if (!(&p == &W || i == first)) continue;
+      test::FdOptions fd;
+      fd.h = 1e-3;
+      fd.atol = 1e-3;
+      EXPECT_GRAD_OK(test::check_gradient(
+          p.name, p.value, gradient_of(p, grads), [&] { return run(false, &teacher); }, fd));
+      ++checked;
+    }
+    EXPECT_EQ(checked, 2) << "the output matrix and the first encoder tensor";
+    // α = 0: the plain loss.
+    teacher.alpha = 0.f;
+    EXPECT_NEAR(run(false, &teacher), run(false, nullptr), 1e-5 * run(false, nullptr));
+  }
+  Arena arena;
+  nn::Context ctx{true, &arena, nullptr};
+  s.model->forward(ctx, images, c.in, c.lengths);
+  vit::CaptionModel::ArticleTeacher teacher;
+  teacher.tokens = {4, 6, 8};
+  guides[1].teacher = nullptr;
+  EXPECT_THROW(s.model->article_loss(guides, lambda, 1.f, &teacher), Error);  // no logits
+  guides[1].teacher = t.data() + 3;
+  teacher.tokens = {4, 6, 9};
+  EXPECT_THROW(s.model->article_loss(guides, lambda, 1.f, &teacher), Error);  // 9 tokens
+  teacher.tokens = {4, 6, 8};
+  teacher.alpha = 1.5f;
+  EXPECT_THROW(s.model->article_loss(guides, lambda, 1.f, &teacher), Error);
 }
 
 namespace {

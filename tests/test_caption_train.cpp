@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <stdexcept>
@@ -18,7 +19,9 @@
 #include "common/io/checkpoint.h"
 #include "common/io/json.h"
 #include "common/params.h"
+#include "common/progress.h"
 #include "datasets/captions.h"
+#include "datasets/dataset.h"
 #include "datasets/loader.h"
 #include "datasets/scenes.h"
 #include "scene_data.h"
@@ -290,6 +293,79 @@ TEST(CaptionTrain, GuidedAttentionPointsTheNounsAtTheirArticles) {
 // --article-loss: in a run on its own scenes, the output layer reading the mean of an article's
 // cell (in the memory of the trained encoder) writes that article's noun, which it does far less
 // often in the same run without the loss: the cells have learnt their articles in its words.
+namespace {
+
+// What the output layer writes from the mean of each named article's cell (as the article loss
+// reads it) for the first caption of every training scene: (the piece it writes, the caption's).
+std::vector<std::pair<int32_t, int32_t>> cell_words(const vit::LoadedCaptioner& m,
+                                                    const TinyScenes& s) {
+  const datasets::CaptionSet train =
+      datasets::read_captions(s.root + "/captions_train.json", s.root + "/images/train");
+  const std::unique_ptr<datasets::Dataset> images = datasets::caption_images(train);
+  datasets::LoaderOptions lo = vit::eval_loader_options(m.config.encoder, 8, 1);
+  lo.num_classes = images->size();
+  datasets::Loader loader(*images, lo);
+  loader.start_epoch(0);
+  datasets::Batch batch;
+  const Parameter& W = *m.params->find("decoder.embed_tokens.weight");  // tied
+  const int64_t V = W.shape[0], d = W.shape[1];
+  std::vector<std::pair<int32_t, int32_t>> out;
+  while (loader.next(batch)) {
+    Arena arena;
+    nn::Context ctx{false, &arena, nullptr};
+    const Tensor memory = m.model->encode(ctx, batch.images);  // [B, Tm, d]
+    const int64_t Tm = memory.dim(1);
+    for (int64_t b = 0; b < batch.labels.numel(); ++b) {
+      const auto& image = train.images.at(static_cast<size_t>(batch.labels.i32()[b]));
+      const std::string text = datasets::normalize_caption(image.captions.at(0));
+      const std::vector<int> encoded = m.tokenizer.encode(text);
+      const std::vector<int32_t> ids(encoded.begin(), encoded.end());
+      for (const vit::NamedCell& c : vit::named_cells(m.tokenizer, ids, text, image.objects)) {
+        if (!c.object || c.token < 0) continue;
+        const std::vector<int32_t> rows = vit::patches_in(m.config, c.object->cell);
+        std::vector<double> mean(static_cast<size_t>(d), 0.0);
+        for (const int32_t i : rows)
+          for (int64_t k = 0; k < d; ++k)
+            mean[static_cast<size_t>(k)] += memory.f32()[(b * Tm + i) * d + k];
+        int32_t best = 0;
+        double top = -1e300;
+        for (int64_t v = 0; v < V; ++v) {
+          double z = 0;
+          for (int64_t k = 0; k < d; ++k)
+            z += W.value.f32()[v * d + k] * mean[static_cast<size_t>(k)];
+          if (z > top) top = z, best = static_cast<int32_t>(v);
+        }
+        out.emplace_back(best, ids[static_cast<size_t>(c.token)]);
+      }
+    }
+  }
+  return out;
+}
+
+// A ViT classifier of `names` at size x size (28: the articles') with the tiny options' encoder,
+// initialised (seed 9), then changed by `adjust`, saved at `path`.
+std::unique_ptr<ParamStore> save_classifier(
+    const vit::VitConfig& encoder, const std::vector<std::string>& names, const std::string& path,
+    const std::function<void(ParamStore&)>& adjust = [](ParamStore&) {}, int64_t size = 28) {
+  vit::VitConfig vc = encoder;
+  vc.image_height = vc.image_width = size;
+  vc.pool = "avg";
+  vc.num_classes = static_cast<int64_t>(names.size());
+  auto store = std::make_unique<ParamStore>();
+  vit::VisionTransformer classifier(*store, vc);
+  store->finalize();
+  ops::Rng rng(9);
+  classifier.init(rng);
+  adjust(*store);
+  io::CheckpointMeta meta;
+  meta.config = vit::to_config_map(vc);
+  meta.class_names = names;
+  io::save_checkpoint(path, *store, meta);
+  return store;
+}
+
+}  // namespace
+
 TEST(CaptionTrain, ArticleLossTeachesEachCellToWriteItsNoun) {
   TinyScenes s;
   auto cells_named = [&](float lambda) {
@@ -303,53 +379,73 @@ TEST(CaptionTrain, ArticleLossTeachesEachCellToWriteItsNoun) {
       EXPECT_TRUE(test::contains(log.str(), "article loss 1 (cells to their nouns)")) << log.str();
       EXPECT_EQ(m.meta.recipe.at("article-loss"), "1");
     }
-    const datasets::CaptionSet train =
-        datasets::read_captions(s.root + "/captions_train.json", s.root + "/images/train");
-    const std::unique_ptr<datasets::Dataset> images = datasets::caption_images(train);
-    datasets::LoaderOptions lo = vit::eval_loader_options(m.config.encoder, 8, 1);
-    lo.num_classes = images->size();
-    datasets::Loader loader(*images, lo);
-    loader.start_epoch(0);
-    datasets::Batch batch;
-    const Parameter& W = *m.params->find("decoder.embed_tokens.weight");  // tied
-    const int64_t V = W.shape[0], d = W.shape[1];
-    int named = 0, right = 0;
-    while (loader.next(batch)) {
-      Arena arena;
-      nn::Context ctx{false, &arena, nullptr};
-      const Tensor memory = m.model->encode(ctx, batch.images);  // [B, Tm, d]
-      const int64_t Tm = memory.dim(1);
-      for (int64_t b = 0; b < batch.labels.numel(); ++b) {
-        const auto& image = train.images.at(static_cast<size_t>(batch.labels.i32()[b]));
-        const std::string text = datasets::normalize_caption(image.captions.at(0));
-        const std::vector<int> encoded = m.tokenizer.encode(text);
-        const std::vector<int32_t> ids(encoded.begin(), encoded.end());
-        for (const vit::NamedCell& c : vit::named_cells(m.tokenizer, ids, text, image.objects)) {
-          if (!c.object || c.token < 0) continue;
-          const std::vector<int32_t> rows = vit::patches_in(m.config, c.object->cell);
-          std::vector<double> mean(static_cast<size_t>(d), 0.0);
-          for (const int32_t i : rows)
-            for (int64_t k = 0; k < d; ++k)
-              mean[static_cast<size_t>(k)] += memory.f32()[(b * Tm + i) * d + k];
-          int64_t best = 0;
-          double top = -1e300;
-          for (int64_t v = 0; v < V; ++v) {
-            double z = 0;
-            for (int64_t k = 0; k < d; ++k)
-              z += W.value.f32()[v * d + k] * mean[static_cast<size_t>(k)];
-            if (z > top) top = z, best = v;
-          }
-          ++named;
-          right += best == ids[static_cast<size_t>(c.token)] ? 1 : 0;
-        }
-      }
-    }
-    EXPECT_GE(named, 12) << "most of the 16 articles named";
-    return 100.0 * right / std::max(named, 1);
+    const auto words = cell_words(m, s);
+    EXPECT_GE(words.size(), 12u) << "most of the 16 articles named";
+    int right = 0;
+    for (const auto& [said, noun] : words) right += said == noun ? 1 : 0;
+    return 100.0 * right / std::max<double>(static_cast<double>(words.size()), 1);
   };
   const double plain = cells_named(0.f), taught = cells_named(1.f);
   EXPECT_GE(taught, 90.0);
   EXPECT_GE(taught, plain + 30.0) << "without the loss " << plain << "%";
+}
+
+// --teacher: distillation onto the article loss. A teacher that calls every article a bag, given
+// the whole loss (hard, alpha 1), makes every cell write the piece of "bag", whatever its caption
+// says; the log gives how many articles it read and how many it names as the scenes do.
+TEST(CaptionTrain, AHardTeacherGivenTheWholeArticleLossTeachesItsOwnNames) {
+  TinyScenes s;
+  const std::string teacher = (s.dir / "bags.h5").string();
+  save_classifier(s.options("").model.encoder, datasets::fashion_mnist_classes(), teacher,
+                  [](ParamStore& store) {  // logits 0 but for "Bag", 5
+                    Parameter* w = store.find("head.weight");
+                    std::fill_n(w->value.f32(), w->numel(), 0.f);
+                    store.find("head.bias")->value.f32()[8] = 5.f;
+                  });
+  auto bag_share = [&](bool taught) {
+    const std::string out = (s.dir / (taught ? "taught" : "plain")).string();
+    vit::CaptionTrainOptions o = learning_options(s, out, 150);
+    o.article_loss = 1.f;
+    if (taught) {
+      o.teacher = teacher;
+      o.distillation_type = "hard";
+      o.distillation_alpha = 1.f;
+    }
+    std::ostringstream log;
+    EXPECT_EQ(vit::train_captions(o, log).end, train::End::finished) << log.str();
+    vit::LoadedCaptioner m = vit::load_captioner(out + "/last.h5");
+    const int32_t bag =
+        vit::teacher_tokens(m.tokenizer, datasets::fashion_mnist_classes(), teacher).at(8);
+    if (taught) {
+      int64_t articles = 0, bags = 0;
+      const datasets::CaptionSet train =
+          datasets::read_captions(s.root + "/captions_train.json", s.root + "/images/train");
+      for (const auto& image : train.images)
+        for (const auto& object : image.objects) ++articles, bags += object.name == "bag" ? 1 : 0;
+      const std::string read = "it read " + std::to_string(articles) + " articles in ";
+      const std::string names =
+          format_fixed(100.0 * static_cast<double>(bags) / static_cast<double>(articles), 2) +
+          "% of them as the scenes do";
+      EXPECT_TRUE(test::contains(log.str(), "teacher: " + teacher +
+                                                ", hard distillation onto the article loss, "
+                                                "alpha 1; " +
+                                                read))
+          << log.str();
+      EXPECT_TRUE(test::contains(log.str(), names)) << log.str();
+      EXPECT_EQ(m.meta.recipe.at("teacher"), teacher);
+      EXPECT_EQ(m.meta.recipe.at("distillation-type"), "hard");
+      EXPECT_EQ(m.meta.recipe.at("distillation-alpha"), "1");
+    }
+    const auto words = cell_words(m, s);
+    EXPECT_GE(words.size(), 12u) << "most of the 16 articles named";
+    int said_bag = 0, noun_bag = 0;
+    for (const auto& [said, noun] : words) said_bag += said == bag, noun_bag += noun == bag;
+    EXPECT_LT(noun_bag, static_cast<int>(words.size()) / 2) << "the scenes are not mostly bags";
+    return 100.0 * said_bag / std::max<double>(static_cast<double>(words.size()), 1);
+  };
+  const double plain = bag_share(false), taught = bag_share(true);
+  EXPECT_GE(taught, 90.0);
+  EXPECT_LE(plain, 60.0);
 }
 
 // --phrases: the run's tokenizer keeps each phrase as one piece, and the words of a caption are
@@ -434,22 +530,17 @@ TEST(CaptionTrain, AResumedRunIsTheUninterruptedOne) {
 TEST(CaptionTrain, AFrozenEncoderFromAClassifierStaysAsLoaded) {
   TinyScenes s;
   vit::CaptionTrainOptions o = s.options((s.dir / "frozen").string());
-  vit::VitConfig vc = o.model.encoder;
-  vc.image_height = vc.image_width = 28;
-  vc.pool = "avg";
-  vc.num_classes = 10;
-  ParamStore vstore;
-  vit::VisionTransformer classifier(vstore, vc);
-  vstore.finalize();
-  ops::Rng rng(9);
-  classifier.init(rng);
-  for (Parameter& p : vstore.params())  // norms and biases away from their 1 and 0
-    for (int64_t i = 0; i < p.numel(); ++i) p.value.f32()[i] += 0.01f * static_cast<float>(i % 7);
-  io::CheckpointMeta meta;
-  meta.config = vit::to_config_map(vc);
-  for (int k = 0; k < 10; ++k) meta.class_names.push_back("c" + std::to_string(k));
   const std::string classifier_path = (s.dir / "classifier.h5").string();
-  io::save_checkpoint(classifier_path, vstore, meta);
+  std::vector<std::string> names;
+  for (int k = 0; k < 10; ++k) names.push_back("c" + std::to_string(k));
+  const std::unique_ptr<ParamStore> classifier =
+      save_classifier(o.model.encoder, names, classifier_path, [](ParamStore& store) {
+        for (Parameter& p : store.params())  // norms and biases away from their 1 and 0
+          for (int64_t i = 0; i < p.numel(); ++i)
+            p.value.f32()[i] += 0.01f * static_cast<float>(i % 7);
+      });
+  ParamStore& vstore = *classifier;
+  const int64_t d_model = o.model.encoder.d_model;
 
   o.encoder_from = classifier_path;
   o.encoder_lr_scale = 0.f;
@@ -465,7 +556,7 @@ TEST(CaptionTrain, AFrozenEncoderFromAClassifierStaysAsLoaded) {
                                                                : p.name);
     ASSERT_NE(src, nullptr) << p.name;
     if (p.name == "pos_embed") {  // resampled from 2x2 to 6x6 patches
-      EXPECT_EQ(p.shape, (Shape{1, 37, vc.d_model}));
+      EXPECT_EQ(p.shape, (Shape{1, 37, d_model}));
       continue;
     }
     ASSERT_EQ(p.shape, src->shape) << p.name;
@@ -626,7 +717,12 @@ TEST(CaptionCli, CaptionTrainRefusesBadDataAndOptions) {
       {{"--hflip", "0.5", "--hflip-swap", "left:right:up"}, "--hflip-swap"},
       {{"--hflip", "0.5", "--hflip-swap", "left:left"}, "--hflip-swap"},
       {{"--hflip", "0.5", "--hflip-swap", "Left:right"}, "--hflip-swap"},
-      {{"--hflip", "0.5", "--hflip-swap", "to left:right"}, "--hflip-swap"}};
+      {{"--hflip", "0.5", "--hflip-swap", "to left:right"}, "--hflip-swap"},
+      {{"--teacher", "any.h5"},
+       "--teacher is distilled onto the article loss: give --article-loss as well"},
+      {{"--distillation-type", "medium"}, "--distillation-type must be soft or hard, got 'medium'"},
+      {{"--distillation-alpha", "1.5"}, "--distillation-alpha must be in [0, 1]"},
+      {{"--distillation-tau", "0"}, "--distillation-tau must be positive"}};
   for (const Refused& c : refused) {
     std::vector<std::string> args = {"caption-train", "--data", s.root, "--output",
                                      (s.dir / "g").string()};
@@ -634,6 +730,53 @@ TEST(CaptionCli, CaptionTrainRefusesBadDataAndOptions) {
     r = vitk::testing::run_vitk(s.dir.path(), args, "augment");
     EXPECT_EQ(r.status, 2) << c.options.back();
     EXPECT_TRUE(test::contains(r.err, c.says)) << c.options.back() << ": " << r.err;
+  }
+  // --teacher: a classifier of other classes, of another size than the articles' or for other
+  // channels than the captioner's, or none at all: refused, the file named.
+  const vit::VitConfig encoder = s.options("").model.encoder;  // 1 channel
+  std::vector<std::string> digits;
+  for (int k = 0; k < 10; ++k) digits.push_back(std::to_string(k));
+  const std::string fmnist = (s.dir / "fmnist.h5").string(), other = (s.dir / "digits.h5").string(),
+                    at56 = (s.dir / "at56.h5").string();
+  save_classifier(encoder, datasets::fashion_mnist_classes(), fmnist);
+  save_classifier(encoder, digits, other);
+  save_classifier(
+      encoder, datasets::fashion_mnist_classes(), at56, [](ParamStore&) {}, 56);
+  struct BadTeacher {
+    std::string teacher;
+    bool grey;  // a 1-channel captioner, else the default 3 channels
+    std::string says;
+  };
+  const std::vector<BadTeacher> teachers = {
+      {other, true, "--teacher " + other + ": class 0, \"0\", is not an article of the scenes"},
+      {at56, true, "--teacher " + at56 + " reads 56x56 images, and the "},
+      {fmnist, false,
+       "--teacher " + fmnist + " reads 1-channel images, the captioner 3-channel ones"},
+      {(s.dir / "nowhere.h5").string(), true, "nowhere.h5"}};
+  for (const BadTeacher& t : teachers) {
+    std::vector<std::string> args = {"caption-train",
+                                     "--data",
+                                     s.root,
+                                     "--output",
+                                     (s.dir / "g").string(),
+                                     "--batch-size",
+                                     "4",
+                                     "--vocab-size",
+                                     "40",
+                                     "--model.image_size",
+                                     "84",
+                                     "--model.patch_size",
+                                     "14",
+                                     "--article-loss",
+                                     "0.5",
+                                     "--teacher",
+                                     t.teacher};
+    if (t.grey)
+      args.insert(args.end(),
+                  {"--model.channels", "1", "--model.mean", "0.5", "--model.std", "0.5"});
+    r = vitk::testing::run_vitk(s.dir.path(), args, "teacher");
+    EXPECT_NE(r.status, 0) << t.teacher;
+    EXPECT_TRUE(test::contains(r.err, t.says)) << r.err;
   }
   const std::string coco = std::string(VITK_SOURCE_DIR) + "/tests/fixtures/captions/coco.json";
   // The options that read the scenes' boxes, on captions without them.

@@ -111,6 +111,15 @@ void add_caption_train_options(po::options_description& o) {
        "on vitk make-scenes data: the output layer, reading the mean of the memory tokens in "
        "the cell of each article a caption names, should write its noun, loss LAMBDA * "
        "-log p(noun) per noun (an auxiliary article classification; 0: off)")  //
+      ("teacher", po::value<std::string>()->default_value("")->value_name("CKPT"),
+       "a Fashion-MNIST classifier (vit/models/fmnist-vit.h5) distilled onto the article loss: "
+       "its logits for each training article's box take a share of each noun's loss")  //
+      ("distillation-type", po::value<std::string>()->default_value("soft")->value_name("TYPE"),
+       "soft (the teacher's softmax at --distillation-tau) or hard (its top class)")  //
+      ("distillation-alpha", po::value<float>()->default_value(0.5f, "0.5")->value_name("A"),
+       "the teacher's share of the article loss, in [0, 1]")  //
+      ("distillation-tau", po::value<float>()->default_value(1.f, "1")->value_name("T"),
+       "the temperature of soft distillation (the loss is scaled by T^2)")  //
       ("references", po::value<std::string>()->default_value("random")->value_name("HOW"),
        "which of an image's reference captions a step trains on: random (one per image and "
        "epoch) or likeliest (the one the model scores highest before the step: it settles on "
@@ -237,6 +246,10 @@ vit::CaptionTrainOptions caption_train_options(const po::variables_map& vm) {
   t.article_erase = vm["article-erase"].as<float>();
   t.guided_attention = vm["guided-attention"].as<float>();
   t.article_loss = vm["article-loss"].as<float>();
+  t.teacher = vm["teacher"].as<std::string>();
+  t.distillation_type = vm["distillation-type"].as<std::string>();
+  t.distillation_alpha = vm["distillation-alpha"].as<float>();
+  t.distillation_tau = vm["distillation-tau"].as<float>();
   t.hflip_swap = hflip_swaps(vm["hflip-swap"].as<std::string>());
   t.model_ema = vm["model-ema"].as<bool>();
   t.model_ema_decay = vm["model-ema-decay"].as<double>();

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -390,8 +391,77 @@ double CaptionModel::guided_attention(const std::vector<AttentionGuide>& guides,
   return total;
 }
 
+namespace {
+
+// log softmax(z / tau) of one row of V logits, in double.
+void log_softmax_row(const float* z, int64_t V, double tau, std::vector<double>& out) {
+  out.resize(static_cast<size_t>(V));
+  double top = -std::numeric_limits<double>::infinity(), sum = 0;
+  for (int64_t v = 0; v < V; ++v) top = std::max(top, static_cast<double>(z[v]) / tau);
+  for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(z[v]) / tau - top);
+  const double log_sum = top + std::log(sum);
+  for (int64_t v = 0; v < V; ++v)
+    out[static_cast<size_t>(v)] = static_cast<double>(z[v]) / tau - log_sum;
+}
+
+// The distilled article loss of CaptionModel::article_loss on logits [G, V]: returns the sum over
+// the rows of (1 − α) · CE + α · D and writes scale times its gradient to dlogits.
+double distilled_cross_entropy(const Tensor& logits, const Tensor& nouns,
+                               const std::vector<CaptionModel::AttentionGuide>& guides,
+                               const CaptionModel::ArticleTeacher& teacher, float scale,
+                               Tensor& dlogits) {
+  const int64_t G = logits.dim(0), V = logits.dim(1);
+  const int64_t K = static_cast<int64_t>(teacher.tokens.size());
+  const double alpha = teacher.alpha, tau = teacher.tau;
+  std::vector<double> ls, ls_tau, q(static_cast<size_t>(K));
+  double total = 0;
+  for (int64_t j = 0; j < G; ++j) {
+    const float* z = logits.f32() + j * V;
+    const float* t = guides[static_cast<size_t>(j)].teacher;
+    float* dz = dlogits.f32() + j * V;
+    std::vector<double> d(static_cast<size_t>(V), 0.0);
+    log_softmax_row(z, V, 1.0, ls);
+    // (1 − α) · −log p[y]: gradient (1 − α)(p − e_y)
+    const int32_t y = nouns.i32()[j];
+    total += (1 - alpha) * -ls[static_cast<size_t>(y)];
+    for (int64_t v = 0; v < V; ++v)
+      d[static_cast<size_t>(v)] += (1 - alpha) * std::exp(ls[static_cast<size_t>(v)]);
+    d[static_cast<size_t>(y)] -= 1 - alpha;
+    if (teacher.hard) {  // α · −log p[token of argmax t]: gradient α(p − e)
+      int64_t best = 0;
+      for (int64_t k = 1; k < K; ++k)
+        if (t[k] > t[best]) best = k;
+      const int32_t target = teacher.tokens[static_cast<size_t>(best)];
+      total += alpha * -ls[static_cast<size_t>(target)];
+      for (int64_t v = 0; v < V; ++v)
+        d[static_cast<size_t>(v)] += alpha * std::exp(ls[static_cast<size_t>(v)]);
+      d[static_cast<size_t>(target)] -= alpha;
+    } else {  // α τ² KL(q ‖ softmax(z/τ) at the tokens): gradient α τ (softmax(z/τ) − q)
+      log_softmax_row(z, V, tau, ls_tau);
+      double top = -std::numeric_limits<double>::infinity(), sum = 0;
+      for (int64_t k = 0; k < K; ++k) top = std::max(top, static_cast<double>(t[k]) / tau);
+      for (int64_t k = 0; k < K; ++k) sum += std::exp(static_cast<double>(t[k]) / tau - top);
+      for (int64_t k = 0; k < K; ++k) {
+        const double log_q = static_cast<double>(t[k]) / tau - top - std::log(sum);
+        q[static_cast<size_t>(k)] = std::exp(log_q);
+        const size_t tok = static_cast<size_t>(teacher.tokens[static_cast<size_t>(k)]);
+        total += alpha * tau * tau * q[static_cast<size_t>(k)] * (log_q - ls_tau[tok]);
+      }
+      for (int64_t v = 0; v < V; ++v)
+        d[static_cast<size_t>(v)] += alpha * tau * std::exp(ls_tau[static_cast<size_t>(v)]);
+      for (int64_t k = 0; k < K; ++k)
+        d[static_cast<size_t>(teacher.tokens[static_cast<size_t>(k)])] -=
+            alpha * tau * q[static_cast<size_t>(k)];
+    }
+    for (int64_t v = 0; v < V; ++v) dz[v] = static_cast<float>(scale * d[static_cast<size_t>(v)]);
+  }
+  return total;
+}
+
+}  // namespace
+
 double CaptionModel::article_loss(const std::vector<AttentionGuide>& guides, float lambda,
-                                  float grad_scale) {
+                                  float grad_scale, const ArticleTeacher* teacher) {
   Impl& m = *impl_;
   if (!m.trained) throw Error("caption: article_loss needs a training forward");
   if (guides.empty()) return 0;
@@ -417,13 +487,29 @@ double CaptionModel::article_loss(const std::vector<AttentionGuide>& guides, flo
       for (int64_t k = 0; k < d; ++k) mean[k] += row[k] / n;
     }
     nouns.i32()[j] = g.token;
+    if (teacher && !g.teacher)
+      throw Error("caption: article_loss guide " + std::to_string(j) + " has no teacher logits");
+  }
+  if (teacher) {
+    if (teacher->tokens.empty() || !(teacher->alpha >= 0.f && teacher->alpha <= 1.f) ||
+        !(teacher->tau > 0.f) || !std::isfinite(teacher->tau))
+      throw Error("caption: article_loss teacher needs classes, alpha in [0, 1] and tau > 0");
+    for (const int32_t t : teacher->tokens)
+      if (t < 0 || t >= V)
+        throw Error("caption: article_loss teacher token " + std::to_string(t) + " of " +
+                    std::to_string(V));
   }
   // The output layer on the cells, and the cross-entropy of their nouns: λ times the sum over the
   // guides, G times the mean that the cross-entropy returns and differentiates.
   Tensor logits({G, V}), dlogits({G, V}), dpooled({G, d}), no_bias;
   ops::linear_forward(pooled, W, Tensor(), logits);
-  const ops::CrossEntropyStats ce = ops::cross_entropy_forward_backward(
-      logits, nouns, 0.f, -100, lambda * grad_scale * static_cast<float>(G), dlogits);
+  const double loss_sum =
+      teacher
+          ? distilled_cross_entropy(logits, nouns, guides, *teacher, lambda * grad_scale, dlogits)
+          : ops::cross_entropy_forward_backward(
+                logits, nouns, 0.f, -100, lambda * grad_scale * static_cast<float>(G), dlogits)
+                    .loss *
+                static_cast<double>(G);
   if (m.article_doutput.empty()) m.article_doutput = Tensor(W.shape());
   if (m.article_dmemory.empty()) m.article_dmemory = Tensor(memory.shape());
   ops::linear_backward(pooled, W, dlogits, dpooled, m.article_doutput, no_bias);  // dW +=
@@ -435,7 +521,7 @@ double CaptionModel::article_loss(const std::vector<AttentionGuide>& guides, flo
       for (int64_t k = 0; k < d; ++k) row[k] += dpooled.f32()[j * d + k] / n;
     }
   }
-  return lambda * ce.loss * static_cast<double>(G);
+  return lambda * loss_sum;
 }
 
 void CaptionModel::backward(nn::Context& ctx, const Tensor& dlogits) {

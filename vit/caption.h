@@ -99,8 +99,9 @@ class CaptionModel {
   // (a named article's patches). Returns the sum over the guides.
   struct AttentionGuide {
     int64_t row = 0, position = 0;
-    std::vector<int32_t> memory;  // memory rows, each < Tm
-    int32_t token = -1;           // the token written there (article_loss)
+    std::vector<int32_t> memory;     // memory rows, each < Tm
+    int32_t token = -1;              // the token written there (article_loss)
+    const float* teacher = nullptr;  // article_loss with a teacher: its logits for the article
   };
   double guided_attention(const std::vector<AttentionGuide>& guides, float lambda,
                           float grad_scale);
@@ -110,7 +111,23 @@ class CaptionModel {
   // λ · −log softmax(W · mean_{i ∈ memory} m_i)[token]. No parameter of its own: each cell's
   // tokens learn to say their article in the words the decoder writes. Returns the sum over the
   // guides; the next backward() adds grad_scale times its gradient (to W and the encoder).
-  double article_loss(const std::vector<AttentionGuide>& guides, float lambda, float grad_scale);
+  //
+  // With a teacher (knowledge distillation, with DeiT's names: Hinton et al., 2015; Touvron et
+  // al., 2021), a classifier's logits t for each article (AttentionGuide::teacher, one per class)
+  // take a share α of each guide's term:
+  //   (1 − α) · −log p[token] + α · D,  p = softmax(z), z = W · mean_{i ∈ memory} m_i
+  //   soft: D = τ² · Σ_k q_k · (log q_k − log softmax(z / τ)[tokens_k]),  q = softmax(t / τ)
+  //   hard: D = −log p[tokens_k*],  k* = argmax_k t_k (the lower k on a tie)
+  // where tokens_k is the noun of the teacher's class k. The softmaxes run over the whole
+  // vocabulary, so the student also learns to give the other words nothing.
+  struct ArticleTeacher {
+    std::vector<int32_t> tokens;  // the noun token of each of the teacher's classes
+    float alpha = 0.5f;           // the teacher's share, in [0, 1]
+    float tau = 1.f;              // soft: the temperature of both softmaxes, > 0
+    bool hard = false;
+  };
+  double article_loss(const std::vector<AttentionGuide>& guides, float lambda, float grad_scale,
+                      const ArticleTeacher* teacher = nullptr);
   // dlogits [B, Tt, V] -> ADDS every parameter's gradient (the encoder's only where it trains:
   // train_encoder false skips the encoder's backward altogether, a frozen encoder).
   void backward(nn::Context& ctx, const Tensor& dlogits);

@@ -3,6 +3,7 @@
 #include "vit/caption_task.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <ostream>
@@ -12,9 +13,11 @@
 #include "common/ops/ops.h"
 #include "common/ops/profile.h"
 #include "common/progress.h"
+#include "common/timer.h"
 #include "datasets/scenes.h"
 #include "vit/captioner.h"
 #include "vit/checkpoint.h"
+#include "vit/classify.h"
 #include "vit/evaluate.h"
 
 namespace vitk::vit {
@@ -94,6 +97,14 @@ void CaptionTrainOptions::validate() const {
   need(std::isfinite(guided_attention) && guided_attention >= 0.f,
        "--guided-attention must be >= 0");
   need(std::isfinite(article_loss) && article_loss >= 0.f, "--article-loss must be >= 0");
+  need(distillation_type == "soft" || distillation_type == "hard",
+       "--distillation-type must be soft or hard, got '" + distillation_type + "'");
+  need(distillation_alpha >= 0.f && distillation_alpha <= 1.f,
+       "--distillation-alpha must be in [0, 1]");
+  need(std::isfinite(distillation_tau) && distillation_tau > 0.f,
+       "--distillation-tau must be positive");
+  need(teacher.empty() || article_loss > 0.f,
+       "--teacher is distilled onto the article loss: give --article-loss as well");
   need(model_ema_decay > 0 && model_ema_decay < 1, "--model-ema-decay must be in (0, 1)");
   need(val_interval >= 0, "--val-interval must be >= 0");
   need(val_images >= 0, "--val-images-max must be >= 0");
@@ -163,6 +174,7 @@ void CaptionTask::setup(const io::CheckpointMeta* resumed, uint64_t seed,
                         : o_.guided_attention > 0.f ? "--guided-attention"
                                                     : "--article-loss");
   encode_captions();
+  if (!o_.teacher.empty()) run_teacher();
   datasets::LoaderOptions lo = eval_loader_options(cfg_.encoder, o_.batch_size, o_.prefetch);
   lo.training = true;  // shuffled, the last partial batch dropped
   lo.seed = seed;
@@ -368,6 +380,132 @@ void teacher_forcing(const std::vector<const std::vector<int32_t>*>& ids, Tensor
 
 }  // namespace
 
+std::vector<int32_t> teacher_tokens(const datasets::Tokenizer& tokenizer,
+                                    const std::vector<std::string>& class_names,
+                                    const std::string& teacher, std::vector<std::string>* names) {
+  const std::vector<std::string>& nouns = datasets::scene_nouns();
+  std::vector<int32_t> tokens;
+  if (names) names->clear();
+  for (size_t k = 0; k < class_names.size(); ++k) {
+    std::string name = class_names[k].substr(0, class_names[k].find('/'));  // "T-shirt/top"
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (std::find(nouns.begin(), nouns.end(), name) == nouns.end())
+      throw UsageError("--teacher " + teacher + ": class " + std::to_string(k) + ", \"" +
+                       class_names[k] + "\", is not an article of the scenes (a classifier " +
+                       "of Fashion-MNIST's classes, such as vit/models/fmnist-vit.h5)");
+    const std::string last = name.substr(name.rfind(' ') + 1);  // "boot" of "ankle boot"
+    const std::vector<int> ids = tokenizer.encode(last);
+    if (ids.empty())
+      throw UsageError("--teacher " + teacher + ": the tokenizer has no piece for \"" + last +
+                       "\"");
+    tokens.push_back(static_cast<int32_t>(ids.front()));
+    if (names) names->push_back(name);
+  }
+  return tokens;
+}
+
+void CaptionTask::run_teacher() {
+  Timer timer;
+  const LoadedVit t = load_vit(o_.teacher);
+  const VitConfig& tc = t.config;
+  const VitConfig& e = cfg_.encoder;
+  if (tc.num_classes < 1 || static_cast<int64_t>(t.meta.class_names.size()) != tc.num_classes)
+    throw UsageError("--teacher " + o_.teacher + ": a classifier with a name for each of its " +
+                     std::to_string(tc.num_classes) + " classes, not " +
+                     std::to_string(t.meta.class_names.size()));
+  if (tc.channels != e.channels)
+    throw UsageError("--teacher " + o_.teacher + " reads " + std::to_string(tc.channels) +
+                     "-channel images, the captioner " + std::to_string(e.channels) +
+                     "-channel ones");
+  std::vector<std::string> nouns;  // of the teacher's classes
+  teacher_.tokens = teacher_tokens(tokenizer_, t.meta.class_names, o_.teacher, &nouns);
+  teacher_.alpha = o_.distillation_alpha;
+  teacher_.tau = o_.distillation_tau;
+  teacher_.hard = o_.distillation_type == "hard";
+  // A check of that rule against the pieces named_cells found in the training captions.
+  for (size_t i = 0; i < guide_points_.size(); ++i)
+    for (size_t c = 0; c < guide_points_[i].size(); ++c)
+      for (const GuidePoint& p : guide_points_[i][c]) {
+        const std::string& noun =
+            train_set_.images[i].objects.at(static_cast<size_t>(p.object)).name;
+        const auto k = std::find(nouns.begin(), nouns.end(), noun);
+        const int32_t said = train_ids_[i][c].at(static_cast<size_t>(p.token));
+        if (k != nouns.end() && teacher_.tokens[static_cast<size_t>(k - nouns.begin())] != said)
+          throw Error("--teacher: the noun \"" + noun + "\" is piece " + std::to_string(said) +
+                      " in a caption of " + train_set_.images[i].file_name + ", not " +
+                      std::to_string(teacher_.tokens[static_cast<size_t>(k - nouns.begin())]));
+      }
+  const int64_t K = tc.num_classes, C = e.channels, H = e.image_height, W = e.image_width;
+  const int64_t h = tc.image_height, w = tc.image_width;
+  // The articles' boxes are the teacher's input: no resizing, an article as the scene file drew it.
+  for (const datasets::CaptionedImage& image : train_set_.images)
+    for (const datasets::SceneObject& o : image.objects)
+      if (o.box.height != h || o.box.width != w)
+        throw UsageError("--teacher " + o_.teacher + " reads " + std::to_string(h) + "x" +
+                         std::to_string(w) + " images, and the " + o.name + " of " +
+                         image.file_name + " (" + paths_.train_captions + ") is " +
+                         std::to_string(o.box.height) + "x" + std::to_string(o.box.width));
+  // The loader's pixels back to [0, 1] with the captioner's mean and std, then the teacher's.
+  const std::vector<float>&cm = e.preprocess.mean, &cs = e.preprocess.std;
+  const std::vector<float>&tm = tc.preprocess.mean, &ts = tc.preprocess.std;
+  teacher_logits_.assign(train_set_.images.size(), {});
+  datasets::LoaderOptions lo = eval_loader_options(e, 64, o_.prefetch);
+  lo.num_classes = train_images_->size();
+  datasets::Loader loader(*train_images_, lo);
+  loader.start_epoch(0);
+  Arena arena;
+  nn::Context ctx;
+  ctx.training = false;
+  ctx.arena = &arena;
+  nn::set_inference_precision(ctx, ops::Precision::f32);
+  ctx.one_copy_of_weights = true;
+  ctx.free_block_activations = true;
+  constexpr int64_t kCrops = 256;
+  Tensor crops({kCrops, C, h, w});
+  std::vector<std::pair<size_t, size_t>> owners;  // (image, object) of each crop
+  auto run = [&] {
+    if (owners.empty()) return;
+    arena.reset();
+    const int64_t n = static_cast<int64_t>(owners.size());
+    const Tensor logits = t.model->forward(ctx, crops.rows(0, n));  // [n, K]
+    require_finite_logits(logits, "--teacher " + o_.teacher);
+    for (int64_t j = 0; j < n; ++j) {
+      const auto [image, object] = owners[static_cast<size_t>(j)];
+      const float* z = logits.f32() + j * K;
+      std::copy_n(z, K, teacher_logits_[image].data() + static_cast<int64_t>(object) * K);
+      const size_t top = static_cast<size_t>(std::max_element(z, z + K) - z);
+      teacher_agrees_ += nouns[top] == train_set_.images[image].objects[object].name ? 1 : 0;
+    }
+    teacher_articles_ += n;
+    owners.clear();
+  };
+  datasets::Batch batch;
+  while (loader.next(batch)) {
+    for (int64_t r = 0; r < batch.labels.numel(); ++r) {
+      const size_t image = static_cast<size_t>(batch.labels.i32()[r]);
+      const auto& objects = train_set_.images[image].objects;
+      teacher_logits_[image].assign(objects.size() * static_cast<size_t>(K), 0.f);
+      const float* chw = batch.images.f32() + r * C * H * W;
+      for (size_t o = 0; o < objects.size(); ++o) {
+        const datasets::Box& b = objects[o].box;
+        float* crop = crops.f32() + static_cast<int64_t>(owners.size()) * C * h * w;
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t y = 0; y < h; ++y)
+            for (int64_t x = 0; x < w; ++x) {
+              const size_t ch = static_cast<size_t>(c);
+              const float pixel = chw[(c * H + b.y + y) * W + b.x + x] * cs[ch] + cm[ch];
+              crop[(c * h + y) * w + x] = (pixel - tm[ch]) / ts[ch];
+            }
+        owners.emplace_back(image, o);
+        if (static_cast<int64_t>(owners.size()) == kCrops) run();
+      }
+    }
+  }
+  run();
+  teacher_seconds_ = timer.seconds();
+}
+
 void CaptionTask::check_article_boxes(const std::string& option) const {
   const int64_t H = cfg_.encoder.image_height, W = cfg_.encoder.image_width;
   for (const datasets::CaptionedImage& image : train_set_.images) {
@@ -403,8 +541,13 @@ std::vector<CaptionModel::AttentionGuide> CaptionTask::guides(int64_t begin, int
     for (const GuidePoint& p : guide_points_of(r)) {
       datasets::Box cell = objects.at(static_cast<size_t>(p.object)).cell;
       if (mirrored) cell.x = W - cell.x - cell.width;
-      out.push_back(
-          {r - begin, p.token, patches_in(cfg_, cell), target.at(static_cast<size_t>(p.token))});
+      const size_t image = static_cast<size_t>(batch_.labels.i32()[r]);
+      const float* teacher = teacher_logits_.empty()
+                                 ? nullptr
+                                 : teacher_logits_.at(image).data() +
+                                       static_cast<size_t>(p.object) * teacher_.tokens.size();
+      out.push_back({r - begin, p.token, patches_in(cfg_, cell),
+                     target.at(static_cast<size_t>(p.token)), teacher});
     }
   }
   return out;
@@ -529,7 +672,10 @@ train::StepStats CaptionTask::forward_loss(nn::Context& ctx, int64_t, int micro)
     const double here = static_cast<double>(std::max<size_t>(g.size(), 1));
     if (o_.guided_attention > 0.f)
       nouns += model_->guided_attention(g, o_.guided_attention, per_noun) / here;
-    if (o_.article_loss > 0.f) nouns += model_->article_loss(g, o_.article_loss, per_noun) / here;
+    if (o_.article_loss > 0.f)
+      nouns += model_->article_loss(g, o_.article_loss, per_noun,
+                                    teacher_logits_.empty() ? nullptr : &teacher_) /
+               here;
   }
   train::StepStats stats;
   stats.loss = s.loss + penalty + nouns;
@@ -662,6 +808,13 @@ io::CheckpointMeta CaptionTask::checkpoint_meta() const {
   if (o_.article_erase > 0.f) m.recipe["article-erase"] = format_general(o_.article_erase);
   if (o_.guided_attention > 0.f) m.recipe["guided-attention"] = format_general(o_.guided_attention);
   if (o_.article_loss > 0.f) m.recipe["article-loss"] = format_general(o_.article_loss);
+  if (!o_.teacher.empty()) {
+    m.recipe["teacher"] = o_.teacher;
+    m.recipe["distillation-type"] = o_.distillation_type;
+    m.recipe["distillation-alpha"] = format_general(o_.distillation_alpha);
+    if (o_.distillation_type == "soft")
+      m.recipe["distillation-tau"] = format_general(o_.distillation_tau);
+  }
   if (o_.hflip > 0.f) {
     m.recipe["hflip"] = format_general(o_.hflip);
     m.recipe["hflip-swap"] = word_swaps_text(o_.hflip_swap);
@@ -719,6 +872,16 @@ void CaptionTask::log_setup(std::ostream& L) const {
     << (o_.references == "likeliest" ? "the likeliest of each image's"
                                      : "one of each image's at random per epoch")
     << "\n";
+  if (!o_.teacher.empty())
+    L << "teacher: " << o_.teacher << ", " << o_.distillation_type << " distillation onto the "
+      << "article loss, alpha " << format_general(o_.distillation_alpha)
+      << (o_.distillation_type == "soft" ? ", tau " + format_general(o_.distillation_tau) : "")
+      << "; it read " << teacher_articles_ << " articles in " << format_fixed(teacher_seconds_, 1)
+      << " s and names "
+      << format_fixed(100.0 * static_cast<double>(teacher_agrees_) /
+                          static_cast<double>(std::max<int64_t>(teacher_articles_, 1)),
+                      2)
+      << "% of them as the scenes do\n";
   if (o_.article_flip > 0.f)
     L << "augment: each article mirrored in its box with probability "
       << format_general(o_.article_flip) << "\n";

@@ -4,7 +4,8 @@
 // transform: flips and crops would change what a caption says), one of each image's captions per
 // step (drawn from (seed, epoch, image), or the one the model finds likeliest: --references),
 // teacher forcing with label-smoothed cross-entropy plus the doubly stochastic attention penalty
-// and, on generated scenes, guided attention and the article loss, AdamW with warmup and a cosine
+// and, on generated scenes, guided attention and the article loss (optionally with a classifier's
+// labels distilled onto it, --teacher), AdamW with warmup and a cosine
 // per step, the encoder new, or initialised from a ViT checkpoint (--encoder-from) and then
 // frozen or trained at its own learning rate. Validation: the loss of each image's first caption,
 // and greedy captions scored by corpus BLEU-4 against every reference (and exact scene match on
@@ -86,6 +87,15 @@ struct CaptionTrainOptions {
   // caption names, should write its noun (CaptionModel::article_loss), loss −λ · log p(noun), the
   // mean over the global batch's nouns. It teaches the encoder the articles directly.
   float article_loss = 0.f;
+  // --teacher: a ViT classifier of Fashion-MNIST's ten classes (vitk train; the bundled
+  // vit/models/fmnist-vit.h5), distilled onto the article loss: before the first step it reads
+  // each training article's box, as the scene file drew it, and its logits take a share
+  // --distillation-alpha of each noun's article loss (CaptionModel::ArticleTeacher), soft at
+  // temperature --distillation-tau or hard (its top class), as DeiT's options.
+  std::string teacher;
+  std::string distillation_type = "soft";
+  float distillation_alpha = 0.5f;
+  float distillation_tau = 1.f;
 
   int epochs = 10;
   int64_t steps = 0;  // --steps: the run's length in optimizer steps instead of epochs
@@ -118,6 +128,15 @@ struct CaptionTrainOptions {
 struct GuidePoint {
   int32_t token = 0, object = 0;
 };
+
+// --teacher: the token of each class of a Fashion-MNIST classifier, from its class names
+// ("T-shirt/top" is the scenes' "t-shirt", put in `names` when given): the first piece of the
+// noun's last word, the piece named_cells finds in a caption. vitk::UsageError naming `teacher`
+// and the class that is not an article of the scenes.
+std::vector<int32_t> teacher_tokens(const datasets::Tokenizer& tokenizer,
+                                    const std::vector<std::string>& class_names,
+                                    const std::string& teacher,
+                                    std::vector<std::string>* names = nullptr);
 
 class CaptionTask : public train::Task {
  public:
@@ -164,6 +183,8 @@ class CaptionTask : public train::Task {
   void check_article_boxes(const std::string& option) const;
   // --article-flip and --article-erase: their augmentation of the current batch's images.
   void augment_articles();
+  // --teacher: its logits for every article of the training scenes, teacher_logits_.
+  void run_teacher();
   // --guided-attention and --article-loss: for rows [begin, end) of the current batch, each noun
   // of its target caption with the patches of the article's cell (mirrored with the image).
   std::vector<CaptionModel::AttentionGuide> guides(int64_t begin, int64_t end) const;
@@ -185,6 +206,12 @@ class CaptionTask : public train::Task {
   // words-swapped mirror), [image][caption] as the ids are.
   std::vector<std::vector<std::vector<GuidePoint>>> guide_points_, mirrored_guide_points_;
   int64_t cut_captions_ = 0;  // longer than the model's positions
+  // --teacher: [image] -> the logits of each of its objects, objects x classes, and the classes'
+  // tokens; the articles it read, those it names as the scene does, and the seconds it took.
+  std::vector<std::vector<float>> teacher_logits_;
+  CaptionModel::ArticleTeacher teacher_;
+  int64_t teacher_articles_ = 0, teacher_agrees_ = 0;  // ... and those its top class names
+  double teacher_seconds_ = 0;
   CaptionConfig cfg_;
   uint64_t seed_ = 0;
   int64_t bpe_ = 0, epoch_ = 0;
