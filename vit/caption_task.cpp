@@ -503,6 +503,11 @@ void CaptionTask::run_teacher() {
     }
   }
   run();
+  // The loader leaves out what it cannot read; an image the teacher did not see has no labels.
+  for (size_t i = 0; i < teacher_logits_.size(); ++i)
+    if (teacher_logits_[i].empty() && !train_set_.images[i].objects.empty())
+      throw Error("--teacher: " + train_set_.images[i].file_name + " of " + paths_.train_captions +
+                  " could not be read, so the teacher has no labels for its articles");
   teacher_seconds_ = timer.seconds();
 }
 
