@@ -118,7 +118,7 @@ class CaptionModel {
   //   (1 − α) · −log p[token] + α · D,  p = softmax(z), z = W · mean_{i ∈ memory} m_i
   //   soft: D = τ² · Σ_k q_k · (log q_k − log softmax(z / τ)[tokens_k]),  q = softmax(t / τ)
   //   hard: D = −log p[tokens_k*],  k* = argmax_k t_k (the lower k on a tie)
-  // where tokens_k is the noun of the teacher's class k. The softmaxes run over the whole
+  // where tokens_k is the noun of the teacher's class k. The student's softmaxes run over the whole
   // vocabulary, so the student also learns to give the other words nothing.
   struct ArticleTeacher {
     std::vector<int32_t> tokens;  // the noun token of each of the teacher's classes
