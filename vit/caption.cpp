@@ -404,56 +404,46 @@ void log_softmax_row(const float* z, int64_t V, double tau, std::vector<double>&
     out[static_cast<size_t>(v)] = static_cast<double>(z[v]) / tau - log_sum;
 }
 
-// The distilled article loss of CaptionModel::article_loss on logits [G, V]: returns the sum over
-// the rows of (1 − α) · CE + α · D and writes scale times its gradient to dlogits.
-double distilled_cross_entropy(const Tensor& logits, const Tensor& nouns,
-                               const std::vector<CaptionModel::AttentionGuide>& guides,
-                               const CaptionModel::ArticleTeacher& teacher, float scale,
-                               Tensor& dlogits) {
+// The teacher's term of CaptionModel::article_loss on the cells' logits [G, V]: returns the sum
+// over the rows of α · D and ADDS scale times its gradient to dlogits.
+double teacher_term(const Tensor& logits, const std::vector<CaptionModel::AttentionGuide>& guides,
+                    const CaptionModel::ArticleTeacher& teacher, float scale, Tensor& dlogits) {
   const int64_t G = logits.dim(0), V = logits.dim(1);
   const int64_t K = static_cast<int64_t>(teacher.tokens.size());
   const double alpha = teacher.alpha, tau = teacher.tau;
-  std::vector<double> ls, ls_tau, q(static_cast<size_t>(K));
+  if (teacher.hard) {  // α · −log p[token of argmax t]: the cross-entropy of those tokens
+    Tensor targets({G}, DType::i32), d({G, V});
+    for (int64_t j = 0; j < G; ++j) {
+      const float* t = guides[static_cast<size_t>(j)].teacher;
+      targets.i32()[j] = teacher.tokens[static_cast<size_t>(std::max_element(t, t + K) - t)];
+    }
+    const double mean = ops::cross_entropy_forward_backward(
+                            logits, targets, 0.f, -100,
+                            static_cast<float>(alpha) * scale * static_cast<float>(G), d)
+                            .loss;
+    ops::accumulate(dlogits, d);
+    return alpha * mean * static_cast<double>(G);
+  }
+  // α τ² KL(q ‖ softmax(z/τ) at the tokens), q = softmax(t/τ): gradient α τ (softmax(z/τ) − q)
+  std::vector<double> ls, q(static_cast<size_t>(K));
   double total = 0;
   for (int64_t j = 0; j < G; ++j) {
-    const float* z = logits.f32() + j * V;
     const float* t = guides[static_cast<size_t>(j)].teacher;
     float* dz = dlogits.f32() + j * V;
-    std::vector<double> d(static_cast<size_t>(V), 0.0);
-    log_softmax_row(z, V, 1.0, ls);
-    // (1 − α) · −log p[y]: gradient (1 − α)(p − e_y)
-    const int32_t y = nouns.i32()[j];
-    total += (1 - alpha) * -ls[static_cast<size_t>(y)];
+    log_softmax_row(logits.f32() + j * V, V, tau, ls);
+    double top = -std::numeric_limits<double>::infinity(), sum = 0;
+    for (int64_t k = 0; k < K; ++k) top = std::max(top, static_cast<double>(t[k]) / tau);
+    for (int64_t k = 0; k < K; ++k) sum += std::exp(static_cast<double>(t[k]) / tau - top);
+    std::vector<double> d(static_cast<size_t>(V));
     for (int64_t v = 0; v < V; ++v)
-      d[static_cast<size_t>(v)] += (1 - alpha) * std::exp(ls[static_cast<size_t>(v)]);
-    d[static_cast<size_t>(y)] -= 1 - alpha;
-    if (teacher.hard) {  // α · −log p[token of argmax t]: gradient α(p − e)
-      int64_t best = 0;
-      for (int64_t k = 1; k < K; ++k)
-        if (t[k] > t[best]) best = k;
-      const int32_t target = teacher.tokens[static_cast<size_t>(best)];
-      total += alpha * -ls[static_cast<size_t>(target)];
-      for (int64_t v = 0; v < V; ++v)
-        d[static_cast<size_t>(v)] += alpha * std::exp(ls[static_cast<size_t>(v)]);
-      d[static_cast<size_t>(target)] -= alpha;
-    } else {  // α τ² KL(q ‖ softmax(z/τ) at the tokens): gradient α τ (softmax(z/τ) − q)
-      log_softmax_row(z, V, tau, ls_tau);
-      double top = -std::numeric_limits<double>::infinity(), sum = 0;
-      for (int64_t k = 0; k < K; ++k) top = std::max(top, static_cast<double>(t[k]) / tau);
-      for (int64_t k = 0; k < K; ++k) sum += std::exp(static_cast<double>(t[k]) / tau - top);
-      for (int64_t k = 0; k < K; ++k) {
-        const double log_q = static_cast<double>(t[k]) / tau - top - std::log(sum);
-        q[static_cast<size_t>(k)] = std::exp(log_q);
-        const size_t tok = static_cast<size_t>(teacher.tokens[static_cast<size_t>(k)]);
-        total += alpha * tau * tau * q[static_cast<size_t>(k)] * (log_q - ls_tau[tok]);
-      }
-      for (int64_t v = 0; v < V; ++v)
-        d[static_cast<size_t>(v)] += alpha * tau * std::exp(ls_tau[static_cast<size_t>(v)]);
-      for (int64_t k = 0; k < K; ++k)
-        d[static_cast<size_t>(teacher.tokens[static_cast<size_t>(k)])] -=
-            alpha * tau * q[static_cast<size_t>(k)];
+      d[static_cast<size_t>(v)] = alpha * tau * std::exp(ls[static_cast<size_t>(v)]);
+    for (int64_t k = 0; k < K; ++k) {
+      const double log_q = static_cast<double>(t[k]) / tau - top - std::log(sum);
+      const size_t tok = static_cast<size_t>(teacher.tokens[static_cast<size_t>(k)]);
+      total += alpha * tau * tau * std::exp(log_q) * (log_q - ls[tok]);
+      d[tok] -= alpha * tau * std::exp(log_q);
     }
-    for (int64_t v = 0; v < V; ++v) dz[v] = static_cast<float>(scale * d[static_cast<size_t>(v)]);
+    for (int64_t v = 0; v < V; ++v) dz[v] += static_cast<float>(scale * d[static_cast<size_t>(v)]);
   }
   return total;
 }
@@ -503,13 +493,14 @@ double CaptionModel::article_loss(const std::vector<AttentionGuide>& guides, flo
   // guides, G times the mean that the cross-entropy returns and differentiates.
   Tensor logits({G, V}), dlogits({G, V}), dpooled({G, d}), no_bias;
   ops::linear_forward(pooled, W, Tensor(), logits);
-  const double loss_sum =
-      teacher
-          ? distilled_cross_entropy(logits, nouns, guides, *teacher, lambda * grad_scale, dlogits)
-          : ops::cross_entropy_forward_backward(
-                logits, nouns, 0.f, -100, lambda * grad_scale * static_cast<float>(G), dlogits)
-                    .loss *
-                static_cast<double>(G);
+  // With a teacher the nouns' share is 1 − α, and the teacher's term adds the rest.
+  const float scale = lambda * grad_scale, nouns_share = teacher ? 1.f - teacher->alpha : 1.f;
+  double loss_sum =
+      nouns_share * static_cast<double>(G) *
+      ops::cross_entropy_forward_backward(logits, nouns, 0.f, -100,
+                                          nouns_share * scale * static_cast<float>(G), dlogits)
+          .loss;
+  if (teacher) loss_sum += teacher_term(logits, guides, *teacher, scale, dlogits);
   if (m.article_doutput.empty()) m.article_doutput = Tensor(W.shape());
   if (m.article_dmemory.empty()) m.article_dmemory = Tensor(memory.shape());
   ops::linear_backward(pooled, W, dlogits, dpooled, m.article_doutput, no_bias);  // dW +=

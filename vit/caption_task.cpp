@@ -540,13 +540,13 @@ std::vector<CaptionModel::AttentionGuide> CaptionTask::guides(int64_t begin, int
   const int64_t W = cfg_.encoder.image_width;
   std::vector<CaptionModel::AttentionGuide> out;
   for (int64_t r = begin; r < end; ++r) {
-    const auto& objects = train_set_.images.at(static_cast<size_t>(batch_.labels.i32()[r])).objects;
+    const size_t image = static_cast<size_t>(batch_.labels.i32()[r]);
+    const auto& objects = train_set_.images.at(image).objects;
     const bool mirrored = mirrored_row(r);
     const std::vector<int32_t>& target = target_of(r);
     for (const GuidePoint& p : guide_points_of(r)) {
       datasets::Box cell = objects.at(static_cast<size_t>(p.object)).cell;
       if (mirrored) cell.x = W - cell.x - cell.width;
-      const size_t image = static_cast<size_t>(batch_.labels.i32()[r]);
       const float* teacher = teacher_logits_.empty()
                                  ? nullptr
                                  : teacher_logits_.at(image).data() +
