@@ -20,6 +20,7 @@ compiles() {
     data) roots=(data core) ;;
     translation) roots=(translation core) ;;
     vit) roots=(vit data core) ;;
+    caption) roots=(caption vit data core) ;;
   esac
   local flags=()
   for r in "${roots[@]}"; do flags+=("-I$layers/$r"); done
@@ -56,5 +57,10 @@ compiles vit vit/vit.h ok
 compiles vit datasets/loader.h ok
 compiles vit common/seq2seq/model.h refused
 compiles vit tools/cli.h refused
+compiles vit vit/caption/model.h refused
+compiles caption vit/caption/model.h ok
+compiles caption vit/vit.h ok
+compiles caption common/seq2seq/model.h refused
+compiles caption tools/cli.h refused
 
 ((failures == 0)) || { echo "$failures case(s) wrong" >&2; exit 1; }

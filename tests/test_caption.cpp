@@ -1,7 +1,7 @@
-// The captioning model (vit/caption.h): parity with PyTorch (tests/parity/make_caption_fixture.py:
-// the ViT's features as the memory of nn.TransformerDecoder, cross-entropy plus the doubly
-// stochastic attention penalty), incremental decoding against the teacher-forced forward, a frozen
-// encoder, and the configuration as text.
+// The captioning model (vit/caption/model.h): parity with PyTorch
+// (tests/parity/make_caption_fixture.py: the ViT's features as the memory of nn.TransformerDecoder,
+// cross-entropy plus the doubly stochastic attention penalty), incremental decoding against the
+// teacher-forced forward, a frozen encoder, and the configuration as text.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,8 +23,8 @@
 #include "op_test_util.h"
 #include "scene_data.h"
 #include "test_util.h"
-#include "vit/caption.h"
-#include "vit/captioner.h"
+#include "vit/caption/captioner.h"
+#include "vit/caption/model.h"
 
 using namespace vitk;
 
@@ -34,7 +34,7 @@ std::string caption_fixture(const std::string& name) {
   return std::string(VITK_SOURCE_DIR) + "/tests/fixtures/caption/" + name + ".h5";
 }
 
-vit::CaptionConfig config_of(const test::FixtureFile& f) {
+caption::CaptionConfig config_of(const test::FixtureFile& f) {
   std::map<std::string, std::string> m{{"type", "caption"}};
   for (const char* key :
        {"image_size", "patch_size", "channels", "d_model", "heads", "d_ff", "layers", "pool",
@@ -44,7 +44,7 @@ vit::CaptionConfig config_of(const test::FixtureFile& f) {
     m[key] = f.attr_string(key);
   if (f.has_attr("memory_positions")) m["memory_positions"] = f.attr_string("memory_positions");
   m["mean"] = m["std"] = m["channels"] == "1" ? "0.5" : "0.5,0.5,0.5";  // not read by the model
-  return vit::caption_config_from_map(m, f.path());
+  return caption::caption_config_from_map(m, f.path());
 }
 
 std::vector<std::string> sorted_names(const ParamStore& store) {
@@ -57,8 +57,8 @@ std::vector<std::string> sorted_names(const ParamStore& store) {
 // A small model with random weights, for the tests that need no fixture.
 struct SmallCaptioner {
   ParamStore store;
-  vit::CaptionConfig config;
-  std::unique_ptr<vit::CaptionModel> model;
+  caption::CaptionConfig config;
+  std::unique_ptr<caption::CaptionModel> model;
   explicit SmallCaptioner(bool class_token = true, bool tied = true, bool positions = false) {
     config.encoder.image_height = config.encoder.image_width = 8;
     config.encoder.patch_size = 4;
@@ -77,7 +77,7 @@ struct SmallCaptioner {
     config.memory_class_token = class_token;
     config.memory_positions = positions;
     config.tie_embeddings = tied;
-    model = std::make_unique<vit::CaptionModel>(store, config);
+    model = std::make_unique<caption::CaptionModel>(store, config);
     store.finalize();
     ops::Rng rng(5);
     model->init(rng);
@@ -121,9 +121,9 @@ TEST_P(CaptionParity, MatchesPyTorch) {
   SKIP_UNLESS_SUPPORTED(precision);
   const test::OneThread one_thread;
   const test::FixtureFile f(caption_fixture(name));
-  const vit::CaptionConfig c = config_of(f);
+  const caption::CaptionConfig c = config_of(f);
   ParamStore store;
-  vit::CaptionModel model(store, c);
+  caption::CaptionModel model(store, c);
   store.finalize();
   std::vector<std::string> file_names = f.names("param");
   std::sort(file_names.begin(), file_names.end());
@@ -231,7 +231,7 @@ TEST(CaptionModel, CaptionLogProbsAreTheTeacherForcedForwards) {
   for (const auto& c : captions) rows.push_back(&c);
   Arena arena;
   nn::Context ctx{false, &arena, nullptr};
-  const std::vector<double> got = vit::caption_log_probs(*s.model, ctx, images, rows, image_of);
+  const std::vector<double> got = caption::caption_log_probs(*s.model, ctx, images, rows, image_of);
   ASSERT_EQ(got.size(), captions.size());
   const int64_t V = s.config.vocab_size;
   for (size_t k = 0; k < captions.size(); ++k) {
@@ -255,11 +255,11 @@ TEST(CaptionModel, CaptionLogProbsAreTheTeacherForcedForwards) {
   }
 
   const std::vector<int32_t> too_long(static_cast<size_t>(s.config.max_length), 4);
-  EXPECT_THROW(vit::caption_log_probs(*s.model, ctx, images, {&too_long}, {0}), Error);
-  EXPECT_THROW(vit::caption_log_probs(*s.model, ctx, images, {rows[0]}, {2}), Error);
+  EXPECT_THROW(caption::caption_log_probs(*s.model, ctx, images, {&too_long}, {0}), Error);
+  EXPECT_THROW(caption::caption_log_probs(*s.model, ctx, images, {rows[0]}, {2}), Error);
   const std::vector<int32_t> unknown = {4, static_cast<int32_t>(s.config.vocab_size)};
-  EXPECT_THROW(vit::caption_log_probs(*s.model, ctx, images, {&unknown}, {0}), Error);
-  EXPECT_THROW(vit::caption_log_probs(*s.model, ctx, images, {rows[0]}, {}), Error);
+  EXPECT_THROW(caption::caption_log_probs(*s.model, ctx, images, {&unknown}, {0}), Error);
+  EXPECT_THROW(caption::caption_log_probs(*s.model, ctx, images, {rows[0]}, {}), Error);
 }
 
 // A frozen encoder (train_encoder false) gets no gradient and the decoder the same one as with
@@ -316,17 +316,17 @@ TEST(CaptionModel, AFrozenEncoderGetsNoGradientAndTheDecoderTheSame) {
 // The configuration reads back from its text exactly, and a bad value names the key.
 TEST(CaptionConfig, RoundTripsThroughTextAndNamesBadKeys) {
   SmallCaptioner s(/*class_token=*/false, /*tied=*/false);
-  const auto map = vit::to_config_map(s.config);
+  const auto map = caption::to_config_map(s.config);
   EXPECT_EQ(map.at("type"), "caption");
   EXPECT_EQ(map.count("num_classes"), 0u);
-  const vit::CaptionConfig back = vit::caption_config_from_map(map, "x.h5");
-  EXPECT_EQ(vit::to_config_map(back), map);
+  const caption::CaptionConfig back = caption::caption_config_from_map(map, "x.h5");
+  EXPECT_EQ(caption::to_config_map(back), map);
   auto bad = map;
   bad["decoder_heads"] = "3";
   EXPECT_THROW(
       {
         try {
-          vit::caption_config_from_map(bad, "x.h5");
+          caption::caption_config_from_map(bad, "x.h5");
         } catch (const Error& e) {
           EXPECT_TRUE(test::contains(e.what(), "x.h5")) << e.what();
           EXPECT_TRUE(test::contains(e.what(), "decoder_heads")) << e.what();
@@ -336,17 +336,17 @@ TEST(CaptionConfig, RoundTripsThroughTextAndNamesBadKeys) {
       Error);
   bad = map;
   bad["tie_embeddings"] = "yes";
-  EXPECT_THROW(vit::caption_config_from_map(bad, "x.h5"), Error);
+  EXPECT_THROW(caption::caption_config_from_map(bad, "x.h5"), Error);
   bad = map;
   bad["type"] = "vit";
-  EXPECT_THROW(vit::caption_config_from_map(bad, "x.h5"), Error);
+  EXPECT_THROW(caption::caption_config_from_map(bad, "x.h5"), Error);
   bad = map;  // the sine-cosine code needs d_model in quarters
   bad["memory_positions"] = "true";
   bad["d_model"] = "18";
   EXPECT_THROW(
       {
         try {
-          vit::caption_config_from_map(bad, "x.h5");
+          caption::caption_config_from_map(bad, "x.h5");
         } catch (const Error& e) {
           EXPECT_TRUE(test::contains(e.what(), "memory_positions")) << e.what();
           throw;
@@ -354,7 +354,7 @@ TEST(CaptionConfig, RoundTripsThroughTextAndNamesBadKeys) {
       },
       Error);
   bad["d_model"] = "16";
-  EXPECT_TRUE(vit::caption_config_from_map(bad, "x.h5").memory_positions);
+  EXPECT_TRUE(caption::caption_config_from_map(bad, "x.h5").memory_positions);
 }
 
 // Guided attention: its value is −λ · log of the attention mass (the last layer's, mean over the
@@ -367,7 +367,7 @@ TEST(CaptionModel, GuidedAttentionIsMinusTheLogOfItsMassWithTheFiniteDifferences
   const Tensor images = random_images(2, gen);
   const TwoCaptions c;
   const Tensor &target_in = c.in, &lengths = c.lengths;
-  const std::vector<vit::CaptionModel::AttentionGuide> guides = {
+  const std::vector<caption::CaptionModel::AttentionGuide> guides = {
       {0, 1, {1, 2}}, {0, 2, {4}}, {1, 0, {3}}, {1, 1, {0, 4}}};
   const float lambda = 0.7f;
   s.model->keep_attention_weights = true;
@@ -437,7 +437,7 @@ namespace {
 // model's own encode().
 std::vector<std::vector<double>> cell_logits(
     SmallCaptioner& s, const Parameter& W, const Tensor& images,
-    const std::vector<vit::CaptionModel::AttentionGuide>& guides) {
+    const std::vector<caption::CaptionModel::AttentionGuide>& guides) {
   Arena arena;
   nn::Context ctx{false, &arena, nullptr};
   const Tensor memory = s.model->encode(ctx, images);  // [B, Tm, d]
@@ -481,7 +481,7 @@ TEST(CaptionModel,
     const Tensor images = random_images(2, gen);
     const TwoCaptions c;
     const Tensor &target_in = c.in, &lengths = c.lengths;
-    const std::vector<vit::CaptionModel::AttentionGuide> guides = {
+    const std::vector<caption::CaptionModel::AttentionGuide> guides = {
         {0, 1, {1, 2}, 5}, {0, 2, {4}, 8}, {1, 0, {0, 3, 4}, 7}, {1, 0, {3}, 4}};
     const float lambda = 0.6f;
     auto run = [&](bool backward) {
@@ -556,20 +556,20 @@ TEST(CaptionModel, DistilledArticleLossIsTheTeachersShareWithTheFiniteDifference
   const Tensor images = random_images(2, gen);
   const TwoCaptions c;
   const std::vector<float> t = {2.f, -1.f, 0.5f, -0.3f, 0.2f, 1.7f, 3.f, 3.f, -2.f};  // 3 x 3
-  std::vector<vit::CaptionModel::AttentionGuide> guides = {{0, 1, {1, 2}, 4, t.data()},
-                                                           {1, 0, {0, 3, 4}, 6, t.data() + 3},
-                                                           {1, 0, {3}, 8, t.data() + 6}};
+  std::vector<caption::CaptionModel::AttentionGuide> guides = {{0, 1, {1, 2}, 4, t.data()},
+                                                               {1, 0, {0, 3, 4}, 6, t.data() + 3},
+                                                               {1, 0, {3}, 8, t.data() + 6}};
   const float lambda = 0.7f;
   const Parameter& W = *s.store.find("decoder.embed_tokens.weight");
   const std::vector<std::vector<double>> z = cell_logits(s, W, images, guides);
   for (const bool hard : {false, true}) {
     SCOPED_TRACE(hard ? "hard" : "soft");
-    vit::CaptionModel::ArticleTeacher teacher;
+    caption::CaptionModel::ArticleTeacher teacher;
     teacher.tokens = {4, 6, 8};
     teacher.alpha = 0.4f;
     teacher.tau = 2.f;
     teacher.hard = hard;
-    auto run = [&](bool backward, const vit::CaptionModel::ArticleTeacher* with) {
+    auto run = [&](bool backward, const caption::CaptionModel::ArticleTeacher* with) {
       Arena arena;
       nn::Context ctx{true, &arena, nullptr};
       const Tensor logits = s.model->forward(ctx, images, c.in, c.lengths);
@@ -619,7 +619,7 @@ TEST(CaptionModel, DistilledArticleLossIsTheTeachersShareWithTheFiniteDifference
   Arena arena;
   nn::Context ctx{true, &arena, nullptr};
   s.model->forward(ctx, images, c.in, c.lengths);
-  vit::CaptionModel::ArticleTeacher teacher;
+  caption::CaptionModel::ArticleTeacher teacher;
   teacher.tokens = {4, 6, 8};
   guides[1].teacher = nullptr;
   EXPECT_THROW(s.model->article_loss(guides, lambda, 1.f, &teacher), Error);  // no logits
@@ -671,7 +671,7 @@ class WordVocabulary : public Vocabulary {
 // caption-eval's figures and their breakdown, from hand-made captions and attention rows: exact
 // scene match, the articles, the relations by kind, and attention-in-cell by the noun's place.
 TEST(CaptionScores, BreakExactMatchAndAttentionDown) {
-  vit::CaptionConfig config;
+  caption::CaptionConfig config;
   config.encoder.image_height = config.encoder.image_width = 84;
   config.encoder.patch_size = 14;  // a 6x6 grid; a 42-pixel cell holds 3x3 patches
   config.memory_class_token = false;
@@ -686,7 +686,7 @@ TEST(CaptionScores, BreakExactMatchAndAttentionDown) {
       "a coat above a bag",                                      // the boot left out, a false above
       "a bag to the left of a ankle boot and a dress below it and a coat to the left of it",
   };
-  std::vector<vit::CaptionResult> results;
+  std::vector<caption::CaptionResult> results;
   for (size_t i = 0; i < captions.size(); ++i) {
     datasets::CaptionedImage image;
     image.captions = {captions[0]};
@@ -695,7 +695,7 @@ TEST(CaptionScores, BreakExactMatchAndAttentionDown) {
                      vitk::testing::scene_object("coat", 1, 0)};
     if (i == 3) image.objects.push_back(vitk::testing::scene_object("dress", 1, 1));
     set.images.push_back(image);
-    vit::CaptionResult r;
+    caption::CaptionResult r;
     r.image = static_cast<int64_t>(i);
     r.read = true;
     r.texts = {captions[i]};
@@ -723,7 +723,7 @@ TEST(CaptionScores, BreakExactMatchAndAttentionDown) {
   // left at the corner, in the bag's cell.
   look(3, 8, 3);
   look(3, 11, 21);
-  const vit::CaptionScores s = vit::score_captions(config, vocabulary, set, results);
+  const caption::CaptionScores s = caption::score_captions(config, vocabulary, set, results);
   EXPECT_EQ(s.images, 4);
   EXPECT_EQ(s.scenes, 4);
   EXPECT_EQ(s.exact, 2);
@@ -751,7 +751,8 @@ TEST(CaptionScores, NamedCellsGiveEachNounsTokenAndArticleAndTheCellsPatches) {
   const std::string caption = "a bag to the left of a ankle boot and a coat below it";
   const std::vector<int> ids = vocabulary.encode(caption);
   const std::vector<int32_t> tokens(ids.begin(), ids.end());
-  const std::vector<vit::NamedCell> named = vit::named_cells(vocabulary, tokens, caption, objects);
+  const std::vector<caption::NamedCell> named =
+      caption::named_cells(vocabulary, tokens, caption, objects);
   ASSERT_EQ(named.size(), 3u);
   EXPECT_EQ(named[0].object, &objects[0]);
   EXPECT_EQ(named[0].token, 1);  // "bag"
@@ -761,18 +762,18 @@ TEST(CaptionScores, NamedCellsGiveEachNounsTokenAndArticleAndTheCellsPatches) {
   EXPECT_EQ(named[2].token, 11);
   // Cut after "ankle": the boot has no token.
   const std::vector<int32_t> cut(tokens.begin(), tokens.begin() + 8);
-  const std::vector<vit::NamedCell> short_named =
-      vit::named_cells(vocabulary, cut, caption, objects);
+  const std::vector<caption::NamedCell> short_named =
+      caption::named_cells(vocabulary, cut, caption, objects);
   ASSERT_EQ(short_named.size(), 3u);
   EXPECT_EQ(short_named[0].token, 1);
   EXPECT_EQ(short_named[1].token, -1);
 
-  vit::CaptionConfig config;
+  caption::CaptionConfig config;
   config.encoder.image_height = config.encoder.image_width = 84;
   config.encoder.patch_size = 14;  // 6x6 patches; a 42-pixel cell holds 3x3 of them
   config.memory_class_token = false;
-  EXPECT_EQ(vit::patches_in(config, objects[1].cell),
+  EXPECT_EQ(caption::patches_in(config, objects[1].cell),
             (std::vector<int32_t>{3, 4, 5, 9, 10, 11, 15, 16, 17}));
   config.memory_class_token = true;  // row 0 is the class token
-  EXPECT_EQ(vit::patches_in(config, {0, 28, 28, 28}), (std::vector<int32_t>{13, 14, 19, 20}));
+  EXPECT_EQ(caption::patches_in(config, {0, 28, 28, 28}), (std::vector<int32_t>{13, 14, 19, 20}));
 }

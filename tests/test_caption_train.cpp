@@ -26,8 +26,8 @@
 #include "datasets/scenes.h"
 #include "scene_data.h"
 #include "test_util.h"
-#include "vit/caption_task.h"
-#include "vit/captioner.h"
+#include "vit/caption/captioner.h"
+#include "vit/caption/task.h"
 #include "vit/evaluate.h"
 #include "vitk_process.h"
 
@@ -54,12 +54,12 @@ struct TinyScenes {
     root = o.output;
   }
 
-  vit::CaptionTrainOptions options(const std::string& output) const {
-    vit::CaptionTrainOptions t;
+  caption::CaptionTrainOptions options(const std::string& output) const {
+    caption::CaptionTrainOptions t;
     t.data = root;
     t.output = output;
     t.vocab_size = 40;
-    vit::CaptionConfig& c = t.model;
+    caption::CaptionConfig& c = t.model;
     c.encoder.image_height = c.encoder.image_width = 84;
     c.encoder.patch_size = 14;
     c.encoder.channels = 1;
@@ -90,9 +90,9 @@ struct TinyScenes {
 
 // The options of a run that has to learn its scenes: the articles differ by faint textures, so the
 // encoder gets a little more capacity.
-vit::CaptionTrainOptions learning_options(const TinyScenes& s, const std::string& output,
-                                          int epochs) {
-  vit::CaptionTrainOptions o = s.options(output);
+caption::CaptionTrainOptions learning_options(const TinyScenes& s, const std::string& output,
+                                              int epochs) {
+  caption::CaptionTrainOptions o = s.options(output);
   o.model.encoder.d_model = 64;
   o.model.encoder.d_ff = 128;
   o.model.encoder.layers = 2;
@@ -113,8 +113,8 @@ fs::path mirror_images(const std::string& from, const fs::path& to) {
   return to;
 }
 
-vit::CaptionRunOptions greedy_options() {
-  vit::CaptionRunOptions r;
+caption::CaptionRunOptions greedy_options() {
+  caption::CaptionRunOptions r;
   r.search.method = decode::SearchMethod::greedy;
   return r;
 }
@@ -127,13 +127,13 @@ TEST(CaptionTrain, ATinyRunLearnsItsScenesAndBeamScoresAtLeastGreedy) {
   TinyScenes s;
   const std::string out = (s.dir / "run").string();
   std::ostringstream log;
-  vit::CaptionTrainOptions o = learning_options(s, out, 300);
-  const train::Result r = vit::train_captions(o, log);
+  caption::CaptionTrainOptions o = learning_options(s, out, 300);
+  const train::Result r = caption::train_captions(o, log);
   ASSERT_EQ(r.end, train::End::finished) << log.str();
-  vit::LoadedCaptioner m = vit::load_captioner(out + "/last.h5");
+  caption::LoadedCaptioner m = caption::load_captioner(out + "/last.h5");
   const datasets::CaptionSet train =
       datasets::read_captions(s.root + "/captions_train.json", s.root + "/images/train");
-  const auto greedy = vit::caption_set(*m.model, m.tokenizer, train, greedy_options());
+  const auto greedy = caption::caption_set(*m.model, m.tokenizer, train, greedy_options());
   int exact = 0;
   for (const auto& g : greedy) {
     ASSERT_TRUE(g.read);
@@ -146,10 +146,10 @@ TEST(CaptionTrain, ATinyRunLearnsItsScenesAndBeamScoresAtLeastGreedy) {
   }
   EXPECT_EQ(exact, 8) << log.str();
 
-  vit::CaptionRunOptions beam;
+  caption::CaptionRunOptions beam;
   beam.search.method = decode::SearchMethod::beam;
   beam.search.beam_size = 3;
-  const auto beamed = vit::caption_set(*m.model, m.tokenizer, train, beam);
+  const auto beamed = caption::caption_set(*m.model, m.tokenizer, train, beam);
   ASSERT_EQ(beamed.size(), greedy.size());
   for (size_t i = 0; i < beamed.size(); ++i)
     EXPECT_GE(beamed[i].hypotheses.front().score, greedy[i].hypotheses.front().score - 1e-9)
@@ -169,11 +169,11 @@ TEST(CaptionTrain, TheLikeliestReferencesSettleOnOneCaptionPerImage) {
     SCOPED_TRACE(references);
     const std::string out = (s.dir / references).string();
     std::ostringstream log;
-    vit::CaptionTrainOptions o = learning_options(s, out, 200);
+    caption::CaptionTrainOptions o = learning_options(s, out, 200);
     o.references = references;
-    ASSERT_EQ(vit::train_captions(o, log).end, train::End::finished) << log.str();
-    vit::LoadedCaptioner m = vit::load_captioner(out + "/last.h5");
-    const auto greedy = vit::caption_set(*m.model, m.tokenizer, train, greedy_options());
+    ASSERT_EQ(caption::train_captions(o, log).end, train::End::finished) << log.str();
+    caption::LoadedCaptioner m = caption::load_captioner(out + "/last.h5");
+    const auto greedy = caption::caption_set(*m.model, m.tokenizer, train, greedy_options());
     int exact = 0;
     for (const auto& g : greedy)
       exact += datasets::caption_matches_scene(g.texts.front(),
@@ -204,7 +204,7 @@ TEST(CaptionTrain, TheLikeliestReferencesSettleOnOneCaptionPerImage) {
     Arena arena;
     nn::Context ctx{false, &arena, nullptr};
     const std::vector<double> lp =
-        vit::caption_log_probs(*m.model, ctx, batch.images, rows, image_of);
+        caption::caption_log_probs(*m.model, ctx, batch.images, rows, image_of);
     double share = 0;
     for (size_t k = 0; k < 16; k += 2)
       share += std::exp(std::max(lp[k], lp[k + 1])) / (std::exp(lp[k]) + std::exp(lp[k + 1]));
@@ -222,19 +222,19 @@ TEST(CaptionTrain, MirroredImagesTrainOnTheirCaptionsWithLeftAndRightSwapped) {
   TinyScenes s;
   const std::string out = (s.dir / "run").string();
   std::ostringstream log;
-  vit::CaptionTrainOptions o = learning_options(s, out, 300);
+  caption::CaptionTrainOptions o = learning_options(s, out, 300);
   o.hflip = 1.f;
-  ASSERT_EQ(vit::train_captions(o, log).end, train::End::finished) << log.str();
+  ASSERT_EQ(caption::train_captions(o, log).end, train::End::finished) << log.str();
   EXPECT_TRUE(test::contains(log.str(), "mirrored left-right with probability 1")) << log.str();
   EXPECT_EQ(io::read_checkpoint_meta(out + "/last.h5").recipe.at("hflip-swap"), "left:right");
 
   const fs::path mirrored = mirror_images(s.root + "/images/train", s.dir / "mirrored");
   const datasets::CaptionSet train =
       datasets::read_captions(s.root + "/captions_train.json", mirrored.string());
-  vit::LoadedCaptioner m = vit::load_captioner(out + "/last.h5");
-  const auto greedy = vit::caption_set(*m.model, m.tokenizer, train, greedy_options());
+  caption::LoadedCaptioner m = caption::load_captioner(out + "/last.h5");
+  const auto greedy = caption::caption_set(*m.model, m.tokenizer, train, greedy_options());
   ASSERT_EQ(greedy.size(), 8u);
-  const vit::WordSwaps lr{{"left", "right"}};
+  const caption::WordSwaps lr{{"left", "right"}};
   int exact = 0, sideways = 0;
   for (const auto& g : greedy) {
     const std::string& text = g.texts.front();
@@ -261,11 +261,11 @@ TEST(CaptionTrain, GuidedAttentionPointsTheNounsAtTheirArticles) {
     const std::string out =
         (s.dir / ("run" + std::to_string(guided) + "_" + std::to_string(hflip))).string();
     std::ostringstream log;
-    vit::CaptionTrainOptions o = learning_options(s, out, 150);
+    caption::CaptionTrainOptions o = learning_options(s, out, 150);
     o.guided_attention = guided;
     o.hflip = hflip;
-    EXPECT_EQ(vit::train_captions(o, log).end, train::End::finished) << log.str();
-    vit::LoadedCaptioner m = vit::load_captioner(out + "/last.h5");
+    EXPECT_EQ(caption::train_captions(o, log).end, train::End::finished) << log.str();
+    caption::LoadedCaptioner m = caption::load_captioner(out + "/last.h5");
     if (guided > 0.f) {
       EXPECT_TRUE(test::contains(log.str(), "guided attention 1 (nouns to their cells)"))
           << log.str();
@@ -277,10 +277,10 @@ TEST(CaptionTrain, GuidedAttentionPointsTheNounsAtTheirArticles) {
     if (hflip > 0.f)
       for (auto& image : train.images)
         for (auto& object : image.objects) object.cell.x = 84 - object.cell.x - object.cell.width;
-    vit::CaptionRunOptions ro = greedy_options();
+    caption::CaptionRunOptions ro = greedy_options();
     ro.attention = true;
-    const vit::CaptionScores sc = vit::score_captions(
-        m.config, m.tokenizer, train, vit::caption_set(*m.model, m.tokenizer, train, ro));
+    const caption::CaptionScores sc = caption::score_captions(
+        m.config, m.tokenizer, train, caption::caption_set(*m.model, m.tokenizer, train, ro));
     EXPECT_GE(sc.nouns, 12) << "most of the 16 articles named";
     return sc.in_cell_percent();
   };
@@ -297,7 +297,7 @@ namespace {
 
 // What the output layer writes from the mean of each named article's cell (as the article loss
 // reads it) for the first caption of every training scene: (the piece it writes, the caption's).
-std::vector<std::pair<int32_t, int32_t>> cell_words(const vit::LoadedCaptioner& m,
+std::vector<std::pair<int32_t, int32_t>> cell_words(const caption::LoadedCaptioner& m,
                                                     const TinyScenes& s) {
   const datasets::CaptionSet train =
       datasets::read_captions(s.root + "/captions_train.json", s.root + "/images/train");
@@ -320,9 +320,10 @@ std::vector<std::pair<int32_t, int32_t>> cell_words(const vit::LoadedCaptioner& 
       const std::string text = datasets::normalize_caption(image.captions.at(0));
       const std::vector<int> encoded = m.tokenizer.encode(text);
       const std::vector<int32_t> ids(encoded.begin(), encoded.end());
-      for (const vit::NamedCell& c : vit::named_cells(m.tokenizer, ids, text, image.objects)) {
+      for (const caption::NamedCell& c :
+           caption::named_cells(m.tokenizer, ids, text, image.objects)) {
         if (!c.object || c.token < 0) continue;
-        const std::vector<int32_t> rows = vit::patches_in(m.config, c.object->cell);
+        const std::vector<int32_t> rows = caption::patches_in(m.config, c.object->cell);
         std::vector<double> mean(static_cast<size_t>(d), 0.0);
         for (const int32_t i : rows)
           for (int64_t k = 0; k < d; ++k)
@@ -371,10 +372,10 @@ TEST(CaptionTrain, ArticleLossTeachesEachCellToWriteItsNoun) {
   auto cells_named = [&](float lambda) {
     const std::string out = (s.dir / ("run" + std::to_string(lambda))).string();
     std::ostringstream log;
-    vit::CaptionTrainOptions o = learning_options(s, out, 150);
+    caption::CaptionTrainOptions o = learning_options(s, out, 150);
     o.article_loss = lambda;
-    EXPECT_EQ(vit::train_captions(o, log).end, train::End::finished) << log.str();
-    vit::LoadedCaptioner m = vit::load_captioner(out + "/last.h5");
+    EXPECT_EQ(caption::train_captions(o, log).end, train::End::finished) << log.str();
+    caption::LoadedCaptioner m = caption::load_captioner(out + "/last.h5");
     if (lambda > 0.f) {
       EXPECT_TRUE(test::contains(log.str(), "article loss 1 (cells to their nouns)")) << log.str();
       EXPECT_EQ(m.meta.recipe.at("article-loss"), "1");
@@ -404,7 +405,7 @@ TEST(CaptionTrain, AHardTeacherGivenTheWholeArticleLossTeachesItsOwnNames) {
                   });
   auto bag_share = [&](bool taught) {
     const std::string out = (s.dir / (taught ? "taught" : "plain")).string();
-    vit::CaptionTrainOptions o = learning_options(s, out, 150);
+    caption::CaptionTrainOptions o = learning_options(s, out, 150);
     o.article_loss = 1.f;
     if (taught) {
       o.teacher = teacher;
@@ -412,10 +413,10 @@ TEST(CaptionTrain, AHardTeacherGivenTheWholeArticleLossTeachesItsOwnNames) {
       o.distillation_alpha = 1.f;
     }
     std::ostringstream log;
-    EXPECT_EQ(vit::train_captions(o, log).end, train::End::finished) << log.str();
-    vit::LoadedCaptioner m = vit::load_captioner(out + "/last.h5");
+    EXPECT_EQ(caption::train_captions(o, log).end, train::End::finished) << log.str();
+    caption::LoadedCaptioner m = caption::load_captioner(out + "/last.h5");
     const int32_t bag =
-        vit::teacher_tokens(m.tokenizer, datasets::fashion_mnist_classes(), teacher).at(8);
+        caption::teacher_tokens(m.tokenizer, datasets::fashion_mnist_classes(), teacher).at(8);
     if (taught) {
       int64_t articles = 0, bags = 0;
       const datasets::CaptionSet train =
@@ -454,18 +455,18 @@ TEST(CaptionTrain, PhrasesAreOnePieceOfTheRunsTokenizer) {
   TinyScenes s;
   const std::string out = (s.dir / "run").string();
   std::ostringstream log;
-  vit::CaptionTrainOptions o = s.options(out);
+  caption::CaptionTrainOptions o = s.options(out);
   o.phrases = {"to the left of", "to the right of"};
   o.max_steps = 1;
-  vit::train_captions(o, log);
-  vit::LoadedCaptioner m = vit::load_captioner(out + "/last.h5");
+  caption::train_captions(o, log);
+  caption::LoadedCaptioner m = caption::load_captioner(out + "/last.h5");
   const std::vector<int> ids = m.tokenizer.encode("a bag to the left of a coat");
   const std::vector<std::string> pieces = m.tokenizer.pieces(ids);
   const std::string phrase = "\xe2\x96\x81to\xe2\x96\x81the\xe2\x96\x81left\xe2\x96\x81of";
   const auto at = std::find(pieces.begin(), pieces.end(), phrase);
   ASSERT_NE(at, pieces.end()) << log.str();
   const std::vector<int64_t> words =
-      vit::word_of_pieces(m.tokenizer, std::vector<int32_t>(ids.begin(), ids.end()));
+      caption::word_of_pieces(m.tokenizer, std::vector<int32_t>(ids.begin(), ids.end()));
   ASSERT_EQ(words.size(), pieces.size());
   const size_t k = static_cast<size_t>(at - pieces.begin());
   EXPECT_EQ(words[k], 2);      // "to" is the caption's third word
@@ -479,7 +480,7 @@ TEST(CaptionTrain, AResumedRunIsTheUninterruptedOne) {
   TinyScenes s(/*captions_per_image=*/2);
   for (const std::string references : {"random", "likeliest"}) {
     SCOPED_TRACE(references);
-    vit::CaptionTrainOptions whole = s.options((s.dir / ("whole-" + references)).string());
+    caption::CaptionTrainOptions whole = s.options((s.dir / ("whole-" + references)).string());
     whole.epochs = 3;
     whole.attention_penalty = 0.1f;  // the penalty's path too
     whole.references = references;
@@ -491,25 +492,25 @@ TEST(CaptionTrain, AResumedRunIsTheUninterruptedOne) {
       whole.article_loss = 0.5f;
     }
     std::ostringstream log;
-    ASSERT_EQ(vit::train_captions(whole, log).end, train::End::finished) << log.str();
+    ASSERT_EQ(caption::train_captions(whole, log).end, train::End::finished) << log.str();
 
-    vit::CaptionTrainOptions first = whole;
+    caption::CaptionTrainOptions first = whole;
     first.output = (s.dir / ("parts-" + references)).string();
     first.max_steps = 3;  // an epoch is 2 steps of 4 scenes: stopped inside the second
-    ASSERT_EQ(vit::train_captions(first, log).end, train::End::max_steps) << log.str();
-    vit::CaptionTrainOptions rest = whole;
+    ASSERT_EQ(caption::train_captions(first, log).end, train::End::max_steps) << log.str();
+    caption::CaptionTrainOptions rest = whole;
     rest.output = first.output;
     rest.resume = first.output + "/last.h5";
     // A resumed run keeps its tokenizer: phrases it does not hold as pieces are refused.
-    vit::CaptionTrainOptions other = rest;
+    caption::CaptionTrainOptions other = rest;
     other.phrases = {"to the left of"};
-    EXPECT_THROW(vit::train_captions(other, log), UsageError);
-    ASSERT_EQ(vit::train_captions(rest, log).end, train::End::finished) << log.str();
+    EXPECT_THROW(caption::train_captions(other, log), UsageError);
+    ASSERT_EQ(caption::train_captions(rest, log).end, train::End::finished) << log.str();
 
     const io::CheckpointMeta meta = io::read_checkpoint_meta(whole.output + "/last.h5");
-    const vit::CaptionConfig c = vit::caption_config_from_map(meta.config, "whole");
+    const caption::CaptionConfig c = caption::caption_config_from_map(meta.config, "whole");
     ParamStore a, b;
-    vit::CaptionModel ma(a, c), mb(b, c);
+    caption::CaptionModel ma(a, c), mb(b, c);
     a.finalize();
     b.finalize();
     io::load_checkpoint(whole.output + "/last.h5", a);
@@ -529,7 +530,7 @@ TEST(CaptionTrain, AResumedRunIsTheUninterruptedOne) {
 // --encoder-lr-scale 0 it stays exactly as loaded while the decoder trains.
 TEST(CaptionTrain, AFrozenEncoderFromAClassifierStaysAsLoaded) {
   TinyScenes s;
-  vit::CaptionTrainOptions o = s.options((s.dir / "frozen").string());
+  caption::CaptionTrainOptions o = s.options((s.dir / "frozen").string());
   const std::string classifier_path = (s.dir / "classifier.h5").string();
   std::vector<std::string> names;
   for (int k = 0; k < 10; ++k) names.push_back("c" + std::to_string(k));
@@ -546,9 +547,9 @@ TEST(CaptionTrain, AFrozenEncoderFromAClassifierStaysAsLoaded) {
   o.encoder_lr_scale = 0.f;
   o.epochs = 2;
   std::ostringstream log;
-  ASSERT_EQ(vit::train_captions(o, log).end, train::End::finished) << log.str();
+  ASSERT_EQ(caption::train_captions(o, log).end, train::End::finished) << log.str();
   EXPECT_TRUE(test::contains(log.str(), "from " + classifier_path + ", frozen")) << log.str();
-  vit::LoadedCaptioner m = vit::load_captioner(o.output + "/last.h5");
+  caption::LoadedCaptioner m = caption::load_captioner(o.output + "/last.h5");
   for (const Parameter& p : m.params->params()) {
     if (p.name.rfind("decoder.", 0) == 0 || p.name == "output_projection.weight") continue;
     const Parameter* src = vstore.find(p.name == "norm.weight" ? "fc_norm.weight"
@@ -570,9 +571,9 @@ TEST(CaptionCli, CaptionEvalAndTheirErrors) {
   TinyScenes s;
   const std::string out = (s.dir / "run").string();
   std::ostringstream log;
-  vit::CaptionTrainOptions o = s.options(out);
+  caption::CaptionTrainOptions o = s.options(out);
   o.epochs = 10;
-  ASSERT_EQ(vit::train_captions(o, log).end, train::End::finished) << log.str();
+  ASSERT_EQ(caption::train_captions(o, log).end, train::End::finished) << log.str();
   const std::string model = out + "/last.h5";
   const std::string image = s.root + "/images/test/000001.png";
 

@@ -4,7 +4,7 @@
 #include "common/error.h"
 #include "common/nn/model_info.h"
 #include "common/params.h"
-#include "vit/caption.h"
+#include "vit/caption/model.h"
 #include "vit/vit.h"
 
 using namespace vitk;
@@ -164,8 +164,8 @@ TEST(ModelInfo, BadSpecsAreUsageErrors) {
   EXPECT_THROW(nn::model_size(s), UsageError);
 }
 
-// A captioning model (vit/caption.h): the count equals the parameters the model registers, tied
-// or not; the decoder's multiply-adds grow with the memory by the cross-attention's keys and
+// A captioning model (vit/caption/model.h): the count equals the parameters the model registers,
+// tied or not; the decoder's multiply-adds grow with the memory by the cross-attention's keys and
 // values (2·d² per memory token and layer) and its attention (2·d per target and memory token).
 TEST(ModelInfo, CaptionCountsWhatTheModelRegisters) {
   for (bool tied : {true, false}) {
@@ -184,7 +184,7 @@ TEST(ModelInfo, CaptionCountsWhatTheModelRegisters) {
     s.sequence_length = 12;
     s.vocab_size = 50;
     s.tied_embeddings = tied;
-    vit::CaptionConfig c;
+    caption::CaptionConfig c;
     c.encoder.image_height = c.encoder.image_width = 32;
     c.encoder.patch_size = 8;
     c.encoder.channels = 1;
@@ -204,7 +204,7 @@ TEST(ModelInfo, CaptionCountsWhatTheModelRegisters) {
     c.vocab_size = 50;
     c.tie_embeddings = tied;
     ParamStore store;
-    vit::CaptionModel model(store, c);
+    caption::CaptionModel model(store, c);
     const nn::ModelSize size = nn::model_size(s);
     EXPECT_EQ(size.total_params, store.numel());
     EXPECT_EQ(block(size, "decoder layer").positions, 12);

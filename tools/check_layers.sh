@@ -2,7 +2,8 @@
 # Checks that every #include of the project's own headers points down the layers (see the layer
 # list in CMakeLists.txt): the core (common/ but common/seq2seq/) includes only the core; datasets/
 # the core and itself; common/seq2seq/ (translation) the core and itself; vit/ the core, datasets/
-# and itself. tools/ and tests/ sit on top. Prints each include that points up and exits 1 if
+# and itself but not vit/caption/; vit/caption/ (captioning) the core, datasets/, vit/ and itself.
+# tools/ and tests/ sit on top. Prints each include that points up and exits 1 if
 # there is one.
 #
 #   bash tools/check_layers.sh [SOURCE_ROOT]
@@ -12,7 +13,7 @@ cd "${1:-$(dirname "${BASH_SOURCE[0]}")/..}"
 bad=0
 # check FOLDER EXCLUDED_SUBFOLDER ALLOWED_PREFIXES...: the quoted includes of FOLDER's files (but
 # those under EXCLUDED_SUBFOLDER) must each start with one of the prefixes, and none may start
-# with common/seq2seq/ unless that prefix is allowed.
+# with common/seq2seq/ or vit/caption/ unless that prefix is allowed.
 check() {
   local folder=$1 excluded=$2
   shift 2
@@ -29,6 +30,7 @@ check() {
         if [[ $target == "$prefix"* ]]; then ok=1; fi
       done
       if [[ $target == common/seq2seq/* && " $* " != *" common/seq2seq/ "* ]]; then ok=0; fi
+      if [[ $target == vit/caption/* && " $* " != *" vit/caption/ "* ]]; then ok=0; fi
       if ((!ok)); then
         echo "$file:${line%%:*}: includes \"$target\": $folder may include only $*" >&2
         bad=1
@@ -40,7 +42,8 @@ check() {
 check common common/seq2seq common/
 check datasets "" common/ datasets/
 check common/seq2seq "" common/ common/seq2seq/
-check vit "" common/ datasets/ vit/
+check vit vit/caption common/ datasets/ vit/
+check vit/caption "" common/ datasets/ vit/ vit/caption/
 
 if ((bad)); then
   echo "check_layers.sh: includes that point up a layer (CMakeLists.txt lists the layers)" >&2

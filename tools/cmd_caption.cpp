@@ -21,8 +21,8 @@
 #include "tools/search_options.h"
 #include "tools/train_options.h"
 #include "tools/vit_options.h"
-#include "vit/caption_task.h"
-#include "vit/captioner.h"
+#include "vit/caption/captioner.h"
+#include "vit/caption/task.h"
 #include "vit/pictures.h"
 
 namespace vitk::tools {
@@ -48,8 +48,8 @@ bool switch_key(const std::string& key) {
   return key == "tie_embeddings" || key == "memory_class_token" || key == "memory_positions";
 }
 
-vit::CaptionConfig default_caption_config() {
-  vit::CaptionConfig c;
+caption::CaptionConfig default_caption_config() {
+  caption::CaptionConfig c;
   c.encoder.num_classes = 0;
   c.encoder.pool = "token";
   return c;
@@ -149,9 +149,9 @@ void add_caption_train_options(po::options_description& o) {
   add_checkpoint_every_option(opt);
   add_precision_option(opt, /*training=*/true);
   po::options_description model("Model (the [model] section of a config file)");
-  const vit::CaptionConfig d = default_caption_config();
+  const caption::CaptionConfig d = default_caption_config();
   add_vit_options(model, d.encoder);
-  const auto defaults = vit::to_config_map(d);
+  const auto defaults = caption::to_config_map(d);
   for (const char* key : kDecoderKeys) {
     const std::string name = std::string("model.") + key;
     const std::string help = "decoder setting (default " + defaults.at(key) + ")";
@@ -182,12 +182,12 @@ std::vector<std::string> caption_phrases(const std::string& list) {
 
 // --hflip-swap "left:right,up:down": the words themselves are checked by
 // CaptionTrainOptions::validate.
-vit::WordSwaps hflip_swaps(const std::string& list) {
+caption::WordSwaps hflip_swaps(const std::string& list) {
   auto refused = [&](const std::string& item) {
     return UsageError("--hflip-swap takes WORD:WORD pairs separated by commas, got '" + item +
                       "' in '" + list + "'");
   };
-  vit::WordSwaps swaps;
+  caption::WordSwaps swaps;
   std::istringstream in(list);
   for (std::string item; std::getline(in, item, ',');) {
     const size_t colon = item.find(':');
@@ -199,8 +199,8 @@ vit::WordSwaps hflip_swaps(const std::string& list) {
   return swaps;
 }
 
-vit::CaptionTrainOptions caption_train_options(const po::variables_map& vm) {
-  vit::CaptionTrainOptions t;
+caption::CaptionTrainOptions caption_train_options(const po::variables_map& vm) {
+  caption::CaptionTrainOptions t;
   t.data = str(vm, "data");
   t.paths = {str(vm, "train-captions"), str(vm, "train-images"), str(vm, "val-captions"),
              str(vm, "val-images")};
@@ -212,11 +212,11 @@ vit::CaptionTrainOptions caption_train_options(const po::variables_map& vm) {
   t.encoder_from = str(vm, "encoder-from");
   t.encoder_lr_scale = vm["encoder-lr-scale"].as<float>();
   // The model: the encoder's keys through the ViT's options, the decoder's here.
-  vit::CaptionConfig c = default_caption_config();
+  caption::CaptionConfig c = default_caption_config();
   c.encoder = vit_config_from(vm, c.encoder, /*validate=*/false, "caption");
   c.encoder.num_classes = 0;
   t.model_keys_given = given_vit_options(vm);  // the decoder's keys too: all are model.KEY
-  std::map<std::string, std::string> map = vit::to_config_map(c);
+  std::map<std::string, std::string> map = caption::to_config_map(c);
   for (const char* key : kDecoderKeys) {
     const std::string name = std::string("model.") + key;
     if (vm.count(name))
@@ -224,7 +224,7 @@ vit::CaptionTrainOptions caption_train_options(const po::variables_map& vm) {
           switch_key(key) ? (vm[name].as<bool>() ? "true" : "false") : vm[name].as<std::string>();
   }
   try {
-    t.model = vit::caption_config_from_map(map, "the model options");
+    t.model = caption::caption_config_from_map(map, "the model options");
   } catch (const Error& e) {
     throw UsageError(e.what());
   }
@@ -270,12 +270,12 @@ int run_caption_train(const po::variables_map& vm) {
   for (const char* option : {"train-captions", "val-captions", "spm", "encoder-from", "resume"})
     if (vm.count(option))
       check_input_file(std::string("--") + option, vm[option].as<std::string>());
-  const vit::CaptionTrainOptions options = caption_train_options(vm);
+  const caption::CaptionTrainOptions options = caption_train_options(vm);
   options.validate();
   const std::atomic<int>& stop = install_stop_flag();
   std::cout << version_line() << "\n";
   const train::Result r =
-      vit::train_captions(options, std::cout, is_terminal(STDOUT_FILENO), &stop);
+      caption::train_captions(options, std::cout, is_terminal(STDOUT_FILENO), &stop);
   if (r.end == train::End::interrupted) return 128 + stop.load();
   return kExitOk;
 }
@@ -291,9 +291,9 @@ std::string model_path(const po::variables_map& vm) {
 
 // A quantised checkpoint (vitk quantize) runs at int8 unless another precision is asked for,
 // which is refused.
-vit::CaptionRunOptions run_options(const po::variables_map& vm, const std::string& model,
-                                   bool attention) {
-  vit::CaptionRunOptions o;
+caption::CaptionRunOptions run_options(const po::variables_map& vm, const std::string& model,
+                                       bool attention) {
+  caption::CaptionRunOptions o;
   o.search = search_options(vm);
   o.search.max_length = vm["max-length"].as<int64_t>();
   o.precision = o.search.precision = precision_from(vm, model);
@@ -343,10 +343,10 @@ int run_caption(const po::variables_map& vm) {
     throw UsageError(
         "no images given: name image files, '-' to read paths from standard input, or --dir DIR");
   const std::string model = model_path(vm);
-  const vit::CaptionRunOptions ro = run_options(vm, model, vm.count("attention-dir") > 0);
+  const caption::CaptionRunOptions ro = run_options(vm, model, vm.count("attention-dir") > 0);
   const std::string pictures = attention_dir(vm);
   std::set<std::string> picture_names;
-  vit::LoadedCaptioner m = vit::load_captioner(model);
+  caption::LoadedCaptioner m = caption::load_captioner(model);
   datasets::CaptionSet set;
   set.source = "the command line";
   for (const std::string& p : paths) {
@@ -354,12 +354,13 @@ int run_caption(const po::variables_map& vm) {
     image.file_name = image.path = p;
     set.images.push_back(std::move(image));
   }
-  const std::vector<vit::CaptionResult> results = vit::caption_set(*m.model, m.tokenizer, set, ro);
+  const std::vector<caption::CaptionResult> results =
+      caption::caption_set(*m.model, m.tokenizer, set, ro);
   const bool json = vm["json"].as<bool>();
   const bool nbest = ro.search.nbest > 1;
   nlohmann::json out = nlohmann::json::array();
   int failed = 0;
-  for (const vit::CaptionResult& r : results) {
+  for (const caption::CaptionResult& r : results) {
     const std::string& path = set.images[static_cast<size_t>(r.image)].path;
     if (!r.read) {
       ++failed;
@@ -407,8 +408,8 @@ int run_caption(const po::variables_map& vm) {
 int run_caption_eval(const po::variables_map& vm) {
   check_input_file("--captions", vm["captions"].as<std::string>());
   const std::string model = model_path(vm);
-  const vit::CaptionRunOptions ro = run_options(vm, model, /*attention=*/true);
-  vit::LoadedCaptioner m = vit::load_captioner(model);
+  const caption::CaptionRunOptions ro = run_options(vm, model, /*attention=*/true);
+  caption::LoadedCaptioner m = caption::load_captioner(model);
   const std::string captions = vm["captions"].as<std::string>();
   const std::string images = vm.count("images") ? vm["images"].as<std::string>()
                                                 : fs::path(captions).parent_path().string();
@@ -420,10 +421,10 @@ int run_caption_eval(const po::variables_map& vm) {
   po.tty = is_terminal(STDERR_FILENO);
   po.unit = "image";
   Progress progress(std::cerr, "caption", static_cast<int64_t>(set.images.size()), po);
-  const std::vector<vit::CaptionResult> results =
-      vit::caption_set(*m.model, m.tokenizer, set, ro, &progress);
+  const std::vector<caption::CaptionResult> results =
+      caption::caption_set(*m.model, m.tokenizer, set, ro, &progress);
   progress.finish();
-  const vit::CaptionScores s = vit::score_captions(m.config, m.tokenizer, set, results);
+  const caption::CaptionScores s = caption::score_captions(m.config, m.tokenizer, set, results);
   std::cout << set.source << ": " << s.images << " images, " << set.captions()
             << " reference captions";
   if (set.missing_images + set.unknown_image_captions > 0)

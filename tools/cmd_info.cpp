@@ -6,7 +6,7 @@
 #include "common/error.h"
 #include "common/nn/model_info.h"
 #include "tools/cli.h"
-#include "vit/caption.h"
+#include "vit/caption/model.h"
 #include "vit/vit.h"
 
 namespace vitk::tools {
@@ -38,14 +38,14 @@ nn::ModelSpec spec_from(const po::variables_map& vm) {
   s.vocab_size = vm["model.vocab_size"].as<int64_t>();
   s.tied_embeddings = vm["model.tied_embeddings"].as<bool>();
   if (s.type == "caption") {
-    // A captioning config names its own keys (vit/caption.h) and keeps the vocabulary, which
+    // A captioning config names its own keys (vit/caption/model.h) and keeps the vocabulary, which
     // caption-train's SentencePiece model gets, in [data].
     s.layer.pre_norm = true;
     s.layer.activation = ops::Activation::gelu;
     s.sequence_length = vm["model.max_length"].as<int64_t>();
     // model.decoder_layers defaults to the encoder-decoder's 6; a captioner's default is its own.
     s.decoder_layers = vm["model.decoder_layers"].defaulted()
-                           ? vit::CaptionConfig().decoder_layers
+                           ? caption::CaptionConfig().decoder_layers
                            : vm["model.decoder_layers"].as<int>();
     s.decoder_heads = vm["model.decoder_heads"].as<int64_t>();
     s.decoder_d_ff = vm["model.decoder_d_ff"].as<int64_t>();
@@ -122,7 +122,7 @@ void register_info_commands(Registry& registry) {
       "vitk info --config configs/transformer-base.ini --model.sequence_length 50\n"
       "vitk info --config configs/caption-scenes.ini";
   c.add_options = [](po::options_description& o) {
-    const vit::CaptionConfig caption;  // the defaults of the caption-only keys
+    const caption::CaptionConfig caption;  // the defaults of the caption-only keys
     o.add_options()("model.type", po::value<std::string>()->default_value("transformer"),
                     "vit, transformer (encoder-decoder), encoder or caption")(
         "model.d_model", po::value<int64_t>()->default_value(512), "model width d")(

@@ -14,7 +14,7 @@
 #include "common/nn/nn.h"
 #include "common/seq2seq/checkpoint.h"
 #include "tools/cli.h"
-#include "vit/captioner.h"
+#include "vit/caption/captioner.h"
 #include "vit/checkpoint.h"
 
 namespace vitk::tools {
@@ -50,7 +50,7 @@ int run_quantize(const po::variables_map& vm) {
   const auto type = meta.config.find("type");
   if (type != meta.config.end() && type->second == "caption") {
     kind = "captioning model";
-    vit::LoadedCaptioner m = vit::load_captioner(path);
+    caption::LoadedCaptioner m = caption::load_captioner(path);
     kept = m.params->values().clone();
     release_int8_weights([&](nn::Context& ctx) {
       const vit::VitConfig& e = m.config.encoder;

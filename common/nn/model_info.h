@@ -15,7 +15,7 @@ namespace vitk::nn {
 // The architecture, as the [model] section of a config file and a checkpoint's attributes hold it.
 struct ModelSpec {
   // "vit" | "transformer" (encoder-decoder) | "encoder" | "caption" (a ViT without its head
-  // whose patch tokens are the memory of a decoder, vit/caption.h)
+  // whose patch tokens are the memory of a decoder, vit/caption/model.h)
   std::string type = "transformer";
   LayerConfig layer;
   int encoder_layers = 6;

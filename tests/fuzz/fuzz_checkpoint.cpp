@@ -2,10 +2,11 @@
 // `vitk inspect` and the loaders make: io::read_checkpoint_meta and io::list_checkpoint (inspect),
 // then by the model type the attributes name vit::stored_config and vit::load_vit (classify,
 // eval, finetune), seq2seq::stored_config, seq2seq::load_translation and the stored tokenizer
-// (translate, average), or vit::caption_stored_config and vit::load_captioner with its tokenizer
-// (caption, caption-eval, quantize), and the training state of a run's last.h5 (--resume). The
-// model is only built when the configuration checks pass and it is small (the checks refuse what
-// the machine cannot hold; a fuzzer must not spend its memory on a valid large model).
+// (translate, average), or caption::caption_stored_config and caption::load_captioner with its
+// tokenizer (caption, caption-eval, quantize), and the training state of a run's last.h5
+// (--resume). The model is only built when the configuration checks pass and it is small (the
+// checks refuse what the machine cannot hold; a fuzzer must not spend its memory on a valid large
+// model).
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -16,7 +17,7 @@
 #include "common/train/state.h"
 #include "datasets/tokenizer.h"
 #include "fuzz_util.h"
-#include "vit/captioner.h"
+#include "vit/caption/captioner.h"
 #include "vit/checkpoint.h"
 
 namespace {
@@ -48,9 +49,9 @@ void load(const std::string& path) {
     const seq2seq::LoadedTranslation t = seq2seq::load_translation(path);
     (void)t;
   } else if (type != meta.config.end() && type->second == "caption") {
-    const vit::CaptionConfig c = vit::caption_stored_config(path, meta);
-    if (vit::caption_memory_bytes(c) > kMaxModelBytes) return;
-    const vit::LoadedCaptioner m = vit::load_captioner(path);
+    const caption::CaptionConfig c = caption::caption_stored_config(path, meta);
+    if (caption::caption_memory_bytes(c) > kMaxModelBytes) return;
+    const caption::LoadedCaptioner m = caption::load_captioner(path);
     (void)m;
   } else {
     const vit::VitConfig c = vit::stored_config(path, meta);

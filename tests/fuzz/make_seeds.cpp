@@ -28,8 +28,8 @@
 #include "common/ops/ops.h"
 #include "common/seq2seq/checkpoint.h"
 #include "datasets/tokenizer.h"
-#include "vit/caption.h"
-#include "vit/captioner.h"
+#include "vit/caption/captioner.h"
+#include "vit/caption/model.h"
 #include "vit/vit.h"
 
 namespace fs = std::filesystem;
@@ -255,7 +255,7 @@ void checkpoints(const vitk::datasets::Tokenizer& tok) {
     put("checkpoint", "translation.h5", slurp(tmp));
   }
   {
-    vitk::vit::CaptionConfig c;
+    vitk::caption::CaptionConfig c;
     c.encoder.image_height = c.encoder.image_width = 8, c.encoder.patch_size = 4;
     c.encoder.channels = 1, c.encoder.num_classes = 0, c.encoder.d_model = 8;
     c.encoder.heads = 2, c.encoder.d_ff = 8, c.encoder.layers = 1;
@@ -263,12 +263,12 @@ void checkpoints(const vitk::datasets::Tokenizer& tok) {
     c.vocab_size = tok.size(), c.max_length = 8, c.decoder_layers = 1, c.decoder_heads = 2;
     c.memory_class_token = false;
     vitk::ParamStore params;
-    vitk::vit::CaptionModel model(params, c);
+    vitk::caption::CaptionModel model(params, c);
     params.finalize();
     model.init(rng);
     vitk::io::CheckpointMeta meta;
-    meta.config = vitk::vit::to_config_map(c);
-    meta.files[vitk::vit::kCaptionTokenizerFile] = tok.bytes();
+    meta.config = vitk::caption::to_config_map(c);
+    meta.files[vitk::caption::kCaptionTokenizerFile] = tok.bytes();
     vitk::io::save_checkpoint(tmp.string(), params, meta);
     put("checkpoint", "caption.h5", slurp(tmp));
   }

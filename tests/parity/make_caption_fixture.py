@@ -23,7 +23,7 @@ One HDF5 file per case holds:
   attributes          vitk's [model] keys (image_size, patch_size, ..., vocab_size, max_length,
                       decoder_layers, decoder_heads, decoder_d_ff, tie_embeddings,
                       memory_class_token, memory_positions), label_smoothing, penalty (lambda), torch_version
-  param/<vitk name>   the parameters under vitk's names (vit/caption.h)
+  param/<vitk name>   the parameters under vitk's names (vit/caption/model.h)
   input/images, input/target_in, input/target_out, input/target_lengths
   output/logits [B, Tt, V], output/loss [1] (cross-entropy), output/penalty [1] (mean over images)
   grad/param/<vitk name>, grad/images: of loss + penalty

@@ -1,6 +1,6 @@
 // The captioning model as a train::Task: caption sets and the tokenizer, the model (new, with an
 // encoder from a ViT checkpoint, or resumed), the step's loss, validation, the run header.
-#include "vit/caption_task.h"
+#include "vit/caption/task.h"
 
 #include <algorithm>
 #include <cctype>
@@ -15,12 +15,12 @@
 #include "common/progress.h"
 #include "common/timer.h"
 #include "datasets/scenes.h"
-#include "vit/captioner.h"
+#include "vit/caption/captioner.h"
 #include "vit/checkpoint.h"
 #include "vit/classify.h"
 #include "vit/evaluate.h"
 
-namespace vitk::vit {
+namespace vitk::caption {
 namespace fs = std::filesystem;
 
 CaptionDataPaths caption_data_paths(const std::string& data, const CaptionDataPaths& given) {
@@ -175,7 +175,7 @@ void CaptionTask::setup(const io::CheckpointMeta* resumed, uint64_t seed,
                                                     : "--article-loss");
   encode_captions();
   if (!o_.teacher.empty()) run_teacher();
-  datasets::LoaderOptions lo = eval_loader_options(cfg_.encoder, o_.batch_size, o_.prefetch);
+  datasets::LoaderOptions lo = vit::eval_loader_options(cfg_.encoder, o_.batch_size, o_.prefetch);
   lo.training = true;  // shuffled, the last partial batch dropped
   lo.seed = seed;
   lo.augment.random_resized_crop = false;
@@ -227,13 +227,13 @@ void CaptionTask::build_model(const io::CheckpointMeta* resumed, uint64_t seed) 
     cfg_ = o_.model;
     cfg_.vocab_size = tokenizer_.size();
   }
-  std::unique_ptr<LoadedVit> from;
+  std::unique_ptr<vit::LoadedVit> from;
   if (!resumed && !o_.encoder_from.empty()) {
     // The checkpoint's encoder, at this model's image size (positions resampled as finetune
     // does); the caption model's other settings stay.
-    from = std::make_unique<LoadedVit>(
-        load_vit(o_.encoder_from, cfg_.encoder.image_height, cfg_.encoder.image_width));
-    VitConfig e = from->config;
+    from = std::make_unique<vit::LoadedVit>(
+        vit::load_vit(o_.encoder_from, cfg_.encoder.image_height, cfg_.encoder.image_width));
+    vit::VitConfig e = from->config;
     e.num_classes = 0;
     e.pool = "token";
     cfg_.encoder = e;
@@ -407,9 +407,9 @@ std::vector<int32_t> teacher_tokens(const datasets::Tokenizer& tokenizer,
 
 void CaptionTask::run_teacher() {
   Timer timer;
-  const LoadedVit t = load_vit(o_.teacher);
-  const VitConfig& tc = t.config;
-  const VitConfig& e = cfg_.encoder;
+  const vit::LoadedVit t = vit::load_vit(o_.teacher);
+  const vit::VitConfig& tc = t.config;
+  const vit::VitConfig& e = cfg_.encoder;
   if (tc.num_classes < 1 || static_cast<int64_t>(t.meta.class_names.size()) != tc.num_classes)
     throw UsageError("--teacher " + o_.teacher + ": a classifier with a name for each of its " +
                      std::to_string(tc.num_classes) + " classes, not " +
@@ -450,7 +450,7 @@ void CaptionTask::run_teacher() {
   const std::vector<float>&cm = e.preprocess.mean, &cs = e.preprocess.std;
   const std::vector<float>&tm = tc.preprocess.mean, &ts = tc.preprocess.std;
   teacher_logits_.assign(train_set_.images.size(), {});
-  datasets::LoaderOptions lo = eval_loader_options(e, 64, o_.prefetch);
+  datasets::LoaderOptions lo = vit::eval_loader_options(e, 64, o_.prefetch);
   lo.num_classes = train_images_->size();
   datasets::Loader loader(*train_images_, lo);
   loader.start_epoch(0);
@@ -469,7 +469,7 @@ void CaptionTask::run_teacher() {
     arena.reset();
     const int64_t n = static_cast<int64_t>(owners.size());
     const Tensor logits = t.model->forward(ctx, crops.rows(0, n));  // [n, K]
-    require_finite_logits(logits, "--teacher " + o_.teacher);
+    vit::require_finite_logits(logits, "--teacher " + o_.teacher);
     for (int64_t j = 0; j < n; ++j) {
       const auto [image, object] = owners[static_cast<size_t>(j)];
       const float* z = logits.f32() + j * K;
@@ -559,7 +559,7 @@ std::vector<CaptionModel::AttentionGuide> CaptionTask::guides(int64_t begin, int
 }
 
 void CaptionTask::augment_articles() {
-  const VitConfig& enc = cfg_.encoder;
+  const vit::VitConfig& enc = cfg_.encoder;
   const int64_t C = enc.channels, H = enc.image_height, W = enc.image_width;
   for (int64_t r = 0; r < batch_.labels.numel(); ++r) {
     const int64_t image = batch_.labels.i32()[r];
@@ -737,7 +737,7 @@ train::Metrics CaptionTask::validate(const train::ValidateContext& v) {
   int64_t count = 0;
   {
     std::unique_ptr<datasets::Dataset> images = datasets::caption_images(val_set_);
-    datasets::LoaderOptions lo = eval_loader_options(cfg_.encoder, ro.batch_size, o_.prefetch);
+    datasets::LoaderOptions lo = vit::eval_loader_options(cfg_.encoder, ro.batch_size, o_.prefetch);
     lo.num_classes = images->size();
     lo.shard = {rank, ranks};
     datasets::Loader loader(*images, lo);
@@ -828,7 +828,7 @@ io::CheckpointMeta CaptionTask::checkpoint_meta() const {
 }
 
 void CaptionTask::log_setup(std::ostream& L) const {
-  const VitConfig& e = cfg_.encoder;
+  const vit::VitConfig& e = cfg_.encoder;
   L << "data: " << train_set_.images.size() << " training images with " << train_set_.captions()
     << " captions (" << paths_.train_captions << "), " << val_set_.images.size()
     << " validation images (" << paths_.val_captions << ")";
@@ -847,7 +847,7 @@ void CaptionTask::log_setup(std::ostream& L) const {
   L << "model: caption; encoder vit " << e.image_height << "x" << e.image_width << "x" << e.channels
     << ", patch " << e.patch_size << " (" << e.patches() << " patches), d_model " << e.d_model
     << ", " << e.layers << " layers, " << e.heads << " heads, d_ff " << e.d_ff
-    << (e.stem_channels.empty() ? "" : ", conv stem " + stem_channels_text(e.stem_channels))
+    << (e.stem_channels.empty() ? "" : ", conv stem " + vit::stem_channels_text(e.stem_channels))
     << "; memory " << cfg_.memory_tokens() << " tokens ("
     << (cfg_.memory_class_token ? "class token and patches" : "patches")
     << (cfg_.memory_positions ? ", plus 2-D sine-cosine positions" : "") << "); decoder "
@@ -912,4 +912,4 @@ train::Result train_captions(const CaptionTrainOptions& options, std::ostream& l
   return trainer.run();
 }
 
-}  // namespace vitk::vit
+}  // namespace vitk::caption

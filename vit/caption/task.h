@@ -24,9 +24,9 @@
 #include "datasets/captions.h"
 #include "datasets/loader.h"
 #include "datasets/tokenizer.h"
-#include "vit/caption.h"
+#include "vit/caption/model.h"
 
-namespace vitk::vit {
+namespace vitk::caption {
 
 // The caption files and image folders a run reads: --data DIR finds them in vitk's scene layout
 // (DIR/captions_{train,val}.json, DIR/images/{train,val}) or COCO 2017's
@@ -234,4 +234,4 @@ class CaptionTask : public train::Task {
 train::Result train_captions(const CaptionTrainOptions& options, std::ostream& log,
                              bool tty = false, const std::atomic<int>* stop = nullptr);
 
-}  // namespace vitk::vit
+}  // namespace vitk::caption

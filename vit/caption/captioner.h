@@ -1,6 +1,6 @@
 #pragma once
-// Running a captioning model (vit/caption.h): load a checkpoint with its tokenizer, caption the
-// images of a set batch by batch with the core's search (greedy, beam, n-best, sampling), the
+// Running a captioning model (vit/caption/model.h): load a checkpoint with its tokenizer, caption
+// the images of a set batch by batch with the core's search (greedy, beam, n-best, sampling), the
 // cross-attention of each caption, and the scores of `vitk caption-eval` and of validation:
 // corpus BLEU-4 against every reference caption of each image, exact scene match and
 // attention-in-cell on vitk's generated scenes (datasets/scenes.h).
@@ -16,13 +16,13 @@
 #include "common/params.h"
 #include "datasets/captions.h"
 #include "datasets/tokenizer.h"
-#include "vit/caption.h"
+#include "vit/caption/model.h"
 
 namespace vitk {
 class Progress;
 }
 
-namespace vitk::vit {
+namespace vitk::caption {
 
 // The checkpoint file that holds a caption model's tokenizer (SentencePiece, as translation's).
 constexpr const char* kCaptionTokenizerFile = "sentencepiece.model";
@@ -152,4 +152,4 @@ std::vector<NamedCell> named_cells(const Vocabulary& tokenizer, const std::vecto
 // memory holds it), in row order.
 std::vector<int32_t> patches_in(const CaptionConfig& config, const datasets::Box& box);
 
-}  // namespace vitk::vit
+}  // namespace vitk::caption

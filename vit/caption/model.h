@@ -38,10 +38,10 @@
 #include "common/vocabulary.h"
 #include "vit/vit.h"
 
-namespace vitk::vit {
+namespace vitk::caption {
 
 struct CaptionConfig {
-  VitConfig encoder;  // num_classes 0 and pool "token" (set by validate's caller)
+  vit::VitConfig encoder;  // num_classes 0 and pool "token" (set by validate's caller)
   int64_t vocab_size = 1000;
   int64_t max_length = 40;  // target positions (BOS included)
   int decoder_layers = 2;
@@ -75,7 +75,7 @@ class CaptionModel {
  public:
   // Registers every parameter in params (not yet finalized).
   CaptionModel(ParamStore& params, const CaptionConfig& config);
-  // After params.finalize(): the encoder as VisionTransformer::init (timm's), the decoder's
+  // After params.finalize(): the encoder as vit::VisionTransformer::init (timm's), the decoder's
   // Linear weights and embeddings trunc_normal(std 0.02) as timm and BLIP initialise text
   // decoders, the pad row of the embedding zero, biases 0, norms 1 and 0.
   void init(ops::Rng& rng);
@@ -150,7 +150,7 @@ class CaptionModel {
                          bool with_eos, int layer = -1, int head = -1);
 
   const CaptionConfig& config() const { return config_; }
-  VisionTransformer& encoder();
+  vit::VisionTransformer& encoder();
   nn::Decoder& decoder();
   // The parameters of the encoder, in registration order, [first, end) of the store: for a
   // learning-rate scale or a frozen encoder.
@@ -164,4 +164,4 @@ class CaptionModel {
   CaptionConfig config_;
 };
 
-}  // namespace vitk::vit
+}  // namespace vitk::caption

@@ -1,5 +1,5 @@
 // Loading and running a captioning model: search batch by batch, forced cross-attention, scores.
-#include "vit/captioner.h"
+#include "vit/caption/captioner.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,7 +14,7 @@
 #include "vit/checkpoint.h"
 #include "vit/evaluate.h"
 
-namespace vitk::vit {
+namespace vitk::caption {
 
 namespace {
 
@@ -32,13 +32,13 @@ uint64_t caption_memory_bytes(const CaptionConfig& c) {
   uint64_t params = sat_product({c.vocab_size, d, c.tie_embeddings ? 1 : 2});
   params = sat_add(params, sat_product({c.max_length, d}));
   params = sat_add(params, sat_product({c.decoder_layers, 8 * d + 2 * f, d}));
-  return sat_add(memory_bytes(c.encoder, 1), sat_mul(12, params));
+  return sat_add(vit::memory_bytes(c.encoder, 1), sat_mul(12, params));
 }
 
 CaptionConfig caption_stored_config(const std::string& path, const io::CheckpointMeta& meta) {
   io::require_config_keys(path, meta.config, kCaptionSizeKeys);
   const CaptionConfig c = caption_config_from_map(meta.config, path);  // validate()'s limits
-  const VitConfig& e = c.encoder;
+  const vit::VitConfig& e = c.encoder;
   const io::StoredTensors stored = io::list_checkpoint(path);
   io::check_layer_count(path, meta.config, stored, "blocks.", "layers", e.layers);
   io::check_layer_count(path, meta.config, stored, "decoder.layers.", "decoder_layers",
@@ -171,7 +171,8 @@ std::vector<CaptionResult> caption_set(CaptionModel& model, const Vocabulary& to
   for (size_t i = 0; i < results.size(); ++i) results[i].image = static_cast<int64_t>(i);
   if (set.images.empty()) return results;
   const std::unique_ptr<datasets::Dataset> images = datasets::caption_images(set);
-  datasets::LoaderOptions lo = eval_loader_options(c.encoder, options.batch_size, options.prefetch);
+  datasets::LoaderOptions lo =
+      vit::eval_loader_options(c.encoder, options.batch_size, options.prefetch);
   lo.num_classes = images->size();
   datasets::Loader loader(*images, lo);
   CaptionStepModel step_model(model);
@@ -306,4 +307,4 @@ CaptionScores score_captions(const CaptionConfig& config, const Vocabulary& toke
   return s;
 }
 
-}  // namespace vitk::vit
+}  // namespace vitk::caption
