@@ -1,7 +1,7 @@
 #pragma once
 // Progress of long work (an epoch, an evaluation): on a terminal one line redrawn in place with a
 // bar, the rate and the ETA; otherwise (a log file, a pipe) a plain line every so many steps, so
-// logs stay readable and grep-able (DESIGN.md, "Command line").
+// logs stay readable and grep-able.
 #include <cstdint>
 #include <functional>
 #include <iosfwd>

@@ -1,5 +1,5 @@
-// Runs the vitk executable as a user would and checks exit codes and messages (DESIGN.md,
-// "Command line": 0 success, 1 run-time failure, 2 usage error; errors name what is at fault).
+// Runs the vitk executable as a user would and checks exit codes and messages (as README.md
+// lists them: 0 success, 1 run-time failure, 2 usage error; errors name what is at fault).
 #include <gtest/gtest.h>
 #include <unistd.h>
 

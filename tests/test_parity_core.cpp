@@ -1,6 +1,6 @@
 // Parity of the Transformer core (common/nn) with PyTorch: MultiHeadAttention, EncoderLayer,
 // DecoderLayer and Encoder + Decoder against nn.MultiheadAttention, nn.TransformerEncoderLayer,
-// nn.TransformerDecoderLayer and nn.Transformer (llm.c's test_gpt2.c pattern, DESIGN.md "Tests").
+// nn.TransformerDecoderLayer and nn.Transformer (llm.c's test_gpt2.c pattern: PyTorch's run saved).
 //
 // The fixtures are written by tests/parity/make_core_fixtures.py (see tests/parity/README.md):
 // parameters under vitk's names, inputs, the output y and the gradients of L = sum(y * w).

@@ -456,7 +456,7 @@ std::string world_line() {
 
 int run_env(const po::variables_map& vm) {
   const std::string world = world_line();
-  // Under MPI only rank 0 prints (DESIGN.md, "Command line").
+  // Under MPI only rank 0 prints, so `mpirun -np N vitk env` reports the world once.
   if (!dist::world().root()) return kExitOk;
   std::cout << version_line() << "\n"
             << "threads: " << ops::num_threads() << "\n"

@@ -1,7 +1,7 @@
 #pragma once
 // The `vitk` command: a registry of subcommands and the dispatcher that parses options, reads the
-// --config file, applies --threads and turns exceptions into exit codes (DESIGN.md, "Command
-// line").
+// --config file, applies --threads and turns exceptions into exit codes (0 success, 1 run-time
+// failure, 2 usage error; README.md lists them).
 //
 // Adding a subcommand: write tools/cmd_NAME.cpp defining `void register_NAME_commands(Registry&)`,
 // declare it below next to the others, and add it to the table in tools/main.cpp.
@@ -74,7 +74,7 @@ std::string format_value(const po::variable_value& value);
 
 // ---- Kinds of options every subcommand declares the same way ---------------------------------
 
-// A boolean option (DESIGN.md, "Command line"): `--NAME` alone means true, `--NAME=false` (or
+// A boolean option is a switch: `--NAME` alone means true, `--NAME=false` (or
 // =true, =yes, =no, =on, =off, =1, =0) gives the value, and the next word is never taken as the
 // value (`--align-corners img.png` leaves img.png a positional word); a config file says
 // `NAME = true` or `NAME = false`. `by_default`: the value when not given (none: then the option

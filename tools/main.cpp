@@ -1,4 +1,4 @@
-// vitk: one executable, one subcommand per job (DESIGN.md, "Command line").
+// vitk: one executable, one subcommand per job (`vitk --help` lists them, README.md too).
 #include <exception>
 #include <iostream>
 

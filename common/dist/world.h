@@ -1,6 +1,6 @@
 #pragma once
 // The process's world for data-parallel training: which rank this process is, how many there
-// are, and the few blocking collectives the training loop needs (DESIGN.md, "One training loop").
+// are, and the few blocking collectives the one training loop (common/train/) needs.
 //
 // vitk uses Open MPI rather than a transport of its own. A process started by an MPI launcher
 // (`mpirun -np N vitk train ...`, `srun --mpi=pmix ...`) joins an MPI world at init(); any other

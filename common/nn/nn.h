@@ -1,6 +1,6 @@
 #pragma once
 // The Transformer core shared by the Vision Transformer and the translation model: layers with a
-// forward and a hand-written backward each (DESIGN.md, "Forward and backward").
+// forward and a hand-written backward each, no autograd (tests/README.md: how each is checked).
 //
 // Conventions
 // - A layer registers its parameters in a ParamStore under a PyTorch-style prefix, e.g.
