@@ -1,5 +1,6 @@
 // The Fashion-MNIST scene generator (datasets/scenes.h) on tiny IDX files whose pixels say which
-// article and which file they come from, and the caption grammar's checker.
+// article and which file they come from, and the caption grammar's checker. (`vitk make-scenes`:
+// tools/test_make_scenes.cpp.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,7 +22,6 @@
 #include "util/idx_data.h"
 #include "util/scene_data.h"
 #include "util/test_util.h"
-#include "util/vitk_process.h"
 
 namespace {
 
@@ -37,6 +37,7 @@ using vitk::datasets::SceneOptions;
 using vitk::io::Json;
 using vitk::test::contains;
 using vitk::test::error_of;
+using vitk::test::files_under;
 using vitk::test::read_file;
 using vitk::test::TempDir;
 using vitk::testing::article_pixel;
@@ -70,15 +71,6 @@ bool box_inside(const Box& inner, const Box& outer) {
   return inner.x >= outer.x && inner.y >= outer.y &&
          inner.x + inner.width <= outer.x + outer.width &&
          inner.y + inner.height <= outer.y + outer.height;
-}
-
-// Every file under root, by relative path, with its bytes.
-std::map<std::string, std::string> files_under(const fs::path& root) {
-  std::map<std::string, std::string> files;
-  for (const auto& entry : fs::recursive_directory_iterator(root))
-    if (entry.is_regular_file())
-      files[fs::relative(entry.path(), root).string()] = read_file(entry.path());
-  return files;
 }
 
 int64_t factorial(int64_t n) {
@@ -550,49 +542,6 @@ TEST(SceneCaptions, NamedArticlesGiveTheNounsLastWord) {
   ASSERT_EQ(nouns.size(), 10u);
   EXPECT_EQ(nouns.front(), "t-shirt");
   EXPECT_EQ(nouns.back(), "ankle boot");
-}
-
-// ---- The command -------------------------------------------------------------------------------
-
-TEST(MakeScenesCommand, WritesTheScenesAndRefusesBadUse) {
-  TempDir dir;
-  const std::string data = write_fashion_mnist(dir);
-  const auto ok = vitk::testing::run_vitk(
-      dir.path(), {"make-scenes", "--data", data, "--out", "made", "--train", "4", "--val", "2",
-                   "--test", "3", "--captions-per-image", "2", "--seed", "9"});
-  ASSERT_EQ(ok.status, 0) << ok.err;
-  EXPECT_TRUE(contains(ok.out, "train: 4 scenes")) << ok.out;
-  EXPECT_TRUE(contains(ok.out, "test: 3 scenes, 6 captions")) << ok.out;
-  EXPECT_TRUE(contains(ok.out, "made")) << ok.out;
-  // The command writes what the library writes.
-  SceneOptions o = tiny_options(data, dir / "library");
-  o.train = 4, o.val = 2, o.test = 3, o.captions_per_image = 2, o.seed = 9;
-  make_scenes(o);
-  EXPECT_EQ(files_under(dir / "made"), files_under(dir / "library"));
-
-  const auto again = vitk::testing::run_vitk(
-      dir.path(), {"make-scenes", "--data", data, "--out", "made", "--train", "1"}, "again");
-  EXPECT_EQ(again.status, 2);
-  vitk::testing::expect_one_error_line(again);
-  EXPECT_TRUE(contains(again.err, "not empty")) << again.err;
-
-  const auto bad = vitk::testing::run_vitk(
-      dir.path(), {"make-scenes", "--data", data, "--out", "new", "--min-objects", "1"}, "bad");
-  EXPECT_EQ(bad.status, 2);
-  vitk::testing::expect_one_error_line(bad);
-  EXPECT_TRUE(contains(bad.err, "--min-objects")) << bad.err;
-  EXPECT_FALSE(fs::exists(dir / "new"));
-
-  const auto no_data = vitk::testing::run_vitk(
-      dir.path(), {"make-scenes", "--data", "nowhere", "--out", "new"}, "no_data");
-  EXPECT_EQ(no_data.status, 1);
-  vitk::testing::expect_one_error_line(no_data);
-
-  const auto help = vitk::testing::run_vitk(dir.path(), {"make-scenes", "--help"}, "help");
-  EXPECT_EQ(help.status, 0);
-  EXPECT_TRUE(contains(help.out, "vitk make-scenes --out")) << help.out;
-  const auto list = vitk::testing::run_vitk(dir.path(), {"--help"}, "list");
-  EXPECT_TRUE(contains(list.out + list.err, "make-scenes")) << list.out << list.err;
 }
 
 }  // namespace
