@@ -217,15 +217,8 @@ void save_with_file_size_limit(const std::string& path, const ParamStore& params
 class Checkpoint : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = ::testing::TempDir() + "vitk_ckpt_XXXXXX";
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
     build_model(model_);
     fill_values(model_, 1.f);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
   }
   std::string file(const std::string& name) const { return dir_ + "/" + name; }
   std::set<std::string> entries() const {
@@ -243,7 +236,8 @@ class Checkpoint : public ::testing::Test {
     return path;
   }
 
-  std::string dir_;
+  vitk::test::TempDir temp_{"vitk_ckpt"};
+  std::string dir_ = temp_.path().string();
   ParamStore model_;
 };
 

@@ -126,15 +126,6 @@ TEST(Json, ErrorsSayWhereAndWhat) {
 
 class Safetensors : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "vitk_st_XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
   std::string write(const std::string& bytes, const std::string& name = "m.safetensors") {
     std::string path = (dir_ / name).string();
     vitk::test::write_file(path, bytes);
@@ -155,7 +146,8 @@ class Safetensors : public ::testing::Test {
         EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
     }
   }
-  fs::path dir_;
+  vitk::test::TempDir temp_{"vitk_st"};
+  fs::path dir_ = temp_.path();
 };
 
 vitk::Tensor values(vitk::Shape shape, float start) {

@@ -31,17 +31,8 @@ using vitk::testing::idx_images;
 using vitk::testing::idx_labels;
 using vitk::testing::put_u32;
 
-class TempDir : public ::testing::Test {
+class DataDir : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "vitk_data_XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   std::string write(const std::string& name, const std::string& bytes) {
     fs::create_directories((dir_ / name).parent_path());
@@ -64,10 +55,11 @@ class TempDir : public ::testing::Test {
     EXPECT_TRUE(cv::imwrite(path(name), m));
     return path(name);
   }
-  fs::path dir_;
+  vitk::test::TempDir temp_{"vitk_data"};
+  fs::path dir_ = temp_.path();
 };
 
-using Idx = TempDir;
+using Idx = DataDir;
 
 TEST_F(Idx, ReadsRawAndGzipFilesAlike) {
   const std::vector<uint8_t> labels{3, 0, 9, 1, 1};
@@ -241,7 +233,7 @@ TEST_F(Idx, OpenDatasetFindsTheSplitAndNamesTheClasses) {
   EXPECT_NE(e.find("t10k-images-idx3-ubyte"), std::string::npos) << e;
 }
 
-using Folder = TempDir;
+using Folder = DataDir;
 
 TEST_F(Folder, ClassesAreSortedSubfoldersAndCorruptFilesFailAtLoad) {
   write_png("root/dog/a.png", 10);
@@ -333,7 +325,7 @@ TEST_F(Folder, OpenDatasetPicksTheSplitFolder) {
   EXPECT_NE(e.find("val/"), std::string::npos) << e;
 }
 
-using Csv = TempDir;
+using Csv = DataDir;
 
 TEST_F(Csv, ClassNamesHeaderQuotesAndRelativePaths) {
   write_png("imgs/a.png", 1);

@@ -14,6 +14,7 @@
 #include <opencv2/imgcodecs.hpp>
 
 #include "datasets/image_io.h"
+#include "util/test_util.h"
 
 namespace {
 
@@ -53,15 +54,6 @@ cv::Mat pattern(int rows, int cols, int type) {
 
 class ImageIo : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "vitk_image_io_XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
   std::string write(const std::string& name, const Bytes& bytes) {
     std::string p = (dir_ / name).string();
     std::ofstream(p, std::ios::binary)
@@ -86,7 +78,8 @@ class ImageIo : public ::testing::Test {
     EXPECT_TRUE(decode_image_file(path, image, error)) << path << ": " << error;
     return image;
   }
-  fs::path dir_;
+  vitk::test::TempDir temp_{"vitk_image_io"};
+  fs::path dir_ = temp_.path();
 };
 
 bool has(const std::string& text, const std::string& part) {

@@ -24,6 +24,7 @@
 #include "datasets/loader.h"
 #include "datasets/preprocess.h"
 #include "util/batch_util.h"
+#include "util/test_util.h"
 
 using namespace vitk;
 using namespace vitk::datasets;
@@ -480,9 +481,8 @@ TEST(Loader, EvaluationLeavesUnreadableSamplesOutAndTrainingKeepsTheOrder) {
 }
 
 TEST(Loader, ImageFolderWithACorruptFileGoesOn) {
-  std::string tmpl = (fs::temp_directory_path() / "vitk_loader_XXXXXX").string();
-  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-  const fs::path dir = tmpl;
+  const vitk::test::TempDir temp("vitk_loader");
+  const fs::path dir = temp.path();
   for (int c = 0; c < 2; ++c) {
     fs::create_directories(dir / ("class" + std::to_string(c)));
     for (int i = 0; i < 4; ++i) {
@@ -509,8 +509,6 @@ TEST(Loader, ImageFolderWithACorruptFileGoesOn) {
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(batches, 6);
   EXPECT_NE(err.find("warning: skipping " + corrupt.string() + ": "), std::string::npos) << err;
-  std::error_code ec;
-  fs::remove_all(dir, ec);
 }
 
 TEST(Loader, ErrorsInTheThreadReachNext) {

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "datasets/tokenizer.h"
+#include "util/test_util.h"
 
 namespace {
 
@@ -129,9 +130,8 @@ TEST(Tokenizer, BytesAndFileRoundTrip) {
   EXPECT_EQ(u.size(), t.size());
   EXPECT_EQ(u.encode(text[3]), t.encode(text[3]));
 
-  std::string tmpl = (fs::temp_directory_path() / "vitk_spm_XXXXXX").string();
-  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-  const fs::path dir = tmpl;
+  const vitk::test::TempDir temp("vitk_spm");
+  const fs::path dir = temp.path();
   t.save((dir / "m.model").string());
   const Tokenizer v = Tokenizer::load((dir / "m.model").string());
   EXPECT_EQ(v.encode(text[5]), t.encode(text[5]));
@@ -158,7 +158,6 @@ TEST(Tokenizer, BytesAndFileRoundTrip) {
   EXPECT_THROW(Tokenizer::from_bytes(""), vitk::Error);
   std::string truncated = t.bytes().substr(0, t.bytes().size() / 2);
   EXPECT_THROW(Tokenizer::from_bytes(truncated), vitk::Error);
-  fs::remove_all(dir);
 }
 
 TEST(Tokenizer, ErrorsNameTheCause) {

@@ -170,18 +170,13 @@ void write_checkpoint(const std::string& path, int64_t channels, uint64_t seed) 
 class Classify : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    std::string tmpl = (fs::temp_directory_path() / "vitk_classify_XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = new fs::path(tmpl);
+    temp_ = new vitk::test::TempDir("vitk_classify");
+    dir_ = &temp_->path();
     write_checkpoint((*dir_ / "rgb.h5").string(), 3, 7);
     write_checkpoint((*dir_ / "gray.h5").string(), 1, 8);
     make_images();
   }
-  static void TearDownTestSuite() {
-    std::error_code ec;
-    fs::remove_all(*dir_, ec);
-    delete dir_;
-  }
+  static void TearDownTestSuite() { delete temp_; }
 
   static std::string put(const std::string& name, const std::vector<uint8_t>& bytes) {
     fs::path p = *dir_ / name;
@@ -357,12 +352,14 @@ class Classify : public ::testing::Test {
     }
   }
 
-  static fs::path* dir_;
+  static vitk::test::TempDir* temp_;
+  static const fs::path* dir_;
   static std::vector<std::string>* good_;
   static std::vector<std::pair<std::string, std::string>>* bad_;
 };
 
-fs::path* Classify::dir_ = nullptr;
+vitk::test::TempDir* Classify::temp_ = nullptr;
+const fs::path* Classify::dir_ = nullptr;
 std::vector<std::string>* Classify::good_ = nullptr;
 std::vector<std::pair<std::string, std::string>>* Classify::bad_ = nullptr;
 

@@ -26,17 +26,6 @@ using Result = vitk::testing::ProcessResult;
 
 class Cli : public ::testing::Test {
  protected:
-  void SetUp() override {
-    // ctest runs tests in parallel, so each gets its own directory.
-    std::string tmpl = (fs::temp_directory_path() / "vitk_cli_XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-
   void write(const std::string& name, const std::string& text) {
     std::ofstream(dir_ / name, std::ios::binary) << text;
   }
@@ -45,7 +34,9 @@ class Cli : public ::testing::Test {
   // write them), stdin from /dev/null, stdout and stderr captured separately.
   Result run(const std::vector<std::string>& args) { return vitk::testing::run_vitk(dir_, args); }
 
-  fs::path dir_;
+  // ctest runs tests in parallel, so each gets its own directory.
+  vitk::test::TempDir temp_{"vitk_cli"};
+  fs::path dir_ = temp_.path();
 };
 
 using vitk::test::contains;

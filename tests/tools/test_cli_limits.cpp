@@ -49,9 +49,8 @@ void write_png(const fs::path& path, int shade) {
 class CliLimits : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    std::string tmpl = (fs::temp_directory_path() / "vitk_cli_limits_XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = new fs::path(tmpl);
+    temp_ = new vitk::test::TempDir("vitk_cli_limits");
+    dir_ = &temp_->path();
     write_model((*dir_ / "m.h5").string());
     // clean/: 3 images of each class; noisy/: the same and one text file named .png.
     for (const char* root : {"clean", "noisy"})
@@ -59,20 +58,18 @@ class CliLimits : public ::testing::Test {
         write_png(*dir_ / root / (i < 3 ? "a" : "b") / (std::to_string(i) + ".png"), 40 * i);
     std::ofstream(*dir_ / "noisy" / "a" / "broken.png") << "not an image";
   }
-  static void TearDownTestSuite() {
-    std::error_code ec;
-    fs::remove_all(*dir_, ec);
-    delete dir_;
-  }
+  static void TearDownTestSuite() { delete temp_; }
   static void write(const std::string& name, const std::string& text) {
     std::ofstream(*dir_ / name, std::ios::binary) << text;
   }
   Result run(const std::vector<std::string>& args) { return vitk::testing::run_vitk(*dir_, args); }
 
-  static fs::path* dir_;
+  static vitk::test::TempDir* temp_;
+  static const fs::path* dir_;
 };
 
-fs::path* CliLimits::dir_ = nullptr;
+vitk::test::TempDir* CliLimits::temp_ = nullptr;
+const fs::path* CliLimits::dir_ = nullptr;
 
 // The report's "top-1 accuracy: ..." line.
 std::string top1_line(const std::string& out) {

@@ -21,6 +21,7 @@
 #include "common/io/safetensors.h"
 #include "util/fixture_io.h"
 #include "util/safetensors_writer.h"
+#include "util/test_util.h"
 #include "util/vitk_process.h"
 #include "vit/checkpoint.h"
 #include "vit/import.h"
@@ -53,15 +54,6 @@ ImportOptions tiny_options(ImportFormat format) {
 
 class Import : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "vitk_import_XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
   // Imports a fixture and writes it as a vitk checkpoint; returns the checkpoint's path.
@@ -95,7 +87,8 @@ class Import : public ::testing::Test {
     return "";
   }
 
-  fs::path dir_;
+  vitk::test::TempDir temp_{"vitk_import"};
+  fs::path dir_ = temp_.path();
 };
 
 double max_abs_diff(const Tensor& a, const Tensor& b) {

@@ -104,14 +104,7 @@ class MtCli : public ::testing::Test {
   }
   void SetUp() override {
     ASSERT_EQ(trained_.status, 0) << trained_.out << trained_.err;
-    std::string tmpl = (fs::temp_directory_path() / "vitk_mt_case_XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
     for (const char* f : {"train.tsv", "valid.tsv"}) fs::copy_file(suite_ / f, dir_ / f);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
   }
   VitkResult run(const std::vector<std::string>& args, const std::string& tag = "run",
                  const std::string& stdin_file = "") {
@@ -123,7 +116,8 @@ class MtCli : public ::testing::Test {
 
   static fs::path suite_;
   static VitkResult trained_;
-  fs::path dir_;
+  vitk::test::TempDir temp_{"vitk_mt_case"};
+  fs::path dir_ = temp_.path();
 };
 
 fs::path MtCli::suite_;

@@ -16,6 +16,7 @@
 #include "common/io/checkpoint.h"
 #include "common/seq2seq/checkpoint.h"
 #include "datasets/tokenizer.h"
+#include "util/test_util.h"
 #include "util/tiny_models.h"
 #include "util/vitk_process.h"
 #include "vit/vit.h"
@@ -43,19 +44,12 @@ bool no_leftovers(const fs::path& dir) {
 
 class PlotCli : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "vitk_plot_cli_XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
   // VITK_TEST_KEEP=1 keeps the scratch directory, to look at the pictures.
   void TearDown() override {
     if (const char* keep = std::getenv("VITK_TEST_KEEP"); keep && *keep && *keep != '0') {
       std::cerr << "kept " << dir_ << "\n";
-      return;
+      temp_.keep();
     }
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
   }
   VitkResult run(std::vector<std::string> args) {
     args.push_back("--threads");
@@ -71,7 +65,8 @@ class PlotCli : public ::testing::Test {
     c.pool = pool;
     vitk::testing::save_random_vit((dir_ / name).string(), c, {"uno", "dos", "tr\xC3\xA9s"});
   }
-  fs::path dir_;
+  vitk::test::TempDir temp_{"vitk_plot_cli"};
+  fs::path dir_ = temp_.path();
 };
 
 TEST_F(PlotCli, SinusoidsAndMasks) {

@@ -177,26 +177,13 @@ const char* const kTinyConfig = vitk::testing::kTextureVitConfig;
 class TrainCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    std::string tmpl = (fs::temp_directory_path() / "vitk_train_data_XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    data_ = tmpl;
+    data_dir_ = new TempDir("vitk_train_data");
+    data_ = data_dir_->path();
     write_textures(data_, "train", 64, 1);
     write_textures(data_, "val", 16, 2);
   }
-  static void TearDownTestSuite() {
-    std::error_code ec;
-    fs::remove_all(data_, ec);
-  }
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "vitk_train_XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-    std::ofstream(dir_ / "tiny.ini") << kTinyConfig;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
+  static void TearDownTestSuite() { delete data_dir_; }
+  void SetUp() override { std::ofstream(dir_ / "tiny.ini") << kTinyConfig; }
 
   // Starts vitk in the test's directory with stdout and stderr going to files named by `tag`.
   pid_t spawn(const std::vector<std::string>& args, const std::string& tag) {
@@ -220,10 +207,13 @@ class TrainCli : public ::testing::Test {
     return run(args, tag);
   }
 
+  static TempDir* data_dir_;
   static fs::path data_;
-  fs::path dir_;
+  TempDir temp_{"vitk_train"};
+  fs::path dir_ = temp_.path();
 };
 
+TempDir* TrainCli::data_dir_ = nullptr;
 fs::path TrainCli::data_;
 
 // All tensors of a checkpoint (parameters and optimizer buffers) as raw bytes by name.

@@ -126,13 +126,15 @@ class TempDir {
   }
   ~TempDir() {
     std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
+    if (!kept_) std::filesystem::remove_all(path_, ec);
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
 
   const std::filesystem::path& path() const { return path_; }
   std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+  // Leaves the directory and its contents in place (to look at them after the test).
+  void keep() { kept_ = true; }
   // Writes `text` (bytes as given) to NAME in the directory; returns the full path.
   std::string write(const std::string& name, const std::string& text) const {
     const std::filesystem::path p = path_ / name;
@@ -142,6 +144,7 @@ class TempDir {
 
  private:
   std::filesystem::path path_;
+  bool kept_ = false;
 };
 
 // The whole file as bytes ("" if it cannot be opened).

@@ -56,12 +56,6 @@ vit::VitConfig tiny_config(int layers = 2) {
   return c;
 }
 
-std::string temp_dir(const char* name) {
-  std::string tmpl = (fs::temp_directory_path() / (std::string(name) + "_XXXXXX")).string();
-  EXPECT_NE(mkdtemp(tmpl.data()), nullptr);
-  return tmpl;
-}
-
 // A checkpoint of a randomly initialised tiny model; returns its store's values by name.
 std::map<std::string, Tensor> save_tiny(const std::string& path, const vit::VitConfig& c) {
   ParamStore store;
@@ -188,7 +182,8 @@ TEST(LayerDecay, OptimizersApplyTheScale) {
 // ---- Loading weights into a model of another size or head -------------------------------------
 
 TEST(FinetuneLoad, NewHeadIsZeroAndEverythingElseCarriesOver) {
-  const std::string dir = temp_dir("vitk_ftload");
+  const test::TempDir temp("vitk_ftload");
+  const std::string dir = temp.path().string();
   const std::string path = dir + "/src.h5";
   const vit::VitConfig src = tiny_config();
   const auto before = save_tiny(path, src);
@@ -243,14 +238,14 @@ TEST(FinetuneLoad, NewHeadIsZeroAndEverythingElseCarriesOver) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("head.weight"), std::string::npos) << e.what();
   }
-  fs::remove_all(dir);
 }
 
 // A model with a convolutional stem and a positional convolution loads at a higher resolution:
 // the stem, the projection and the positional convolution are size-free and carry over bit for
 // bit, only pos_embed is resampled; the model then runs at the new size.
 TEST(FinetuneLoad, StemModelRunsAtAHigherResolution) {
-  const std::string dir = temp_dir("vitk_ftstem");
+  const test::TempDir temp("vitk_ftstem");
+  const std::string dir = temp.path().string();
   const std::string path = dir + "/src.h5";
   vit::VitConfig src = tiny_config();
   src.stem_channels = {4, 6};
@@ -275,7 +270,6 @@ TEST(FinetuneLoad, StemModelRunsAtAHigherResolution) {
   EXPECT_EQ(logits.shape(), (Shape{2, 4}));
   for (int64_t i = 0; i < logits.numel(); ++i) EXPECT_TRUE(std::isfinite(logits.f32()[i]));
   EXPECT_THROW(vit::load_vit(path, 14, 12), UsageError);  // 14 is not a multiple of patch 4
-  fs::remove_all(dir);
 }
 
 TEST(FinetuneLoad, ResamplingConventionIsRecordedAndOldCheckpointsLoad) {
@@ -299,7 +293,8 @@ TEST(FinetuneLoad, ResamplingConventionIsRecordedAndOldCheckpointsLoad) {
   }
 
   // load_vit follows the checkpoint's convention unless told otherwise.
-  const std::string dir = temp_dir("vitk_ftalign");
+  const test::TempDir temp("vitk_ftalign");
+  const std::string dir = temp.path().string();
   c.pos_embed_align_corners = true;
   const auto before = save_tiny(dir + "/tv.h5", c);
   const Tensor aligned = vit::resample_pos_embed(before.at("pos_embed"), 2, 2, 3, 3, true);
@@ -318,7 +313,6 @@ TEST(FinetuneLoad, ResamplingConventionIsRecordedAndOldCheckpointsLoad) {
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("10x12"), std::string::npos) << e.what();
   }
-  fs::remove_all(dir);
 }
 
 // ---- Recipes and the option defaults they give
@@ -600,7 +594,8 @@ class FinetuneCli : public ::testing::Test {
  protected:
   // The data and the 8×8 source model, made once for all tests.
   static void SetUpTestSuite() {
-    root_ = temp_dir("vitk_finetune_data");
+    root_dir_ = new test::TempDir("vitk_finetune_data");
+    root_ = root_dir_->path();
     const std::vector<std::string> four{"bright", "dark", "hstripes", "vstripes"};
     const std::vector<std::string> two{"hstripes", "vstripes"};
     write_textures(root_ / "pre", "train", four, 32, 1);
@@ -618,17 +613,9 @@ class FinetuneCli : public ::testing::Test {
     ASSERT_EQ(r.status, 0) << r.out << r.err;
     source_ = (root_ / "src/best.h5").string();
   }
-  static void TearDownTestSuite() {
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-  }
+  static void TearDownTestSuite() { delete root_dir_; }
   void SetUp() override {
     if (source_.empty()) GTEST_SKIP() << "the source model was not trained";
-    dir_ = temp_dir("vitk_finetune");
-  }
-  void TearDown() override {
-    std::error_code ec;
-    if (!dir_.empty()) fs::remove_all(dir_, ec);
   }
 
   Result run(const std::vector<std::string>& args, const std::string& tag = "run") {
@@ -646,11 +633,14 @@ class FinetuneCli : public ::testing::Test {
   static std::string fine() { return (root_ / "fine").string(); }
   static std::string pre() { return (root_ / "pre").string(); }
 
+  static test::TempDir* root_dir_;
   static fs::path root_;
   static std::string source_;
-  fs::path dir_;
+  test::TempDir temp_{"vitk_finetune"};
+  fs::path dir_ = temp_.path();
 };
 
+test::TempDir* FinetuneCli::root_dir_ = nullptr;
 fs::path FinetuneCli::root_;
 std::string FinetuneCli::source_;
 
