@@ -19,8 +19,8 @@
 #include "common/vocabulary.h"
 #include "datasets/captions.h"
 #include "util/fixture_io.h"
-#include "util/model_fixtures.h"
 #include "util/op_test_util.h"
+#include "util/parity.h"
 #include "util/scene_data.h"
 #include "util/test_util.h"
 #include "vit/caption/captioner.h"
@@ -45,13 +45,6 @@ caption::CaptionConfig config_of(const test::FixtureFile& f) {
   if (f.has_attr("memory_positions")) m["memory_positions"] = f.attr_string("memory_positions");
   m["mean"] = m["std"] = m["channels"] == "1" ? "0.5" : "0.5,0.5,0.5";  // not read by the model
   return caption::caption_config_from_map(m, f.path());
-}
-
-std::vector<std::string> sorted_names(const ParamStore& store) {
-  std::vector<std::string> names;
-  for (const auto& p : store.params()) names.push_back(p.name);
-  std::sort(names.begin(), names.end());
-  return names;
 }
 
 // A small model with random weights, for the tests that need no fixture.
@@ -125,15 +118,7 @@ TEST_P(CaptionParity, MatchesPyTorch) {
   ParamStore store;
   caption::CaptionModel model(store, c);
   store.finalize();
-  std::vector<std::string> file_names = f.names("param");
-  std::sort(file_names.begin(), file_names.end());
-  ASSERT_EQ(file_names, sorted_names(store)) << "vitk's names are the fixture's";
-  for (auto& p : store.params()) {
-    const Tensor v = f.read_f32("param/" + p.name);
-    ASSERT_EQ(v.shape(), p.shape) << p.name;
-    p.value.copy_from(v);
-  }
-  store.mark_changed();
+  ASSERT_NO_FATAL_FAILURE(test::load_fixture_params(f, store));
   const Tensor images = f.read_f32("input/images");
   const Tensor target_in = f.read_i32("input/target_in"),
                target_out = f.read_i32("input/target_out");

@@ -24,103 +24,17 @@
 #include "common/params.h"
 #include "common/tensor.h"
 #include "util/fixture_io.h"
+#include "util/parity.h"
 
 using namespace vitk;
 
 namespace {
 
-// The tolerance, 1e-5 relative or 1e-6 absolute, with the absolute part taken at the
-// tensor's own scale: 1e-6·max(1, max|PyTorch|). Gradients of weights are sums that cancel (an
-// element of 0.02 from terms adding up to 4), and float32 cannot bring such an element within
-// 1e-6 of the exact value when the tensor around it reaches 10: PyTorch's own float32 run misses
-// the unscaled rule by up to 1.7× on these fixtures (each file records its error), and vitk by
-// 1.6×. Scaled, a wrong LayerNorm eps (1e-6 for 1e-5) still fails every layer case.
-constexpr double kRelTol = 1e-5;
-constexpr double kAbsTol = 1e-6;
+using test::compare;
+using test::Errors;
 
 std::string fixture_path(const std::string& name) {
   return std::string(VITK_SOURCE_DIR) + "/tests/fixtures/core/" + name + ".h5";
-}
-
-std::string index_str(int64_t flat, const Shape& shape) {
-  std::vector<int64_t> idx(shape.size());
-  for (size_t i = shape.size(); i-- > 0;) {
-    idx[i] = flat % shape[i];
-    flat /= shape[i];
-  }
-  std::ostringstream s;
-  s << '[';
-  for (size_t i = 0; i < idx.size(); ++i) s << (i ? ", " : "") << idx[i];
-  s << ']';
-  return s.str();
-}
-
-// The worst differences seen over one or more tensors.
-struct Errors {
-  double max_abs = 0;  // max |vitk − PyTorch|
-  double ratio = 0;    // max |vitk − PyTorch| / tolerance: passes when <= 1
-  std::string where;   // the element with the worst ratio
-
-  void merge(const Errors& other) {
-    max_abs = std::max(max_abs, other.max_abs);
-    if (other.ratio > ratio || where.empty()) {
-      ratio = other.ratio;
-      where = other.where;
-    }
-  }
-  std::string str() const {
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "max|err| %.2e, %.3f of the tolerance at %s", max_abs, ratio,
-                  where.c_str());
-    return buf;
-  }
-};
-
-// Compares vitk's tensor with PyTorch's element by element. With `lengths` (i32 [B]) only the
-// rows t < lengths[b] of a [B, T, d] tensor count. One gtest failure per tensor that is off,
-// naming its worst element and how many are off.
-Errors compare(const std::string& what, const Tensor& got, const Tensor& want,
-               const Tensor* lengths = nullptr) {
-  Errors e;
-  e.where = what;
-  if (got.shape() != want.shape()) {
-    ADD_FAILURE() << what << ": vitk shape " << shape_str(got.shape()) << ", PyTorch "
-                  << shape_str(want.shape());
-    e.ratio = INFINITY;
-    return e;
-  }
-  const float* a = got.f32();
-  const float* b = want.f32();
-  const int64_t n = want.numel();
-  double scale = 1.0;
-  for (int64_t i = 0; i < n; ++i) scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
-  const double abs_tol = kAbsTol * scale;
-  const int64_t row = want.dim(-1);
-  const int64_t seq = lengths ? want.dim(1) : 1;
-  int64_t bad = 0, checked = 0, worst = -1;
-  for (int64_t i = 0; i < n; ++i) {
-    if (lengths) {
-      const int64_t bi = i / (seq * row), ti = (i / row) % seq;
-      if (ti >= lengths->i32()[bi]) continue;
-    }
-    ++checked;
-    const double err = std::fabs(static_cast<double>(a[i]) - b[i]);
-    const double r = err / (kRelTol * std::fabs(b[i]) + abs_tol);
-    if (!(r <= 1.0)) ++bad;  // NaN counts as bad
-    e.max_abs = std::max(e.max_abs, err);
-    if (worst < 0 || !(r <= e.ratio)) {
-      e.ratio = std::isnan(r) ? INFINITY : r;
-      worst = i;
-    }
-  }
-  if (worst >= 0) e.where = what + index_str(worst, want.shape());
-  if (bad > 0) {
-    ADD_FAILURE() << what << ": " << bad << " of " << checked << " elements off; worst at "
-                  << index_str(worst, want.shape()) << ": vitk " << a[worst] << ", PyTorch "
-                  << b[worst] << " (|err| " << std::fabs(static_cast<double>(a[worst]) - b[worst])
-                  << " > " << kRelTol * std::fabs(b[worst]) + abs_tol << ")";
-  }
-  return e;
 }
 
 // One vitk module (or the encoder-decoder pair) behind a common forward/backward.
@@ -207,12 +121,6 @@ Model build(const test::FixtureFile& f, ParamStore& store, const Tensor& x_lengt
   return m;
 }
 
-std::string joined(const std::vector<std::string>& names) {
-  std::string s;
-  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
-  return s.empty() ? "(none)" : s;
-}
-
 class ParityCore : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(ParityCore, MatchesPyTorch) {
@@ -229,24 +137,7 @@ TEST_P(ParityCore, MatchesPyTorch) {
   store.finalize();
 
   // The names prove the mapping: vitk registers exactly the parameters the fixture renamed.
-  std::vector<std::string> ours, theirs = f.names("param");
-  for (const auto& p : store.params()) ours.push_back(p.name);
-  std::sort(ours.begin(), ours.end());
-  std::sort(theirs.begin(), theirs.end());
-  std::vector<std::string> only_ours, only_theirs;
-  std::set_difference(ours.begin(), ours.end(), theirs.begin(), theirs.end(),
-                      std::back_inserter(only_ours));
-  std::set_difference(theirs.begin(), theirs.end(), ours.begin(), ours.end(),
-                      std::back_inserter(only_theirs));
-  ASSERT_TRUE(only_ours.empty() && only_theirs.empty())
-      << "parameter names differ\n  only in vitk: " << joined(only_ours)
-      << "\n  only in the fixture: " << joined(only_theirs);
-  for (auto& p : store.params()) {
-    const Tensor v = f.read_f32("param/" + p.name);
-    ASSERT_EQ(v.shape(), p.shape) << p.name << ": vitk " << shape_str(p.shape) << ", fixture "
-                                  << shape_str(v.shape());
-    p.value.copy_from(v);
-  }
+  ASSERT_NO_FATAL_FAILURE(test::load_fixture_params(f, store));
   store.zero_grad();
 
   Arena arena(1 << 20);

@@ -22,8 +22,8 @@
 #include "common/seq2seq/model.h"
 #include "common/seq2seq/search.h"
 #include "util/fixture_io.h"
-#include "util/model_fixtures.h"
 #include "util/op_test_util.h"
+#include "util/parity.h"
 #include "util/test_util.h"
 
 using namespace vitk;
@@ -533,12 +533,26 @@ INSTANTIATE_TEST_SUITE_P(Seq2Seq, Seq2SeqDecodingTest, ::testing::Bool(),
 
 // ---- Parity with PyTorch ----
 
+namespace {
+
+// The translation model stored in a parity fixture (tests/parity/make_seq2seq_fixture.py).
+TransformerConfig seq2seq_config_of(const FixtureFile& f) {
+  std::map<std::string, std::string> settings;
+  for (const char* key :
+       {"vocab_size", "d_model", "heads", "d_ff", "layers", "decoder_layers", "activation",
+        "pre_norm", "tied_embeddings", "max_length", "dropout", "attention_dropout"})
+    settings[key] = f.attr_string(key);
+  return from_config_map(settings, f.path());
+}
+
+}  // namespace
+
 class Seq2SeqParity : public ::testing::TestWithParam<std::tuple<std::string, ops::Precision>> {};
 
 // tests/parity/make_seq2seq_fixture.py: PyTorch's nn.TransformerEncoder/Decoder with √d-scaled
 // embeddings, sinusoids and a (tied) output layer, label-smoothed cross-entropy over the non-pad
 // tokens. In f32, logits, loss and every parameter's gradient must match the float64 reference;
-// with bf16 products the logits must be within bf16's bound (model_fixtures.h) and further from
+// with bf16 products the logits must be within bf16's bound (util/parity.h) and further from
 // the reference than f32's tolerance (skipped on CPUs without AVX512_BF16).
 TEST_P(Seq2SeqParity, MatchesPyTorch) {
   const auto& [name, precision] = GetParam();
@@ -550,16 +564,7 @@ TEST_P(Seq2SeqParity, MatchesPyTorch) {
   ParamStore store;
   Transformer model(store, c);
   store.finalize();
-  std::vector<std::string> file_names = f.names("param"), model_names = names_of(store);
-  std::sort(file_names.begin(), file_names.end());
-  std::sort(model_names.begin(), model_names.end());
-  ASSERT_EQ(file_names, model_names);
-  for (auto& p : store.params()) {
-    const Tensor v = f.read_f32("param/" + p.name);
-    ASSERT_EQ(v.shape(), p.shape) << p.name;
-    p.value.copy_from(v);
-  }
-  store.mark_changed();  // the values were written directly
+  ASSERT_NO_FATAL_FAILURE(test::load_fixture_params(f, store));
   const Tensor source = f.read_i32("input/source"),
                source_lengths = f.read_i32("input/source_lengths");
   const Tensor target_in = f.read_i32("input/target_in"),

@@ -6,9 +6,9 @@
 // them, runs forward and backward in training mode (dropout 0; with patch_drop, replaying the
 // fixture's draw of kept patches; with pos_conv_blocks, through the positional convolutions)
 // and compares everything, in each precision of the products. In f32, with the tolerance rule of
-// the core's parity test (test_parity_core.cpp):
+// the core's parity test (util/parity.h):
 //   |vitk − PyTorch| ≤ 1e-5·|PyTorch| + 1e-6·max(1, max|PyTorch| over the tensor).
-// With bf16 products, with the bound bf16's rounding gives (model_fixtures.h): the logits within
+// With bf16 products, with the bound bf16's rounding gives (util/parity.h): the logits within
 // 2u·P·max(1, max|logit|), the gradients within a relative L2 difference of 2u·3P, and both
 // further from PyTorch than the f32 tolerance allows (bf16 cases are skipped on CPUs without
 // AVX512_BF16).
@@ -28,6 +28,7 @@
 #include "common/tensor.h"
 #include "util/fixture_io.h"
 #include "util/model_fixtures.h"
+#include "util/parity.h"
 #include "util/test_util.h"
 #include "vit/vit.h"
 
@@ -35,75 +36,13 @@ using namespace vitk;
 
 namespace {
 
-constexpr double kRelTol = 1e-5;
-constexpr double kAbsTol = 1e-6;
+using test::compare;
+using test::Errors;
+using test::kAbsTol;
+using test::kRelTol;
 
 std::string fixture_path(const std::string& name) {
   return std::string(VITK_SOURCE_DIR) + "/tests/fixtures/vit/" + name + ".h5";
-}
-
-std::string index_str(int64_t flat, const Shape& shape) {
-  std::vector<int64_t> idx(shape.size());
-  for (size_t i = shape.size(); i-- > 0;) {
-    idx[i] = flat % shape[i];
-    flat /= shape[i];
-  }
-  std::ostringstream s;
-  s << '[';
-  for (size_t i = 0; i < idx.size(); ++i) s << (i ? ", " : "") << idx[i];
-  s << ']';
-  return s.str();
-}
-
-// The worst differences over one or more tensors: max |err| and max err / tolerance (passes at
-// <= 1).
-struct Errors {
-  double max_abs = 0, ratio = 0;
-  std::string where;
-  void merge(const Errors& o) {
-    max_abs = std::max(max_abs, o.max_abs);
-    if (o.ratio > ratio || where.empty()) ratio = o.ratio, where = o.where;
-  }
-};
-
-// One gtest failure per tensor that is off, naming its worst element and how many are off.
-Errors compare(const std::string& what, const Tensor& got, const Tensor& want) {
-  Errors e;
-  e.where = what;
-  if (got.shape() != want.shape()) {
-    ADD_FAILURE() << what << ": vitk shape " << shape_str(got.shape()) << ", PyTorch "
-                  << shape_str(want.shape());
-    e.ratio = INFINITY;
-    return e;
-  }
-  const float* a = got.f32();
-  const float* b = want.f32();
-  const int64_t n = want.numel();
-  double scale = 1.0;
-  for (int64_t i = 0; i < n; ++i) scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
-  int64_t bad = 0, worst = -1;
-  for (int64_t i = 0; i < n; ++i) {
-    const double err = std::fabs(static_cast<double>(a[i]) - b[i]);
-    const double r = err / (kRelTol * std::fabs(b[i]) + kAbsTol * scale);
-    if (!(r <= 1.0)) ++bad;  // NaN counts as bad
-    e.max_abs = std::max(e.max_abs, err);
-    if (worst < 0 || !(r <= e.ratio)) {
-      e.ratio = std::isnan(r) ? INFINITY : r;
-      worst = i;
-    }
-  }
-  if (worst >= 0) e.where = what + index_str(worst, want.shape());
-  if (bad > 0)
-    ADD_FAILURE() << what << ": " << bad << " of " << n << " elements off; worst at "
-                  << index_str(worst, want.shape()) << ": vitk " << a[worst] << ", PyTorch "
-                  << b[worst];
-  return e;
-}
-
-std::string joined(const std::vector<std::string>& names) {
-  std::string s;
-  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
-  return s.empty() ? "(none)" : s;
 }
 
 // The logits and every gradient of a bf16 run against the fixture's, within bf16's bound.
@@ -144,25 +83,7 @@ TEST_P(ParityVit, MatchesPyTorch) {
   store.finalize();
 
   // The names prove the mapping: vitk registers exactly timm's names.
-  std::vector<std::string> ours, theirs = f.names("param");
-  for (const auto& p : store.params()) ours.push_back(p.name);
-  std::sort(ours.begin(), ours.end());
-  std::sort(theirs.begin(), theirs.end());
-  std::vector<std::string> only_ours, only_theirs;
-  std::set_difference(ours.begin(), ours.end(), theirs.begin(), theirs.end(),
-                      std::back_inserter(only_ours));
-  std::set_difference(theirs.begin(), theirs.end(), ours.begin(), ours.end(),
-                      std::back_inserter(only_theirs));
-  ASSERT_TRUE(only_ours.empty() && only_theirs.empty())
-      << "parameter names differ\n  only in vitk: " << joined(only_ours)
-      << "\n  only in the fixture: " << joined(only_theirs);
-  for (auto& p : store.params()) {
-    const Tensor v = f.read_f32("param/" + p.name);
-    ASSERT_EQ(v.shape(), p.shape) << p.name << ": vitk " << shape_str(p.shape) << ", fixture "
-                                  << shape_str(v.shape());
-    p.value.copy_from(v);
-  }
-  store.mark_changed();  // the values were written directly
+  ASSERT_NO_FATAL_FAILURE(test::load_fixture_params(f, store));
   store.zero_grad();
 
   const Tensor images = f.read_f32("input/images");  // [B, C, H, W]
