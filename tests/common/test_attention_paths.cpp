@@ -31,20 +31,10 @@ namespace {
 
 using test::all_close;
 using test::random_tensor;
+using test::randomize;
 
-void randomize(ParamStore& store, uint32_t seed) {
-  std::mt19937 gen(seed);
-  for (auto& p : store.params()) {
-    const float a =
-        p.shape.size() == 2 ? 1.5f / std::sqrt(static_cast<float>(p.shape.back())) : 0.3f;
-    const float offset = p.name.find("norm") != std::string::npos &&
-                                 p.name.compare(p.name.size() - 7, 7, ".weight") == 0
-                             ? 1.f
-                             : 0.f;
-    std::uniform_real_distribution<float> dist(-a, a);
-    for (int64_t i = 0; i < p.numel(); ++i) p.value.f32()[i] = offset + dist(gen);
-  }
-}
+// The parameters' ranges here: biases in ±0.3 (randomize's default: ±0.2).
+const test::RandomRanges kRanges{0.3f, 0.3f};
 
 // The request that makes a forward take `path` where the path applies.
 AttentionKernel request(AttentionPath path) {
@@ -176,7 +166,7 @@ struct MhaSetup {
   MhaSetup(const MhaCase& c, int64_t B, int64_t Tq, int64_t Tk, uint32_t seed, int64_t d = 64)
       : attn(store, "attn", config_of(c, d)) {
     store.finalize();
-    randomize(store, seed);
+    randomize(store, seed, kRanges);
     std::mt19937 gen(seed + 1);
     x = random_tensor({B, Tq, d}, gen);
     if (c.cross) memory = random_tensor({B, Tk, d}, gen);
@@ -339,7 +329,7 @@ TEST(AttentionPathChoice, FollowsTheRequestScoreMaskPrecisionAndKeepWeights) {
     ParamStore store;
     MultiHeadAttention attn(store, "attn", config);
     store.finalize();
-    randomize(store, 32);
+    randomize(store, 32, kRanges);
     attn.keep_weights = ch.keep_weights;
     Arena arena;
     ops::Rng rng(1);
@@ -359,7 +349,7 @@ MultiHeadAttention random_attention(ParamStore& store, int64_t d_model, int64_t 
   config.heads = heads;
   MultiHeadAttention attn(store, "attn", config);
   store.finalize();
-  randomize(store, seed);
+  randomize(store, seed, kRanges);
   return attn;
 }
 
@@ -451,7 +441,7 @@ TEST_P(LayerPath, EncoderLayerEqualsTheReferencePath) {
   ParamStore store;
   EncoderLayer layer(store, "enc", layer_config(c.pre_norm));
   store.finalize();
-  randomize(store, 7);
+  randomize(store, 7, kRanges);
   std::mt19937 gen(8);
   const int64_t B = 3, T = 77;
   Tensor x = random_tensor({B, T, 64}, gen), dy = random_tensor({B, T, 64}, gen);
@@ -473,7 +463,7 @@ TEST_P(LayerPath, DecoderLayerEqualsTheReferencePath) {
   ParamStore store;
   DecoderLayer layer(store, "dec", layer_config(c.pre_norm));
   store.finalize();
-  randomize(store, 9);
+  randomize(store, 9, kRanges);
   std::mt19937 gen(10);
   const int64_t B = 3, Tt = 66, Ts = 90;
   Tensor x = random_tensor({B, Tt, 64}, gen), memory = random_tensor({B, Ts, 64}, gen);
@@ -515,7 +505,7 @@ class LongSequence : public ::testing::Test {
     c_.pre_norm = true;
     layer_.emplace(store_, "enc", c_);
     store_.finalize();
-    randomize(store_, 11);
+    randomize(store_, 11, kRanges);
     std::mt19937 gen(12);
     x_ = random_tensor({1, kT, 32}, gen);
     dy_ = random_tensor({1, kT, 32}, gen);

@@ -33,16 +33,8 @@ LayerConfig config(bool pre_norm, float drop_path) {
   return c;
 }
 
-// Weights of order 1/√fan_in, norm gains around 1, small biases: every parameter matters.
-void randomize(ParamStore& store, std::mt19937& gen) {
-  for (auto& p : store.params()) {
-    const bool norm_gain = p.name.find("norm") != std::string::npos && p.shape.size() == 1 &&
-                           p.name.compare(p.name.size() - 7, 7, ".weight") == 0;
-    const float a = p.shape.size() == 2 ? 1.5f / std::sqrt(static_cast<float>(p.shape[1])) : 0.2f;
-    std::uniform_real_distribution<float> dist(-a, a);
-    for (int64_t i = 0; i < p.numel(); ++i) p.value.f32()[i] = (norm_gain ? 1.f : 0.f) + dist(gen);
-  }
-}
+// The parameters' ranges here: norm gains in 1 ± 0.2 (randomize's default: 1 ± 0.3).
+const RandomRanges kRanges{0.2f, 0.2f};
 
 // What the layer must draw: sample b of branch `branch` (0 attention, 1 MLP) is kept when the
 // uniform at counter branch·B + b is at least p (the layer has no other dropout, so drop path is
@@ -62,7 +54,7 @@ TEST_P(DropPathTest, BackwardAppliesTheForwardMask) {
   EncoderLayer layer(store, "blocks.0", config(pre, p));
   store.finalize();
   std::mt19937 gen(1);
-  randomize(store, gen);
+  randomize(store, gen, kRanges);
   Tensor x = random_tensor({B, T, kD}, gen);
 
   // The draws must both keep and drop something in each branch, or the check proves little.
@@ -106,7 +98,7 @@ TEST_P(DropPathTest, EvalIsIdentity) {
   s_drop.finalize();
   s_plain.finalize();
   std::mt19937 gen(2);
-  randomize(s_drop, gen);
+  randomize(s_drop, gen, kRanges);
   s_plain.values().copy_from(s_drop.values());
   Tensor x = random_tensor({4, 3, kD}, gen);
   Arena arena;
@@ -134,7 +126,7 @@ TEST(DropPathStatsTest, DroppedFractionIsAboutP) {
   EncoderLayer layer(store, "l", config(true, p));
   store.finalize();
   std::mt19937 gen(4);
-  randomize(store, gen);
+  randomize(store, gen, kRanges);
   const Tensor values = store.values().clone();
   Tensor x = random_tensor({B, T, kD}, gen);
   Arena arena;

@@ -36,42 +36,10 @@ LayerConfig small_config(bool pre_norm, ops::Activation act = ops::Activation::g
   return c;
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// Random values with every parameter mattering: norm gains around 1 (not exactly 1, so that their
-// gradients differ from the biases'), small biases, weights scaled by 1/√fan_in so that the
-// activations stay of order one through a few layers.
-void randomize(ParamStore& store, std::mt19937& gen) {
-  for (auto& p : store.params()) {
-    const bool norm = p.name.find("norm") != std::string::npos;
-    float lo, hi, offset = 0.f;
-    if (norm && ends_with(p.name, ".weight")) {
-      lo = -0.3f, hi = 0.3f, offset = 1.f;
-    } else if (p.shape.size() == 1) {
-      lo = -0.2f, hi = 0.2f;
-    } else {
-      const float a = 1.5f / std::sqrt(static_cast<float>(p.shape.back()));
-      lo = -a, hi = a;
-    }
-    std::uniform_real_distribution<float> dist(lo, hi);
-    float* v = p.value.f32();
-    for (int64_t i = 0; i < p.numel(); ++i) v[i] = offset + dist(gen);
-  }
-}
-
 // Copies every parameter of `to` from the parameter of the same name in `from`.
 void copy_values(ParamStore& from, ParamStore& to) {
   ASSERT_EQ(from.params().size(), to.params().size());
   for (auto& p : to.params()) p.value.copy_from(from.get(p.name).value);
-}
-
-std::vector<std::string> names_of(const ParamStore& store) {
-  std::vector<std::string> names;
-  for (const auto& p : store.params()) names.push_back(p.name);
-  return names;
 }
 
 Tensor plus(Context& ctx, const Tensor& a, const Tensor& b) {

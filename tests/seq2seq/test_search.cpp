@@ -25,14 +25,6 @@ namespace {
 
 constexpr int64_t kVocab = 12;
 
-// Tiny shapes gain nothing from threads, and on a shared machine a parallel region can wait a
-// long time for a busy core: the longer tests here run on one thread.
-struct OneThread {
-  const int saved = ops::num_threads();
-  OneThread() { ops::set_num_threads(1); }
-  ~OneThread() { ops::set_num_threads(saved); }
-};
-
 // A random model whose next-token distributions are peaked enough for beam and greedy search to
 // disagree now and then: the output weights are scaled up after fairseq's initialisation.
 struct RandomModel {

@@ -64,12 +64,6 @@ struct Batch {
   Tensor target_lengths = ids_tensor({4, 2});
 };
 
-std::vector<std::string> names_of(const ParamStore& store) {
-  std::vector<std::string> names;
-  for (const auto& p : store.params()) names.push_back(p.name);
-  return names;
-}
-
 bool has(const std::vector<std::string>& names, const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }

@@ -1,6 +1,7 @@
 #pragma once
-// Helpers shared by the op tests: random tensors, comparison against double-precision references,
-// and a central finite-difference driver so that each op's gradient check is a few lines.
+// Helpers shared by the op tests: random tensors and parameters, comparison against
+// double-precision references, and a central finite-difference driver so that each op's gradient
+// check is a few lines.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "common/params.h"
 #include "common/tensor.h"
+#include "util/test_util.h"
 
 namespace vitk::test {
 
@@ -24,6 +27,44 @@ inline Tensor random_tensor(const Shape& shape, std::mt19937& gen, float lo = -1
   float* p = t.f32();
   for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(gen);
   return t;
+}
+
+// The ranges randomize draws biases and norm gains from: ±bias, 1 ± norm_gain.
+struct RandomRanges {
+  float bias = 0.2f;
+  float norm_gain = 0.3f;
+};
+
+// Random values with every parameter mattering: norm gains around 1 (not exactly 1, so that their
+// gradients differ from the biases'), small biases, weights uniform in ±1.5/√fan_in so that the
+// activations stay of order one through a few layers (fan_in: the elements of one output's weights,
+// C·P·P for a patch projection), a ViT's class token and positions in ±0.5.
+inline void randomize(ParamStore& store, std::mt19937& gen, const RandomRanges& ranges = {}) {
+  for (auto& p : store.params()) {
+    float a = ranges.bias, offset = 0.f;
+    if (p.name.find("norm") != std::string::npos && ends_with(p.name, ".weight")) {
+      a = ranges.norm_gain, offset = 1.f;
+    } else if (p.name == "cls_token" || p.name == "pos_embed") {
+      a = 0.5f;
+    } else if (p.shape.size() >= 2) {
+      a = 1.5f / std::sqrt(static_cast<float>(p.numel() / p.shape[0]));
+    }
+    std::uniform_real_distribution<float> dist(-a, a);
+    for (int64_t i = 0; i < p.numel(); ++i) p.value.f32()[i] = offset + dist(gen);
+  }
+}
+
+// The same with a generator of its own, seeded with `seed`.
+inline void randomize(ParamStore& store, uint32_t seed, const RandomRanges& ranges = {}) {
+  std::mt19937 gen(seed);
+  randomize(store, gen, ranges);
+}
+
+// The names of the store's parameters, in the order they were added.
+inline std::vector<std::string> names_of(const ParamStore& store) {
+  std::vector<std::string> names;
+  for (const auto& p : store.params()) names.push_back(p.name);
+  return names;
 }
 
 // f32 or bf16 values widened to double.

@@ -72,6 +72,12 @@ inline bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
+// Whether `s` ends with `suffix`.
+inline bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 // The message of the vitk::Error that body throws; "no exception" when it throws nothing.
 template <typename F>
 std::string error_of(F&& body) {

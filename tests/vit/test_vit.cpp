@@ -49,28 +49,6 @@ VitConfig tiny_config(const std::string& pool, int64_t channels, int64_t height,
   return c;
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// Values with every parameter mattering: norm gains around 1, small biases, weights of order
-// 1/√fan_in (the patch projection's fan-in is C·P·P), class token and positions of order 0.5.
-void randomize(ParamStore& store, std::mt19937& gen) {
-  for (auto& p : store.params()) {
-    float a = 0.2f, offset = 0.f;
-    if (p.name.find("norm") != std::string::npos && ends_with(p.name, ".weight")) {
-      a = 0.3f, offset = 1.f;
-    } else if (p.name == "cls_token" || p.name == "pos_embed") {
-      a = 0.5f;
-    } else if (p.shape.size() >= 2) {
-      a = 1.5f / std::sqrt(static_cast<float>(p.numel() / p.shape[0]));
-    }
-    std::uniform_real_distribution<float> dist(-a, a);
-    for (int64_t i = 0; i < p.numel(); ++i) p.value.f32()[i] = offset + dist(gen);
-  }
-}
-
 std::vector<double> naive_patches(const Tensor& images, int64_t P) {
   const int64_t B = images.dim(0), C = images.dim(1), H = images.dim(2), W = images.dim(3);
   const int64_t Hp = H / P, Wp = W / P;
@@ -135,12 +113,6 @@ TEST(PatchErrorsTest, ShapesThatDoNotFitThrow) {
 }
 
 // ---- Names ----
-
-std::vector<std::string> names_of(const ParamStore& store) {
-  std::vector<std::string> names;
-  for (const auto& p : store.params()) names.push_back(p.name);
-  return names;
-}
 
 TEST(VitNamesTest, TimmNamesShapesAndDecay) {
   for (const std::string pool : {"token", "avg"}) {
