@@ -25,6 +25,7 @@ using vitk::ParamStore;
 using vitk::Shape;
 using vitk::Tensor;
 using vitk::test::contains;
+using vitk::test::error_of;
 using vitk::test::TempDir;
 
 // A store of one linear layer, fc.weight [4, 3] and fc.bias [4], with distinct values.
@@ -45,15 +46,6 @@ struct Layer {
     vitk::release_value(weight);
   }
 };
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const vitk::Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(QuantizedCheckpoint, Int8TensorsRoundTripAndLoadOnlyToRun) {
   const TempDir dir("vitk_quantized");

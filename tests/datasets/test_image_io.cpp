@@ -21,6 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 using vitk::datasets::decode_image_file;
 using vitk::datasets::DecodeOptions;
+using vitk::test::contains;
 
 const std::string kFixtures = std::string(VITK_SOURCE_DIR) + "/tests/fixtures/images/";
 
@@ -81,10 +82,6 @@ class ImageIo : public ::testing::Test {
   vitk::test::TempDir temp_{"vitk_image_io"};
   fs::path dir_ = temp_.path();
 };
-
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
 
 // ---- Good images ------------------------------------------------------------------------------
 
@@ -170,24 +167,24 @@ TEST_F(ImageIo, MissingDirectoryEmptyAndSpecialFiles) {
   EXPECT_EQ(reason((dir_ / "nope" / "deeper.png").string()), "file not found");
   EXPECT_EQ(reason(dir_.string()), "is a directory, not an image");
   EXPECT_EQ(reason(write("empty.png", {})), "empty file");
-  EXPECT_TRUE(has(reason("/dev/null"), "not a regular file")) << reason("/dev/null");
+  EXPECT_TRUE(contains(reason("/dev/null"), "not a regular file")) << reason("/dev/null");
   // A FIFO with no writer: opening it must neither block nor wait for data.
   const std::string fifo = (dir_ / "pipe.jpg").string();
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
-  EXPECT_TRUE(has(reason(fifo), "not a regular file"));
+  EXPECT_TRUE(contains(reason(fifo), "not a regular file"));
 }
 
 TEST_F(ImageIo, TextAndUnsupportedFormats) {
   const std::string text = "hello, this is not a picture\n";
   EXPECT_EQ(reason(write("text.jpg", Bytes(text.begin(), text.end()))),
             "not an image (unrecognised format)");
-  EXPECT_TRUE(has(reason(kFixtures + "unsupported.gif"), "unsupported image format (GIF)"));
+  EXPECT_TRUE(contains(reason(kFixtures + "unsupported.gif"), "unsupported image format (GIF)"));
   const std::string heic = std::string(
                                "\0\0\0\x18"
                                "ftypheic",
                                12) +
                            std::string(40, '\0');
-  EXPECT_TRUE(has(reason(write("photo.heic", Bytes(heic.begin(), heic.end()))), "(HEIF)"));
+  EXPECT_TRUE(contains(reason(write("photo.heic", Bytes(heic.begin(), heic.end()))), "(HEIF)"));
 }
 
 TEST_F(ImageIo, TruncatedJpegs) {
@@ -202,11 +199,12 @@ TEST_F(ImageIo, TruncatedJpegs) {
   EXPECT_EQ(reason(write("half.jpg", Bytes(jpg.begin(), jpg.begin() + jpg.size() / 2))),
             "truncated JPEG (ends inside the image data)");
   EXPECT_TRUE(
-      has(reason(write("prog.jpg", Bytes(prog.begin(), prog.begin() + prog.size() * 2 / 3))),
-          "truncated JPEG"));
+      contains(reason(write("prog.jpg", Bytes(prog.begin(), prog.begin() + prog.size() * 2 / 3))),
+               "truncated JPEG"));
   EXPECT_TRUE(
-      has(reason(write("head.jpg", Bytes(jpg.begin(), jpg.begin() + 100))), "truncated JPEG"));
-  EXPECT_TRUE(has(reason(write("soi.jpg", Bytes(jpg.begin(), jpg.begin() + 3))), "truncated JPEG"));
+      contains(reason(write("head.jpg", Bytes(jpg.begin(), jpg.begin() + 100))), "truncated JPEG"));
+  EXPECT_TRUE(
+      contains(reason(write("soi.jpg", Bytes(jpg.begin(), jpg.begin() + 3))), "truncated JPEG"));
 }
 
 TEST_F(ImageIo, JpegWithThousandsOfScansIsRefused) {
@@ -236,7 +234,7 @@ TEST_F(ImageIo, OtherTruncatedFormats) {
     const Bytes full = encode(ext, img);
     const std::string r = reason(
         write(std::string("cut") + ext, Bytes(full.begin(), full.begin() + full.size() / 2)));
-    EXPECT_TRUE(has(r, "truncated")) << ext << ": " << r;
+    EXPECT_TRUE(contains(r, "truncated")) << ext << ": " << r;
   }
 }
 
@@ -268,7 +266,7 @@ TEST_F(ImageIo, BombsAreRefusedFromTheHeader) {
   put_be32(&png[16], 3'000'000);
   put_be32(&png[20], 1);
   put_be32(&png[29], crc32_of(&png[12], 17));
-  EXPECT_TRUE(has(reason(write("wide.png", png), huge), "beyond OpenCV's limits"));
+  EXPECT_TRUE(contains(reason(write("wide.png", png), huge), "beyond OpenCV's limits"));
 }
 
 TEST_F(ImageIo, MutatedFilesNeverCrash) {
@@ -334,7 +332,7 @@ TEST_F(ImageIo, QuietDecodingKeepsCodecChatterOffStderr) {
   std::string said((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(said, "");
   EXPECT_EQ(r1, "");
-  EXPECT_TRUE(has(r2, "BMP")) << r2;
+  EXPECT_TRUE(contains(r2, "BMP")) << r2;
 }
 
 }  // namespace

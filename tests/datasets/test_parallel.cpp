@@ -13,21 +13,12 @@ namespace {
 
 using vitk::datasets::ParallelReport;
 using vitk::datasets::read_parallel;
+using vitk::test::error_of;
 
 class Parallel : public ::testing::Test {
  protected:
   std::string write(const std::string& name, const std::string& text) {
     return dir_.write(name, text);
-  }
-  // The message of the vitk::Error that f throws ("" if none).
-  template <typename F>
-  static std::string error_of(F f) {
-    try {
-      f();
-    } catch (const vitk::Error& e) {
-      return e.what();
-    }
-    return "";
   }
   vitk::test::TempDir dir_{"vitk_parallel"};
 };

@@ -27,9 +27,7 @@ namespace fs = std::filesystem;
 using vitk::testing::run_vitk;
 using vitk::testing::VitkResult;
 
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using vitk::test::contains;
 
 cv::Mat decoded(const fs::path& p) {
   return cv::imread(p.string(), cv::IMREAD_UNCHANGED);
@@ -38,7 +36,7 @@ cv::Mat decoded(const fs::path& p) {
 // No temporary file of the atomic writer left anywhere under dir.
 bool no_leftovers(const fs::path& dir) {
   for (const auto& e : fs::recursive_directory_iterator(dir))
-    if (has(e.path().filename().string(), ".tmp-")) return false;
+    if (contains(e.path().filename().string(), ".tmp-")) return false;
   return true;
 }
 
@@ -76,7 +74,7 @@ TEST_F(PlotCli, SinusoidsAndMasks) {
   ASSERT_FALSE(p.empty());
   EXPECT_GE(p.cols, 32 * 17);  // 560 / 32 = 17 pixels per cell
   EXPECT_GE(p.rows, 16 * 17);
-  EXPECT_TRUE(has(r.out, "wrote p.png"));
+  EXPECT_TRUE(contains(r.out, "wrote p.png"));
 
   r = run({"plot", "mask", "--causal", "--length", "8"});
   ASSERT_EQ(r.status, 0) << r.err;
@@ -99,7 +97,7 @@ TEST_F(PlotCli, SinusoidsAndMasks) {
   // A file that cannot be written: exit 1, the file named.
   r = run({"plot", "mask", "--causal", "--out", "no/such/dir/m.png"});
   EXPECT_EQ(r.status, 1);
-  EXPECT_TRUE(has(r.err, "no/such/dir/m.png")) << r.err;
+  EXPECT_TRUE(contains(r.err, "no/such/dir/m.png")) << r.err;
 }
 
 TEST_F(PlotCli, PositionsOfAViTCheckpoint) {
@@ -111,7 +109,7 @@ TEST_F(PlotCli, PositionsOfAViTCheckpoint) {
   EXPECT_GE(p.cols, 4 * 4 * 12);  // a 4x4 grid of 4x4 maps of 12-pixel cells
   r = run({"plot", "positions", "--model", "missing.h5", "--out", "q.png"});
   EXPECT_EQ(r.status, 1);
-  EXPECT_TRUE(has(r.err, "missing.h5")) << r.err;
+  EXPECT_TRUE(contains(r.err, "missing.h5")) << r.err;
 }
 
 TEST_F(PlotCli, MetricsOfBothTrainers) {
@@ -134,11 +132,11 @@ TEST_F(PlotCli, MetricsOfBothTrainers) {
 
   r = run({"plot", "metrics", "absent.csv"});
   EXPECT_EQ(r.status, 1);
-  EXPECT_TRUE(has(r.err, "absent.csv")) << r.err;
+  EXPECT_TRUE(contains(r.err, "absent.csv")) << r.err;
   write("bad.csv", "epoch,lr\n1,0.1\n");
   r = run({"plot", "metrics", "bad.csv"});
   EXPECT_EQ(r.status, 1);
-  EXPECT_TRUE(has(r.err, "bad.csv")) << r.err;
+  EXPECT_TRUE(contains(r.err, "bad.csv")) << r.err;
   EXPECT_FALSE(fs::exists(dir_ / "bad.png"));
   EXPECT_EQ(run({"plot", "metrics"}).status, 2);
   EXPECT_TRUE(no_leftovers(dir_));
@@ -158,8 +156,8 @@ TEST_F(PlotCli, ClassifyDrawsOnePicturePerReadableImage) {
     const VitkResult r = run({"classify", "--model", "m.h5", "a/shoe.png", "b/shoe.png",
                               "broken.png", "--attention-dir", "pics", "--batch-size", "2"});
     EXPECT_EQ(r.status, 1) << r.err;  // the broken file, after the others were done
-    EXPECT_TRUE(has(r.err, "broken.png")) << r.err;
-    EXPECT_TRUE(has(r.err, "wrote 2 attention pictures")) << r.err;
+    EXPECT_TRUE(contains(r.err, "broken.png")) << r.err;
+    EXPECT_TRUE(contains(r.err, "wrote 2 attention pictures")) << r.err;
     const cv::Mat first = decoded(dir_ / "pics/shoe.png"),
                   second = decoded(dir_ / "pics/shoe-2.png");
     ASSERT_FALSE(first.empty());
@@ -214,7 +212,7 @@ TEST_F(PlotCli, TranslateDrawsOneAlignmentPerTranslatedLine) {
   VitkResult r = run({"translate", "--model", "mt.h5", "--input", "in.txt", "--output", "out.txt",
                       "--greedy", "--max-length-offset", "4", "--attention-dir", "align"});
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_TRUE(has(r.err, "wrote 2 alignment pictures")) << r.err;
+  EXPECT_TRUE(contains(r.err, "wrote 2 alignment pictures")) << r.err;
   const cv::Mat one = decoded(dir_ / "align/0001.png"), three = decoded(dir_ / "align/0003.png");
   ASSERT_FALSE(one.empty());
   ASSERT_FALSE(three.empty());

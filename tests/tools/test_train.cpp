@@ -154,13 +154,6 @@ using vitk::testing::slurp_file;
 
 using vitk::test::contains;
 
-std::vector<std::string> split_lines(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
 std::vector<std::string> split_csv(const std::string& line) {
   std::vector<std::string> fields;
   std::istringstream in(line);
@@ -266,7 +259,7 @@ CheckpointBytes read_all(const std::string& path, std::vector<std::string> buffe
 // runs.
 std::vector<std::vector<std::string>> metrics_without_timing(const fs::path& csv) {
   std::vector<std::vector<std::string>> rows;
-  for (const std::string& line : split_lines(slurp_file(csv))) {
+  for (const std::string& line : lines_of(slurp_file(csv))) {
     auto f = split_csv(line);
     if (f.size() >= 2) f.resize(f.size() - 2);
     rows.push_back(f);
@@ -287,7 +280,7 @@ TEST_F(TrainCli, LearnsTheTexturesAndEvalReportsIt) {
   EXPECT_TRUE(fs::exists(dir_ / "out/last.h5"));
   EXPECT_TRUE(fs::exists(dir_ / "out/best.h5"));
 
-  auto lines = split_lines(slurp_file(dir_ / "out/metrics.csv"));
+  auto lines = lines_of(slurp_file(dir_ / "out/metrics.csv"));
   ASSERT_EQ(lines.size(), 5u) << slurp_file(dir_ / "out/metrics.csv");
   EXPECT_EQ(lines[0],
             "step,epoch,lr,train_loss,train_acc,val_loss,val_top1,val_top5,images_per_s,seconds");
@@ -312,7 +305,7 @@ TEST_F(TrainCli, LearnsTheTexturesAndEvalReportsIt) {
   EXPECT_TRUE(contains(e.out, "hstripes")) << e.out;
   // The confusion matrix: 4 rows after its heading, each "  k  NAME  n0 n1 n2 n3", summing
   // to the 64 validation images, 16 per row.
-  auto out_lines = split_lines(e.out);
+  auto out_lines = lines_of(e.out);
   auto heading = std::find_if(out_lines.begin(), out_lines.end(), [](const std::string& l) {
     return l.rfind("confusion matrix", 0) == 0;
   });
@@ -478,7 +471,7 @@ TEST_F(TrainCli, ValIntervalValidatesEveryNthAndTheLastEpoch) {
   EXPECT_EQ(std::vector<std::string>(rows[1].begin(), rows[1].begin() + 5),
             std::vector<std::string>(all[1].begin(), all[1].begin() + 5));
   auto epoch_line = [](const std::string& out, int epoch) {
-    for (const std::string& l : split_lines(out))
+    for (const std::string& l : lines_of(out))
       if (l.rfind("epoch " + std::to_string(epoch) + "/3: ", 0) == 0) return l;
     return std::string();
   };
@@ -553,7 +546,7 @@ TEST_F(TrainCli, LearnsInBf16WithF32MasterWeightsAndEvalComparesThePrecisions) {
   Result r = train("out", {"--epochs", "4", "--precision", "bf16"});
   ASSERT_EQ(r.status, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "precision bf16")) << r.out;
-  auto lines = split_lines(slurp_file(dir_ / "out/metrics.csv"));
+  auto lines = lines_of(slurp_file(dir_ / "out/metrics.csv"));
   ASSERT_EQ(lines.size(), 5u) << slurp_file(dir_ / "out/metrics.csv");
   auto last = split_csv(lines.back());
   ASSERT_EQ(last.size(), 10u);
