@@ -278,45 +278,21 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ---- The choice ----
 // Which path a forward takes for a request, score, mask, dropout, precision and keep_weights.
-TEST(AttentionPathChoice, FollowsTheRequestScoreMaskPrecisionAndKeepWeights) {
-  const bool fused = ops::fused_attention_supported(int64_t{64});
-  struct Choice {
-    AttentionKernel kernel;
-    Score score;
-    bool padded;
-    float dropout;
-    ops::Precision precision;
-    bool keep_weights;
-    AttentionPath want;
-  };
-  const AttentionPath fused_or_reference = fused ? AttentionPath::fused : AttentionPath::reference;
-  const ops::Precision f32 = ops::Precision::f32, bf16 = ops::Precision::bf16;
-  const Choice choices[] = {
-      // Short sequences: the fused kernel without a mask and dropout in f32, else the reference.
-      {AttentionKernel::automatic, Score::scaled_dot, false, 0.f, f32, false, fused_or_reference},
-      // keep_weights in training: the reference path, whose backward takes a weights gradient.
-      {AttentionKernel::automatic, Score::dot, false, 0.f, f32, true, AttentionPath::reference},
-      {AttentionKernel::automatic, Score::scaled_dot, true, 0.f, f32, false,
-       AttentionPath::reference},
-      {AttentionKernel::automatic, Score::scaled_dot, false, 0.2f, f32, false,
-       AttentionPath::reference},
-      {AttentionKernel::automatic, Score::scaled_dot, false, 0.f, bf16, false,
-       AttentionPath::reference},
-      {AttentionKernel::materialized, Score::scaled_dot, false, 0.f, f32, false,
-       fused_or_reference},
-      {AttentionKernel::reference, Score::scaled_dot, false, 0.f, f32, false,
-       AttentionPath::reference},
-      // A forced blocked kernel, but not for the other scores or keep_weights.
-      {AttentionKernel::blocked, Score::scaled_dot, true, 0.2f, bf16, false,
-       AttentionPath::blocked},
-      {AttentionKernel::blocked, Score::general, false, 0.f, f32, false, AttentionPath::reference},
-      {AttentionKernel::blocked, Score::additive, true, 0.f, f32, false, AttentionPath::reference},
-      {AttentionKernel::blocked, Score::dot, false, 0.f, f32, true, AttentionPath::reference},
-  };
+struct Choice {
+  AttentionKernel kernel;
+  Score score;
+  bool padded;
+  float dropout;
+  ops::Precision precision;
+  bool keep_weights;
+  AttentionPath want;
+};
+
+// Runs a forward for each choice and checks the path it took.
+void expect_choices(const std::vector<Choice>& choices) {
   std::mt19937 gen(31);
   const Tensor x = random_tensor({2, 6, 64}, gen);
   for (const Choice& ch : choices) {
-    if (ch.precision == bf16 && !ops::bf16_supported()) continue;
     SCOPED_TRACE(std::string("kernel ") + std::to_string(static_cast<int>(ch.kernel)) + ", " +
                  score_name(ch.score) + (ch.padded ? ", padded" : "") +
                  (ch.dropout > 0 ? ", dropout" : "") + ", " + ops::precision_name(ch.precision) +
@@ -339,6 +315,42 @@ TEST(AttentionPathChoice, FollowsTheRequestScoreMaskPrecisionAndKeepWeights) {
     attn.forward(ctx, x, Tensor(), make_mask(ch.padded, false, 2, 6));
     EXPECT_EQ(attention_path_name(attn.path()), std::string(attention_path_name(ch.want)));
   }
+}
+
+TEST(AttentionPathChoice, FollowsTheRequestScoreMaskPrecisionAndKeepWeights) {
+  const bool fused = ops::fused_attention_supported(int64_t{64});
+  const AttentionPath fused_or_reference = fused ? AttentionPath::fused : AttentionPath::reference;
+  const ops::Precision f32 = ops::Precision::f32;
+  expect_choices({
+      // Short sequences: the fused kernel without a mask and dropout in f32, else the reference.
+      {AttentionKernel::automatic, Score::scaled_dot, false, 0.f, f32, false, fused_or_reference},
+      // keep_weights in training: the reference path, whose backward takes a weights gradient.
+      {AttentionKernel::automatic, Score::dot, false, 0.f, f32, true, AttentionPath::reference},
+      {AttentionKernel::automatic, Score::scaled_dot, true, 0.f, f32, false,
+       AttentionPath::reference},
+      {AttentionKernel::automatic, Score::scaled_dot, false, 0.2f, f32, false,
+       AttentionPath::reference},
+      {AttentionKernel::materialized, Score::scaled_dot, false, 0.f, f32, false,
+       fused_or_reference},
+      {AttentionKernel::reference, Score::scaled_dot, false, 0.f, f32, false,
+       AttentionPath::reference},
+      // A forced blocked kernel, but not for the other scores or keep_weights.
+      {AttentionKernel::blocked, Score::general, false, 0.f, f32, false, AttentionPath::reference},
+      {AttentionKernel::blocked, Score::additive, true, 0.f, f32, false, AttentionPath::reference},
+      {AttentionKernel::blocked, Score::dot, false, 0.f, f32, true, AttentionPath::reference},
+  });
+}
+
+// With bf16 products: the reference path unless the blocked kernel is asked for.
+TEST(AttentionPathChoice, FollowsTheRequestScoreMaskPrecisionAndKeepWeightsInBf16) {
+  SKIP_WITHOUT_BF16();
+  const ops::Precision bf16 = ops::Precision::bf16;
+  expect_choices({
+      {AttentionKernel::automatic, Score::scaled_dot, false, 0.f, bf16, false,
+       AttentionPath::reference},
+      {AttentionKernel::blocked, Score::scaled_dot, true, 0.2f, bf16, false,
+       AttentionPath::blocked},
+  });
 }
 
 // A self-attention layer, the only one in `store`, its parameters drawn from `seed`.
