@@ -1,5 +1,5 @@
 // ops::linear_* in each precision of the products (f32, bf16 with f32 accumulation) against naive
-// double loops (matmul_reference.h) and finite differences, and the packed weights the bf16
+// double loops (util/matmul_reference.h) and finite differences, and the packed weights the bf16
 // products read (ops::WeightCache). bf16 cases are skipped on CPUs without AVX512_BF16.
 #include <gtest/gtest.h>
 

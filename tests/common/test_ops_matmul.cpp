@@ -1,5 +1,5 @@
 // ops::bmm and ops::bmm_backward in each precision of the products (f32, bf16 with f32
-// accumulation) against naive double loops (matmul_reference.h) and finite differences; the
+// accumulation) against naive double loops (util/matmul_reference.h) and finite differences; the
 // primitive cache and the CPU report. bf16 cases are skipped on CPUs without AVX512_BF16.
 #include <gtest/gtest.h>
 

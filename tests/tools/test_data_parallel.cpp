@@ -201,7 +201,7 @@ std::vector<std::string> mt_args(const fs::path& dir, const std::string& out) {
   return with(a, "--max-tokens", "160");
 }
 
-// Eight scenes of two articles (scene_data.h), batches of 4 (2 per rank), 3 epochs of 2 steps;
+// Eight scenes of two articles (util/scene_data.h), batches of 4 (2 per rank), 3 epochs of 2 steps;
 // validation (loss, greedy BLEU, exact match) on four scenes each epoch. A tiny model, dropout and
 // drop-path off. The loss is the mean over the global batch's target tokens, which the parts hold
 // in unequal numbers. No attention penalty: on the near-uniform attention of a tiny model, its

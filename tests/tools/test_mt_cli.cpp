@@ -80,7 +80,7 @@ std::vector<std::pair<std::string, std::string>> all_tensors(const std::string& 
 class MtCli : public ::testing::Test {
  protected:
   // One trained model for the whole suite: 600 steps, validation every 200, the last 3 kept;
-  // made once per build of vitk (suite_cache.h) and read-only to the tests.
+  // made once per build of vitk (util/suite_cache.h) and read-only to the tests.
   static void SetUpTestSuite() {
     const auto train = sentences(600, 1), valid = sentences(60, 2);
     const std::vector<std::string> args =

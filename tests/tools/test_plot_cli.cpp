@@ -177,7 +177,7 @@ TEST_F(PlotCli, ClassifyDrawsOnePicturePerReadableImage) {
 
 TEST_F(PlotCli, TranslateDrawsOneAlignmentPerTranslatedLine) {
   // A tokenizer with accents and a random model: the pictures' values are checked in-process
-  // (test_attention_maps.cpp); here the files, names and errors.
+  // (seq2seq/test_alignment.cpp); here the files, names and errors.
   std::vector<std::string> text;
   const std::vector<std::string> words = {
       "cre\xC3\xB3", "Dios",        "los",          "cielos", "y",  "la",

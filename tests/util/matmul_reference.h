@@ -1,7 +1,7 @@
 #pragma once
 // Naive double-precision references for the matrix products (ops::linear_*, ops::bmm*) and what
 // tests of a product in a precision need: the operands as the precision reads them and the bound
-// its rounding gives. Shared by test_ops_linear.cpp and test_ops_matmul.cpp.
+// its rounding gives. Shared by common/test_ops_linear.cpp and common/test_ops_matmul.cpp.
 //
 // A product in a precision is checked twice:
 // 1. On the operands as that precision reads them (rounded to bf16 for bf16 products, unchanged

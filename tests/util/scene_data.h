@@ -1,7 +1,8 @@
 #pragma once
-// Tiny Fashion-MNIST IDX files for the tests that make scenes (test_scenes.cpp, test_caption.cpp):
-// 60 training and 20 test articles of 28x28 whose pixels say which article and which file they
-// come from, labels i % 10; and scene articles placed by hand for the grammar and its scores.
+// Tiny Fashion-MNIST IDX files for the tests that make scenes (datasets/test_scenes.cpp, the
+// captioning tests): 60 training and 20 test articles of 28x28 whose pixels say which article and
+// which file they come from, labels i % 10; and scene articles placed by hand for the grammar and
+// its scores.
 #include <cstdint>
 #include <filesystem>
 #include <string>
