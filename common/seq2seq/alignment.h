@@ -5,7 +5,7 @@
 // The weights come from one teacher-forced forward over the chosen output rather than from the
 // search itself: beam search reorders and drops rows as it goes, and the output it settles on is
 // known only at the end. Decoding is deterministic, so the forced forward attends exactly as the
-// search did on its way to that output (tests/test_attention_maps.cpp checks it against
+// search did on its way to that output (tests/seq2seq/test_alignment.cpp checks it against
 // Decoder::step).
 #include <cstdint>
 #include <string>

@@ -7,7 +7,7 @@ position embeddings resampled, at 384, against PyTorch's logits.
 
 Needs Debian's python3-torch, python3-torchvision and python3-h5py, a built vitk and its test
 binary (the C++ half is the disabled test ImportBench.DISABLED_LogitsFromEnvironment in
-tests/test_import.cpp). Uses about 2 GB of memory and 1 GB of disk in --work (default: a
+tests/tools/test_import.cpp). Uses about 2 GB of memory and 1 GB of disk in --work (default: a
 temporary directory, removed afterwards unless --keep).
 
 Cases:

@@ -1,4 +1,4 @@
-// A full disk for one file, for the crash-safety tests (tests/test_crash_safety.cpp): preloaded
+// A full disk for one file, for the crash-safety tests (tests/tools/test_crash_safety.cpp): preloaded
 // into vitk (LD_PRELOAD), it makes every write(2) to the temporary file of a target whose name is
 // $VITK_FULL_DISK (e.g. "last.h5", the temporary being last.h5.tmp-PID-N) fail with ENOSPC, as a
 // full disk would. Everything else is written as usual. No code of vitk knows about it.

@@ -22,7 +22,7 @@
 #include <sentencepiece_trainer.h>
 #include <opencv2/imgcodecs.hpp>
 
-#include "../safetensors_writer.h"
+#include "../util/safetensors_writer.h"
 #include "common/io/checkpoint.h"
 #include "common/metrics_csv.h"
 #include "common/ops/ops.h"
