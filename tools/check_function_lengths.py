@@ -34,6 +34,15 @@ KEYWORDS_CLASS = re.compile(r"(?:typedef\s+)?(?:class|struct|union|enum)\b")
 EXEMPT_NAME = re.compile(r"^(?:add_\w*options\w*|register_\w+)$")
 
 
+def quoted_end(text, i):
+    """Where the string or character literal opened by the quote at text[i] ends (after its
+    closing quote; at the end of the line for an unclosed one)."""
+    j = i + 1
+    while j < len(text) and text[j] != text[i] and text[j] != "\n":
+        j += 2 if text[j] == "\\" else 1
+    return j + 1
+
+
 def blank(text):
     """text with comments, literals and preprocessor lines replaced by spaces (newlines kept)."""
     out = list(text)
@@ -78,10 +87,7 @@ def blank(text):
                 end = text.find(")" + (m.group(1) if m else "") + '"', i)
                 j = n if end < 0 else end + len(m.group(1) if m else "") + 2
             else:
-                j = i + 1
-                while j < n and text[j] != '"' and text[j] != "\n":
-                    j += 2 if text[j] == "\\" else 1
-                j += 1
+                j = quoted_end(text, i)
             wipe(i, j)
             i = j
         elif c == "'":
@@ -92,10 +98,7 @@ def blank(text):
             if k < i and text[k].isdigit():
                 i += 1
                 continue
-            j = i + 1
-            while j < n and text[j] != "'" and text[j] != "\n":
-                j += 2 if text[j] == "\\" else 1
-            j += 1
+            j = quoted_end(text, i)
             wipe(i, j)
             i = j
         else:
