@@ -4,6 +4,10 @@ tests/ and exits 1 if there is one (the project's rule: a long function is split
 
     /usr/bin/python3 tools/check_function_lengths.py [SOURCE_ROOT] [--max N] [--verbose]
 
+--max N holds functions to N lines instead (--max 0 lists every function with its length);
+--verbose also lists the exempt option tables. The files are those git tracks under SOURCE_ROOT
+(without git, every .cpp and .h under it but in hidden and build* folders).
+
 What counts as a function. The files are read with their comments, string and character literals
 and preprocessor lines blanked out, and their braces matched. At namespace scope (the file's top
 level, inside `namespace ... {` or `extern "C" {`) and inside a class body (`class`, `struct`,
