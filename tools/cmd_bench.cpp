@@ -25,10 +25,16 @@
 namespace vitk::tools {
 namespace {
 
+// What every benchmark but compare reads: --precision, --repeats and --min-time (bench_settings).
+struct BenchSettings {
+  ops::Precision precision = ops::Precision::f32;
+  bench::OpsBenchOptions options;  // repeats, min_seconds, bf16 and int8 set
+};
+
 // `vitk bench compare [-- OPTIONS]`: replaces this process by /usr/bin/python3 running
 // tests/bench/compare.py of the source tree vitk was built from, with this binary as --vitk, the
 // given --threads, then the words after `--`.
-int run_compare(const po::variables_map& vm) {
+int run_compare(const po::variables_map& vm, const BenchSettings& /*unread*/) {
 #ifdef VITK_SOURCE_DIR
   const std::string script = std::string(VITK_SOURCE_DIR) + "/tests/bench/compare.py";
 #else
@@ -73,7 +79,10 @@ std::vector<std::string> split_commas(const std::string& list) {
   return out;
 }
 
-int run_attention_memory(const po::variables_map& vm, int repeats) {
+// `vitk bench attention-memory`: the table of peak memory, each case in a child process (or, with
+// --child-length, one case in this process).
+int run_attention_memory(const po::variables_map& vm, const BenchSettings& s) {
+  const int repeats = s.options.repeats;
   if (vm.count("child-length")) {  // one case, in this process (a child of the table below)
     bench::AttentionMemoryCase c;
     c.length = vm["child-length"].as<int>();
@@ -210,80 +219,71 @@ seq2seq::TransformerConfig mt_step_model(const po::variables_map& vm) {
   }
 }
 
-int run_bench(const po::variables_map& vm) {
-  const std::string what = vm["what"].as<std::string>();
-  if (what == "compare") return run_compare(vm);
-  if (vm.count("compare-args"))
-    throw UsageError("'vitk bench " + what + "' takes no words after the benchmark's name");
-  if (what != "ops" && what != "layers" && what != "vit-step" && what != "mt-step" &&
-      what != "attention" && what != "attention-memory")
-    throw UsageError(
-        "unknown benchmark '" + what +
-        "' (available: ops, layers, vit-step, mt-step, attention, attention-memory, compare)");
-  const ops::Precision precision = precision_from(vm);
-  bench::OpsBenchOptions options;
-  options.repeats = vm["repeats"].as<int>();
-  options.min_seconds = vm["min-time"].as<double>();
-  options.bf16 = precision == ops::Precision::bf16;
-  options.int8 = precision == ops::Precision::int8;
-  if (options.int8 && what != "ops")
-    throw UsageError("vitk bench " + what +
-                     " times training passes; --precision int8 is for inference: time it with "
-                     "'vitk bench ops --precision int8' (the linear layers) or 'vitk classify "
-                     "--benchmark --precision int8' (a whole model)");
-  if (what == "attention" || what == "attention-memory") {
-    if (options.bf16) throw UsageError(what + ": the blocked kernel is f32 only; drop --precision");
-    if (what == "attention-memory") return run_attention_memory(vm, options.repeats);
-    const std::string clock = vm["clock"].as<std::string>();
-    if (clock != "wall" && clock != "cpu") throw UsageError("--clock must be wall or cpu");
-    std::cout << "vitk bench attention: one MultiHeadAttention layer (projections included), "
-              << ops::num_threads() << " threads, median of " << options.repeats
-              << " alternating rounds, "
-              << (clock == "cpu" ? "CPU time of the process" : "wall-clock") << " ms per call\n"
-              << "shape                  pass              materialized    blocked  ratio  "
-                 "(materialized / blocked)\n"
-              << std::flush;
-    bench::run_attention_speed(bench::default_attention_shapes(), options.repeats,
-                               options.min_seconds, clock == "cpu", &std::cout);
-    return kExitOk;
-  }
-  if (what == "layers") {
-    // Tab-separated seconds per call; tests/bench/core_vs_pytorch.py puts PyTorch beside them.
-    bench::print_layer_rows(
-        std::cout, bench::run_layer_bench(options.repeats, options.min_seconds, precision));
-    return kExitOk;
-  }
-  if (!(options.min_seconds > 0)) throw UsageError("--min-time must be positive");
-  if (what == "vit-step" || what == "mt-step") {
-    bench::StepTiming timing;
-    timing.rounds = options.repeats;
-    timing.steps = vm["steps"].as<int>();
-    timing.breakdown = !vm["no-breakdown"].as<bool>();
-    const int batch = vm["batch-size"].as<int>();
-    if (what == "vit-step") {
-      vit::StepBenchOptions vo;
-      vo.model = vit_step_model(vm);
-      vo.timing = timing;
-      vo.batch = batch;
-      vo.precision = precision;
-      vit::print_step_bench(std::cout, vo, vit::run_step_bench(vo, &std::cerr));
-    } else {
-      seq2seq::StepBenchOptions mo;
-      mo.model = mt_step_model(vm);
-      mo.timing = timing;
-      mo.batch = batch;
-      mo.precision = precision;
-      const int length = vm["length"].as<int>();
-      if (length < 1) throw UsageError("--length must be >= 1");
-      if (length > mo.model.max_length)
-        throw UsageError("--length " + std::to_string(length) + " is longer than the model's " +
-                         "max_length " + std::to_string(mo.model.max_length));
-      mo.source_length = mo.target_length = length;
-      seq2seq::print_step_bench(std::cout, mo, seq2seq::run_step_bench(mo, &std::cerr));
-    }
-    return kExitOk;
-  }
+// `vitk bench attention`: materialized against blocked attention, per shape.
+int run_attention(const po::variables_map& vm, const BenchSettings& s) {
+  const bench::OpsBenchOptions& options = s.options;
+  const std::string clock = vm["clock"].as<std::string>();
+  if (clock != "wall" && clock != "cpu") throw UsageError("--clock must be wall or cpu");
+  std::cout << "vitk bench attention: one MultiHeadAttention layer (projections included), "
+            << ops::num_threads() << " threads, median of " << options.repeats
+            << " alternating rounds, "
+            << (clock == "cpu" ? "CPU time of the process" : "wall-clock") << " ms per call\n"
+            << "shape                  pass              materialized    blocked  ratio  "
+               "(materialized / blocked)\n"
+            << std::flush;
+  bench::run_attention_speed(bench::default_attention_shapes(), options.repeats,
+                             options.min_seconds, clock == "cpu", &std::cout);
+  return kExitOk;
+}
 
+// `vitk bench layers`: tab-separated seconds per call; tests/bench/core_vs_pytorch.py puts
+// PyTorch beside them.
+int run_layers(const po::variables_map& /*unread*/, const BenchSettings& s) {
+  bench::print_layer_rows(
+      std::cout, bench::run_layer_bench(s.options.repeats, s.options.min_seconds, s.precision));
+  return kExitOk;
+}
+
+// The options of vit-step or mt-step (vit:: or seq2seq::StepBenchOptions) but the model:
+// --repeats rounds of --steps steps, the breakdown, --batch-size and --precision.
+template <typename StepOptions>
+StepOptions step_options(const po::variables_map& vm, const BenchSettings& s) {
+  StepOptions o;
+  o.timing.rounds = s.options.repeats;
+  o.timing.steps = vm["steps"].as<int>();
+  o.timing.breakdown = !vm["no-breakdown"].as<bool>();
+  o.batch = vm["batch-size"].as<int>();
+  o.precision = s.precision;
+  return o;
+}
+
+// `vitk bench vit-step`: training steps of vit_step_model.
+int run_vit_step(const po::variables_map& vm, const BenchSettings& s) {
+  auto vo = step_options<vit::StepBenchOptions>(vm, s);
+  vo.model = vit_step_model(vm);
+  vit::print_step_bench(std::cout, vo, vit::run_step_bench(vo, &std::cerr));
+  return kExitOk;
+}
+
+// `vitk bench mt-step`: training steps of mt_step_model on sentences of --length tokens.
+int run_mt_step(const po::variables_map& vm, const BenchSettings& s) {
+  auto mo = step_options<seq2seq::StepBenchOptions>(vm, s);
+  mo.model = mt_step_model(vm);
+  const int length = vm["length"].as<int>();
+  if (length < 1) throw UsageError("--length must be >= 1");
+  if (length > mo.model.max_length)
+    throw UsageError("--length " + std::to_string(length) + " is longer than the model's " +
+                     "max_length " + std::to_string(mo.model.max_length));
+  mo.source_length = mo.target_length = length;
+  seq2seq::print_step_bench(std::cout, mo, seq2seq::run_step_bench(mo, &std::cerr));
+  return kExitOk;
+}
+
+// `vitk bench ops`: the linear products, vitk's op against a bare oneDNN matmul (at int8,
+// against vitk's f32 inference product).
+int run_ops(const po::variables_map& vm, const BenchSettings& s) {
+  const ops::Precision precision = s.precision;
+  bench::OpsBenchOptions options = s.options;
   options.packed = vm["packed"].as<bool>();
   options.rows = vm["rows"].as<int64_t>();
   if (options.rows < 0) throw UsageError("--rows must be >= 0");
@@ -318,6 +318,116 @@ int run_bench(const po::variables_map& vm) {
   return kExitOk;
 }
 
+// ---- The benchmarks: one table -------------------------------------------------------------
+//
+// `vitk bench NAME`'s names, the help of its NAME and its usage line, its dispatch and the checks
+// of --precision and --min-time all come from bench_kinds().
+
+struct BenchKind {
+  const char* name;
+  // What it times, in parentheses after its name in the help of NAME; then the words that lead
+  // to the next benchmark there.
+  const char* summary;
+  const char* then;
+  // compare only: the usage of the words after `--`, which are its own. Such a benchmark runs
+  // before any other option is read.
+  const char* words;
+  bool int8;               // takes --precision int8 (the others time training passes)
+  const char* f32_only;    // why it refuses --precision bf16; nullptr: it takes bf16
+  bool positive_min_time;  // refuses a --min-time that is not positive
+  int (*run)(const po::variables_map& vm, const BenchSettings& s);
+};
+
+const std::vector<BenchKind>& bench_kinds() {
+  static const std::vector<BenchKind> kinds = {
+      // name, summary, then, words, int8, f32_only, positive_min_time, run
+      {"ops", "linear products", ", ", nullptr, true, nullptr, true, run_ops},
+      {"layers", "one encoder and one decoder layer", " or ", nullptr, false, nullptr, false,
+       run_layers},
+      {"vit-step", "a training step of the Fashion-MNIST ViT, with a breakdown", " or ", nullptr,
+       false, nullptr, true, run_vit_step},
+      {"mt-step",
+       "a training step of the small translation Transformer: d 256, 3+3 layers, 4 heads, FFN "
+       "1024, 8k tied vocabulary",
+       ", each on the model of --config instead when given, ", nullptr, false, nullptr, true,
+       run_mt_step},
+      {"attention", "materialized against blocked attention", ", ", nullptr, false,
+       "the blocked kernel is f32 only", false, run_attention},
+      {"attention-memory", "peak memory of an encoder layer at long sequence lengths", " or ",
+       nullptr, false, "the blocked kernel is f32 only", false, run_attention_memory},
+      {"compare", "vitk against PyTorch, side by side: runs tests/bench/compare.py", "",
+       "[-- compare.py's options]", false, nullptr, false, run_compare},
+  };
+  return kinds;
+}
+
+// nullptr when there is no benchmark of that name.
+const BenchKind* find_kind(const std::string& name) {
+  for (const BenchKind& k : bench_kinds())
+    if (name == k.name) return &k;
+  return nullptr;
+}
+
+// "ops, layers, ..., compare"
+std::string kind_names() {
+  std::string names;
+  for (const BenchKind& k : bench_kinds())
+    names += (names.empty() ? "" : ", ") + std::string(k.name);
+  return names;
+}
+
+// The help of NAME: "what to time: ops (linear products), layers (...) or ...".
+std::string what_help() {
+  std::string help = "what to time: ";
+  for (const BenchKind& k : bench_kinds())
+    help += std::string(k.name) + " (" + k.summary + ")" + k.then;
+  return help;
+}
+
+// "ops|layers|... [options] | compare [-- compare.py's options]"
+std::string bench_usage() {
+  std::string usage, with_words;
+  for (const BenchKind& k : bench_kinds()) {
+    if (k.words)
+      with_words += std::string(" | ") + k.name + " " + k.words;
+    else
+      usage += (usage.empty() ? "" : "|") + std::string(k.name);
+  }
+  return usage + " [options]" + with_words;
+}
+
+// --precision, --repeats and --min-time, checked against what `kind` takes.
+BenchSettings bench_settings(const po::variables_map& vm, const BenchKind& kind) {
+  const std::string what = kind.name;
+  BenchSettings s;
+  s.precision = precision_from(vm);
+  bench::OpsBenchOptions& options = s.options;
+  options.repeats = vm["repeats"].as<int>();
+  options.min_seconds = vm["min-time"].as<double>();
+  options.bf16 = s.precision == ops::Precision::bf16;
+  options.int8 = s.precision == ops::Precision::int8;
+  if (options.int8 && !kind.int8)
+    throw UsageError("vitk bench " + what +
+                     " times training passes; --precision int8 is for inference: time it with "
+                     "'vitk bench ops --precision int8' (the linear layers) or 'vitk classify "
+                     "--benchmark --precision int8' (a whole model)");
+  if (options.bf16 && kind.f32_only)
+    throw UsageError(what + ": " + kind.f32_only + "; drop --precision");
+  if (kind.positive_min_time && !(options.min_seconds > 0))
+    throw UsageError("--min-time must be positive");
+  return s;
+}
+
+int run_bench(const po::variables_map& vm) {
+  const std::string what = vm["what"].as<std::string>();
+  const BenchKind* kind = find_kind(what);
+  if (kind && kind->words) return kind->run(vm, BenchSettings{});
+  if (vm.count("compare-args"))
+    throw UsageError("'vitk bench " + what + "' takes no words after the benchmark's name");
+  if (!kind) throw UsageError("unknown benchmark '" + what + "' (available: " + kind_names() + ")");
+  return kind->run(vm, bench_settings(vm, *kind));
+}
+
 }  // namespace
 
 void register_bench_commands(Registry& registry) {
@@ -339,21 +449,12 @@ void register_bench_commands(Registry& registry) {
       "vitk bench compare -- --quick   # vitk against PyTorch: runs tests/bench/compare.py\n"
       "vitk bench attention --repeats 3   # materialized vs blocked attention, per shape\n"
       "vitk bench attention-memory --lengths 1024,2048,4096   # peak memory of a ViT-B/16 layer";
-  c.usage =
-      "ops|layers|vit-step|mt-step|attention|attention-memory [options] | compare [-- compare.py's "
-      "options]";
+  c.usage = bench_usage();
   c.add_options = [](po::options_description& o) {
-    o.add_options()(
-        "what", po::value<std::string>()->required()->value_name("NAME"),
-        "what to time: ops (linear products), layers (one encoder and one decoder layer) or "
-        "vit-step (a training step of the Fashion-MNIST ViT, with a breakdown) or mt-step (a "
-        "training step of the small translation Transformer: d 256, 3+3 layers, 4 heads, FFN "
-        "1024, 8k tied vocabulary), each on the model of --config instead when given, "
-        "attention (materialized against blocked attention), "
-        "attention-memory (peak memory of an encoder layer at long sequence lengths) or compare "
-        "(vitk against PyTorch, side by side: runs "
-        "tests/bench/compare.py)")("repeats", value_in(1, 10000)->default_value(7)->value_name("N"),
-                                   "timed rounds per measurement; the table shows medians")(
+    o.add_options()("what", po::value<std::string>()->required()->value_name("NAME"),
+                    what_help().c_str())("repeats",
+                                         value_in(1, 10000)->default_value(7)->value_name("N"),
+                                         "timed rounds per measurement; the table shows medians")(
         "min-time", po::value<double>()->default_value(0.05, "0.05")->value_name("SECONDS"),
         "each round repeats the call for at least this long")(
         "steps", value_in(1, 1'000'000)->default_value(10)->value_name("N"),

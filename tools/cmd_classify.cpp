@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "common/error.h"
 #include "common/io/input_file.h"
@@ -110,11 +111,24 @@ std::string describe(const vit::VitConfig& c) {
          std::to_string(c.num_classes) + " classes";
 }
 
-int run_classify(const po::variables_map& vm) {
-  const bool json = vm["json"].as<bool>(), csv = vm["csv"].as<bool>();
-  const bool benchmark = vm["benchmark"].as<bool>();
-  if (json && csv) throw UsageError("--json and --csv exclude each other");
+// What `vitk classify` settles from its options before it loads anything.
+struct ClassifyRequest {
   vit::ClassifyOptions options;
+  bool json = false, csv = false, benchmark = false, random_weights = false;
+  double benchmark_seconds = 0;
+  vit::HeadFusion fusion = vit::HeadFusion::mean;
+  std::vector<std::string> paths;  // the images
+  std::string model_path;          // or "random weights"
+  Resolution res;
+};
+
+// The options, checked before anything is loaded (usage errors first).
+ClassifyRequest read_request(const po::variables_map& vm) {
+  ClassifyRequest rq;
+  rq.json = vm["json"].as<bool>(), rq.csv = vm["csv"].as<bool>();
+  rq.benchmark = vm["benchmark"].as<bool>();
+  if (rq.json && rq.csv) throw UsageError("--json and --csv exclude each other");
+  vit::ClassifyOptions& options = rq.options;
   options.precision = precision_from(vm);
   options.packed_weights = !vm["plain-weights"].as<bool>();
   options.batch_size = vm["batch-size"].as<int64_t>();
@@ -122,118 +136,147 @@ int run_classify(const po::variables_map& vm) {
   options.decode.max_pixels = vm["max-pixels"].as<int64_t>();
   options.decode.quiet = true;  // codec chatter would break the one-line-per-file errors
   if (options.decode.max_pixels < 1) throw UsageError("--max-pixels must be at least 1");
-  const double benchmark_seconds = vm["benchmark-seconds"].as<double>();
-  if (!(benchmark_seconds > 0)) throw UsageError("--benchmark-seconds must be positive");
+  rq.benchmark_seconds = vm["benchmark-seconds"].as<double>();
+  if (!(rq.benchmark_seconds > 0)) throw UsageError("--benchmark-seconds must be positive");
 
-  const vit::HeadFusion fusion = vit::parse_head_fusion(vm["rollout-heads"].as<std::string>());
-  std::vector<std::string> paths = input_paths(vm, "image");
-  if (vm.count("attention-dir") && paths.empty())
+  rq.fusion = vit::parse_head_fusion(vm["rollout-heads"].as<std::string>());
+  rq.paths = input_paths(vm, "image");
+  if (vm.count("attention-dir") && rq.paths.empty())
     throw UsageError("--attention-dir draws the attention of images: name some");
-  if (paths.empty() && !benchmark)
+  if (rq.paths.empty() && !rq.benchmark)
     throw UsageError(
         "no images given: name image files, '-' to read paths from standard input, "
         "or --dir DIR (see 'vitk classify --help')");
 
-  const bool random_weights = vm["random-weights"].as<bool>();
-  if (random_weights && !benchmark) throw UsageError("--random-weights is for --benchmark");
-  if (random_weights && vm.count("model"))
+  rq.random_weights = vm["random-weights"].as<bool>();
+  if (rq.random_weights && !rq.benchmark) throw UsageError("--random-weights is for --benchmark");
+  if (rq.random_weights && vm.count("model"))
     throw UsageError("--random-weights and --model exclude each other");
-  const std::string model_path = random_weights      ? "random weights"
-                                 : vm.count("model") ? vm["model"].as<std::string>()
-                                                     : bundled_file(kBundledModel);
-  if (!random_weights) options.precision = precision_from(vm, model_path);
-  const Resolution res = resolution_from(vm);
-  if (random_weights && res.height > 0)
+  rq.model_path = rq.random_weights   ? "random weights"
+                  : vm.count("model") ? vm["model"].as<std::string>()
+                                      : bundled_file(kBundledModel);
+  if (!rq.random_weights) options.precision = precision_from(vm, rq.model_path);
+  rq.res = resolution_from(vm);
+  if (rq.random_weights && rq.res.height > 0)
     throw UsageError(
         "--image-size is for a checkpoint; with --random-weights use --model.image_size");
-  vit::LoadedVit loaded;
+  return rq;
+}
+
+// The checkpoint at the asked image size, or a random model of the --model.* options.
+vit::LoadedVit load_model(const po::variables_map& vm, const ClassifyRequest& rq) {
+  const Resolution& res = rq.res;
   try {
-    loaded = random_weights ? random_model(vm)
-                            : vit::load_vit(model_path, res.height, res.width, res.align_corners,
-                                            res.pos_interpolation);
+    return rq.random_weights ? random_model(vm)
+                             : vit::load_vit(rq.model_path, res.height, res.width,
+                                             res.align_corners, res.pos_interpolation);
   } catch (const UsageError& e) {  // load_vit's only one: a size it cannot run at
     if (res.height <= 0) throw;
     throw UsageError("--image-size " + std::to_string(res.height) + "x" +
                      std::to_string(res.width) + ": " + e.what());
   }
+}
+
+// The class names: --labels, else the checkpoint's, else the class numbers.
+std::vector<std::string> class_labels(const po::variables_map& vm, const vit::LoadedVit& loaded) {
   const vit::VitConfig& config = loaded.config;
-  const int64_t at_once =
-      benchmark && paths.empty()
-          ? options.batch_size
-          : std::min<int64_t>(options.batch_size, std::max<size_t>(1, paths.size()));
-  vit::check_batch_memory(config, at_once, "--batch-size " + std::to_string(options.batch_size));
-  options.preprocess = preprocess_from(vm, config.preprocess, static_cast<int>(config.channels));
   std::vector<std::string> labels = loaded.meta.class_names;
   if (vm.count("labels")) labels = read_labels(vm["labels"].as<std::string>(), config.num_classes);
   if (labels.empty())
     for (int64_t i = 0; i < config.num_classes; ++i) labels.push_back(std::to_string(i));
+  return labels;
+}
 
-  const bool profile = vm["profile"].as<bool>();
-  if (profile && !(benchmark && paths.empty()))
-    throw UsageError("--profile is for --benchmark without images (the model alone)");
-  if (benchmark && paths.empty()) {
-    std::optional<ops::profile::StepProfile> batches;
-    if (profile) batches.emplace("batch");
-    const vit::Throughput t = vit::measure_throughput(
-        *loaded.model, options.batch_size, benchmark_seconds, options.precision,
-        options.packed_weights, batches ? &*batches : nullptr);
-    std::printf("%s: %s, %lld parameters\n", model_path.c_str(), describe(config).c_str(),
-                static_cast<long long>(loaded.params->numel()));
-    const std::string weights = options.precision == ops::Precision::int8
-                                    ? ops::describe_precision(options.precision)
-                                : options.precision == ops::Precision::bf16 ? "packed bf16 weights"
-                                : options.packed_weights ? "f32 weights, packed where faster"
-                                                         : "plain f32 weights";
-    std::printf(
-        "model alone, batch %lld, %d threads, %s, %s: %.1f images/s (%lld batches in %.2f s, "
-        "%.2f s of CPU: %.1f images per CPU-second)\n",
-        static_cast<long long>(t.batch_size), ops::num_threads(), ops::cpu_isa().c_str(),
-        weights.c_str(), t.images_per_second(), static_cast<long long>(t.batches), t.seconds,
-        t.cpu_seconds,
-        t.cpu_seconds > 0 ? static_cast<double>(t.batch_size * t.batches) / t.cpu_seconds : 0.0);
-    if (batches)
-      batches->print(std::cout, "--profile, the " + std::to_string(t.batches) +
-                                    " timed batches of " + std::to_string(t.batch_size) +
-                                    " (profiled while timed)");
-    return kExitOk;
-  }
+// --benchmark without images: times the model alone on random batches and prints images/s (with
+// --profile, also where a batch spends its time).
+int benchmark_model(const ClassifyRequest& rq, const vit::LoadedVit& loaded, bool profile) {
+  const vit::ClassifyOptions& options = rq.options;
+  std::optional<ops::profile::StepProfile> batches;
+  if (profile) batches.emplace("batch");
+  const vit::Throughput t = vit::measure_throughput(
+      *loaded.model, options.batch_size, rq.benchmark_seconds, options.precision,
+      options.packed_weights, batches ? &*batches : nullptr);
+  std::printf("%s: %s, %lld parameters\n", rq.model_path.c_str(), describe(loaded.config).c_str(),
+              static_cast<long long>(loaded.params->numel()));
+  const std::string weights = options.precision == ops::Precision::int8
+                                  ? ops::describe_precision(options.precision)
+                              : options.precision == ops::Precision::bf16 ? "packed bf16 weights"
+                              : options.packed_weights ? "f32 weights, packed where faster"
+                                                       : "plain f32 weights";
+  std::printf(
+      "model alone, batch %lld, %d threads, %s, %s: %.1f images/s (%lld batches in %.2f s, "
+      "%.2f s of CPU: %.1f images per CPU-second)\n",
+      static_cast<long long>(t.batch_size), ops::num_threads(), ops::cpu_isa().c_str(),
+      weights.c_str(), t.images_per_second(), static_cast<long long>(t.batches), t.seconds,
+      t.cpu_seconds,
+      t.cpu_seconds > 0 ? static_cast<double>(t.batch_size * t.batches) / t.cpu_seconds : 0.0);
+  if (batches)
+    batches->print(std::cout, "--profile, the " + std::to_string(t.batches) + " timed batches of " +
+                                  std::to_string(t.batch_size) + " (profiled while timed)");
+  return kExitOk;
+}
 
-  const std::string pictures = attention_dir(vm);
-  if (!pictures.empty()) {
-    vit::keep_attention(*loaded.model, true);
+// --attention-dir: per classified image, a picture of where its classification draws from.
+class AttentionPictures {
+ public:
+  // dir: where they go ("": no pictures).
+  AttentionPictures(std::string dir, vit::VisionTransformer& model, const vit::VitConfig& config,
+                    const std::vector<std::string>& labels, vit::HeadFusion fusion)
+      : dir_(std::move(dir)), model_(model), config_(config), labels_(labels), fusion_(fusion) {
+    if (dir_.empty()) return;
+    vit::keep_attention(model_, true);
     // Loads the font now: a notice about it must reach stderr before the decode thread may be
     // capturing it (DecodeOptions::quiet).
     plot::Font::standard();
   }
-  std::set<std::string> picture_names;
-  int64_t drawn = 0;
-  auto draw_attention = [&](const vit::ImageResult& r) {
-    const vit::ImageAttention a = vit::image_attention(*loaded.model, r.row, fusion);
+  const std::string& dir() const { return dir_; }
+  int64_t drawn() const { return drawn_; }
+
+  void draw(const vit::ImageResult& r) {
+    const vit::ImageAttention a = vit::image_attention(model_, r.row, fusion_);
     char predicted[64];
     std::snprintf(predicted, sizeof predicted, " (p = %.2f)", r.probabilities[0]);
     const std::vector<std::string> title = {
-        r.path + ": " + labels[static_cast<size_t>(r.classes[0])] + predicted,
+        r.path + ": " + labels_[static_cast<size_t>(r.classes[0])] + predicted,
         "where the classification draws from: attention rollout (Abnar & Zuidema, 2020) and "
         "the last block's heads"};
-    const std::string out = (fs::path(pictures) / picture_name(r.path, picture_names)).string();
-    plot::write_png(out, vit::attention_picture(a, r.input, config, fusion, title));
-    ++drawn;
-  };
-
-  const int k = static_cast<int>(std::min<int64_t>(options.top_k, config.num_classes));
-  std::unique_ptr<ResultWriter> writer = json  ? make_json_writer(std::cout, labels)
-                                         : csv ? make_csv_writer(std::cout, labels, k)
-                                               : make_table_writer(std::cout, labels, k, paths);
-  // Results on a terminal show the progress themselves; when they go to a file or a pipe, a bar on
-  // the terminal's stderr does (never in a log: stderr then holds only the error lines).
-  std::unique_ptr<Progress> progress;
-  if (is_terminal(2) && !is_terminal(1)) {
-    ProgressOptions bar;
-    bar.tty = true;
-    bar.unit = "image";
-    progress =
-        std::make_unique<Progress>(std::cerr, "classify", static_cast<int64_t>(paths.size()), bar);
+    const std::string out = (fs::path(dir_) / picture_name(r.path, names_)).string();
+    plot::write_png(out, vit::attention_picture(a, r.input, config_, fusion_, title));
+    ++drawn_;
   }
+
+ private:
+  std::string dir_;
+  vit::VisionTransformer& model_;
+  const vit::VitConfig& config_;
+  const std::vector<std::string>& labels_;
+  vit::HeadFusion fusion_;
+  std::set<std::string> names_;  // the pictures' file names so far
+  int64_t drawn_ = 0;
+};
+
+// Results on a terminal show the progress themselves; when they go to a file or a pipe, a bar on
+// the terminal's stderr does (never in a log: stderr then holds only the error lines).
+std::unique_ptr<Progress> progress_bar(int64_t images) {
+  if (!is_terminal(2) || is_terminal(1)) return nullptr;
+  ProgressOptions bar;
+  bar.tty = true;
+  bar.unit = "image";
+  return std::make_unique<Progress>(std::cerr, "classify", images, bar);
+}
+
+// Classifies the images, writing their results as they come (and their pictures); then, on
+// stderr, the --benchmark speed and the pictures written. Exit 1 when an image failed.
+int classify_images(const po::variables_map& vm, const ClassifyRequest& rq, vit::LoadedVit& loaded,
+                    const std::vector<std::string>& labels) {
+  const vit::ClassifyOptions& options = rq.options;
+  AttentionPictures pictures(attention_dir(vm), *loaded.model, loaded.config, labels, rq.fusion);
+  const int k = static_cast<int>(std::min<int64_t>(options.top_k, loaded.config.num_classes));
+  std::unique_ptr<ResultWriter> writer = rq.json ? make_json_writer(std::cout, labels)
+                                         : rq.csv
+                                             ? make_csv_writer(std::cout, labels, k)
+                                             : make_table_writer(std::cout, labels, k, rq.paths);
+  std::unique_ptr<Progress> progress = progress_bar(static_cast<int64_t>(rq.paths.size()));
   int64_t done = 0, classified = 0;
   writer->begin();
   // Writing to stderr takes codec_output_mutex: the decode thread may be pointing fd 2 at a codec
@@ -241,9 +284,9 @@ int run_classify(const po::variables_map& vm) {
   // rather than make the model wait for a decode.
   std::mutex& stderr_mutex = datasets::codec_output_mutex();
   const vit::ClassifyStats stats =
-      vit::classify_files(*loaded.model, paths, options, [&](const vit::ImageResult& r) {
+      vit::classify_files(*loaded.model, rq.paths, options, [&](const vit::ImageResult& r) {
         writer->write(r);
-        if (r.ok() && !pictures.empty()) draw_attention(r);
+        if (r.ok() && !pictures.dir().empty()) pictures.draw(r);
         ++done;
         classified += r.ok();
         if (!r.ok()) {
@@ -263,7 +306,7 @@ int run_classify(const po::variables_map& vm) {
   }
   writer->end();
   std::cout.flush();
-  if (benchmark) {
+  if (rq.benchmark) {
     std::lock_guard<std::mutex> lock(datasets::codec_output_mutex());
     std::fprintf(stderr,
                  "vitk: classified %lld images (%lld failed) in %.2f s: %.1f images/s; model "
@@ -272,12 +315,33 @@ int run_classify(const po::variables_map& vm) {
                  stats.seconds, static_cast<double>(stats.images) / stats.seconds,
                  stats.model_seconds, stats.prepare_seconds);
   }
-  if (!pictures.empty()) {
+  if (!pictures.dir().empty()) {
     std::lock_guard<std::mutex> lock(datasets::codec_output_mutex());
     std::fprintf(stderr, "vitk: wrote %lld attention picture%s to %s\n",
-                 static_cast<long long>(drawn), drawn == 1 ? "" : "s", pictures.c_str());
+                 static_cast<long long>(pictures.drawn()), pictures.drawn() == 1 ? "" : "s",
+                 pictures.dir().c_str());
   }
   return stats.failed ? kExitFailure : kExitOk;
+}
+
+int run_classify(const po::variables_map& vm) {
+  ClassifyRequest rq = read_request(vm);
+  vit::LoadedVit loaded = load_model(vm, rq);
+  const vit::VitConfig& config = loaded.config;
+  const bool model_alone = rq.benchmark && rq.paths.empty();
+  const int64_t batch_size = rq.options.batch_size;
+  const int64_t at_once = model_alone
+                              ? batch_size
+                              : std::min<int64_t>(batch_size, std::max<size_t>(1, rq.paths.size()));
+  vit::check_batch_memory(config, at_once, "--batch-size " + std::to_string(batch_size));
+  rq.options.preprocess = preprocess_from(vm, config.preprocess, static_cast<int>(config.channels));
+  const std::vector<std::string> labels = class_labels(vm, loaded);
+
+  const bool profile = vm["profile"].as<bool>();
+  if (profile && !model_alone)
+    throw UsageError("--profile is for --benchmark without images (the model alone)");
+  if (model_alone) return benchmark_model(rq, loaded, profile);
+  return classify_images(vm, rq, loaded, labels);
 }
 
 }  // namespace

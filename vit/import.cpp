@@ -1,8 +1,10 @@
-// Importing timm, Hugging Face and torchvision ViTs from .safetensors (vit/import.h).
+// Importing timm, Hugging Face and torchvision ViTs from .safetensors
+// (vit/import.h).
 //
-// Each format is a table of name templates, source -> vitk, with two placeholders: {i} a block
-// index and {wb} "weight" or "bias". The same table maps the file's names forward and, for error
-// messages, vitk's names back to what the file should have held.
+// Each format is a table of name templates, source -> vitk, with two
+// placeholders: {i} a block index and {wb} "weight" or "bias". The same table
+// maps the file's names forward and, for error messages, vitk's names back to
+// what the file should have held.
 #include "vit/import.h"
 
 #include <algorithm>
@@ -59,8 +61,8 @@ const std::vector<Rule>& timm_rules() {
   return rules;
 }
 
-// Names without the "vit." prefix of ViTForImageClassification (ViTModel has none); the
-// classifier is outside it.
+// Names without the "vit." prefix of ViTForImageClassification (ViTModel has
+// none); the classifier is outside it.
 const std::vector<Rule>& hf_rules() {
   static const std::vector<Rule> rules = {
       {"embeddings.cls_token", "cls_token"},
@@ -76,8 +78,8 @@ const std::vector<Rule>& hf_rules() {
       {"encoder.layer.{i}.output.dense.{wb}", "blocks.{i}.mlp.fc2.{wb}"},
       {"layernorm.{wb}", "norm.{wb}"},
       {"classifier.{wb}", "head.{wb}"},
-      // ViTModel's pooler (dense + tanh) is not on ViTForImageClassification's path; the mask
-      // token is only for masked image modelling.
+      // ViTModel's pooler (dense + tanh) is not on ViTForImageClassification's
+      // path; the mask token is only for masked image modelling.
       {"pooler.dense.{wb}", nullptr},
       {"embeddings.mask_token", nullptr},
   };
@@ -155,7 +157,8 @@ std::string substitute(std::string tmpl, const Captures& captures) {
   return tmpl;
 }
 
-// Why a name that maps nowhere cannot be imported, when it is a known feature vitk lacks.
+// Why a name that maps nowhere cannot be imported, when it is a known feature
+// vitk lacks.
 std::string unsupported_hint(const std::string& name) {
   static const std::pair<const char*, const char*> kHints[] = {
       {"reg_token", "register tokens are not supported"},
@@ -182,7 +185,8 @@ struct Mapped {
   std::string vitk;            // empty for a skipped tensor
 };
 
-// HF names may carry the "vit." prefix (ViTForImageClassification) or not (ViTModel).
+// HF names may carry the "vit." prefix (ViTForImageClassification) or not
+// (ViTModel).
 std::string hf_strip(const std::string& name) {
   return name.compare(0, 4, "vit.") == 0 ? name.substr(4) : name;
 }
@@ -216,7 +220,8 @@ std::string expected_sources(ImportFormat format, const std::string& name) {
   return out;
 }
 
-// The format all of whose names this file's names match, if another than `format` does.
+// The format all of whose names this file's names match, if another than
+// `format` does.
 std::optional<ImportFormat> guess_format(const io::SafetensorsFile& file) {
   for (ImportFormat f : {ImportFormat::timm, ImportFormat::hf, ImportFormat::torchvision}) {
     bool all = !file.entries().empty();
@@ -226,7 +231,8 @@ std::optional<ImportFormat> guess_format(const io::SafetensorsFile& file) {
   return std::nullopt;
 }
 
-// Heads of the standard ViT widths (Ti, S, M, B, L, H, g, G, e); other widths: d / 64.
+// Heads of the standard ViT widths (Ti, S, M, B, L, H, g, G, e); other widths:
+// d / 64.
 int64_t default_heads(int64_t d) {
   static const std::map<int64_t, int64_t> kHeads = {{192, 3},   {384, 6},   {512, 8},
                                                     {768, 12},  {1024, 16}, {1280, 16},
@@ -239,6 +245,289 @@ int64_t default_heads(int64_t d) {
 struct Slot {
   std::vector<const io::SafetensorsEntry*> parts;
 };
+
+// The file being imported: its tensors by the vitk tensor each fills
+// (map_tensors), and what the errors name.
+struct Source {
+  const std::string& path;
+  const io::SafetensorsFile& file;
+  const ImportOptions& options;
+  std::map<std::string, Slot> slots;
+
+  // The tensor (the first part) that fills vitk's `vitk`, needed to tell the
+  // architecture.
+  const io::SafetensorsEntry& entry(const std::string& vitk) const {
+    auto it = slots.find(vitk);
+    if (it == slots.end() || !it->second.parts[0])
+      throw Error(path + ": no tensor " + expected_sources(options.format, vitk) + " (vitk's " +
+                  in_quotes(vitk) + "), needed to tell the architecture");
+    return *it->second.parts[0];
+  }
+  // vitk::Error naming e's shape and the `expected` one, unless ok.
+  void need_shape(const io::SafetensorsEntry& e, bool ok, const std::string& expected) const {
+    if (!ok)
+      throw Error(path + ": tensor " + in_quotes(e.name) + " has shape " + shape_str(e.shape) +
+                  ", expected " + expected);
+  }
+};
+
+// A patch grid, in patches.
+struct Grid {
+  int64_t height = 0, width = 0;
+};
+
+// src.slots: every tensor of the file maps to one vitk tensor (or one part of
+// it); the tensors known to be unused are skipped with a note.
+void map_tensors(Source& src, std::vector<std::string>& notes) {
+  const std::string& path = src.path;
+  const ImportOptions& options = src.options;
+  const std::string format_name = import_format_name(options.format);
+  bool hf_prefixed = false, hf_plain = false;
+  for (const io::SafetensorsEntry& e : src.file.entries()) {
+    const Mapped m = map_name(options.format, e.name);
+    if (!m.rule) {
+      std::string hint = unsupported_hint(e.name);
+      if (hint.empty()) {
+        auto guess = guess_format(src.file);
+        hint = guess ? std::string(": the file looks like --format ") + import_format_name(*guess)
+                     : ": it has no counterpart in vitk's ViT";
+      }
+      throw Error(path + ": tensor " + in_quotes(e.name) + " is not a " + format_name +
+                  " ViT tensor" + hint);
+    }
+    if (options.format == ImportFormat::hf && e.name.compare(0, 11, "classifier.") != 0)
+      (e.name.compare(0, 4, "vit.") == 0 ? hf_prefixed : hf_plain) = true;
+    if (m.vitk.empty()) {
+      notes.push_back("skipped " + e.name + " (not used for classification)");
+      continue;
+    }
+    Slot& slot = src.slots[m.vitk];
+    if (slot.parts.empty()) slot.parts.resize(static_cast<size_t>(m.rule->parts), nullptr);
+    if (slot.parts[static_cast<size_t>(m.rule->part)])
+      throw Error(path + ": tensors " +
+                  in_quotes(slot.parts[static_cast<size_t>(m.rule->part)]->name) + " and " +
+                  in_quotes(e.name) + " both map to vitk's " + in_quotes(m.vitk));
+    slot.parts[static_cast<size_t>(m.rule->part)] = &e;
+  }
+  if (hf_prefixed && hf_plain)
+    throw Error(path + ": mixes names with and without the 'vit.' prefix");
+}
+
+// c.num_classes from the classifier head, or a zero head of --num-classes for a
+// backbone.
+void read_head(const Source& src, VitConfig& c, std::vector<std::string>& notes) {
+  const std::string& path = src.path;
+  const ImportOptions& options = src.options;
+  const int64_t d = c.d_model;
+  if (src.slots.count("head.weight") > 0) {
+    const auto& head = src.entry("head.weight");
+    src.need_shape(head, head.shape.size() == 2 && head.shape[1] == d && head.shape[0] > 0,
+                   "[classes, " + std::to_string(d) + "]");
+    if (options.num_classes > 0 && options.num_classes != head.shape[0])
+      throw UsageError(path + " has a head of " + std::to_string(head.shape[0]) +
+                       " classes; --num-classes is only for a file without one");
+    c.num_classes = head.shape[0];
+  } else {
+    if (options.num_classes <= 0)
+      throw Error(path + ": no classifier head (" +
+                  expected_sources(options.format, "head.weight") +
+                  "): a backbone; --num-classes N adds a zero head to fine-tune");
+    c.num_classes = options.num_classes;
+    notes.push_back("no classifier in the file: added a zero head of " +
+                    std::to_string(c.num_classes) + " classes");
+  }
+}
+
+// The architecture, from the shapes of the file's tensors (and --heads, which
+// no shape shows).
+VitConfig read_architecture(const Source& src, std::vector<std::string>& notes) {
+  const std::string& path = src.path;
+  const ImportOptions& options = src.options;
+  const auto& cls = src.entry("cls_token");
+  src.need_shape(
+      cls, cls.shape.size() == 3 && cls.shape[0] == 1 && cls.shape[1] == 1 && cls.shape[2] > 0,
+      "[1, 1, d]");
+  const int64_t d = cls.shape[2];
+  const auto& patch = src.entry("patch_embed.proj.weight");
+  src.need_shape(patch,
+                 patch.shape.size() == 4 && patch.shape[0] == d &&
+                     patch.shape[2] == patch.shape[3] && patch.shape[2] > 0,
+                 "[" + std::to_string(d) + ", channels, P, P]");
+  const auto& pos = src.entry("pos_embed");
+  src.need_shape(
+      pos, pos.shape.size() == 3 && pos.shape[0] == 1 && pos.shape[1] >= 2 && pos.shape[2] == d,
+      "[1, 1 + patches, " + std::to_string(d) + "]");
+  const auto& fc1 = src.entry("blocks.0.mlp.fc1.weight");
+  src.need_shape(fc1, fc1.shape.size() == 2 && fc1.shape[1] == d && fc1.shape[0] > 0,
+                 "[d_ff, " + std::to_string(d) + "]");
+
+  VitConfig c;
+  c.d_model = d;
+  c.patch_size = patch.shape[2];
+  c.channels = patch.shape[1];
+  c.d_ff = fc1.shape[0];
+  int max_block = -1;
+  for (const auto& [name, slot] : src.slots)
+    if (name.compare(0, 7, "blocks.") == 0)
+      max_block = std::max(max_block, std::stoi(name.substr(7, name.find('.', 7) - 7)));
+  c.layers = max_block + 1;
+  const bool has_norm = src.slots.count("norm.weight") || src.slots.count("norm.bias");
+  const bool has_fc_norm = src.slots.count("fc_norm.weight") || src.slots.count("fc_norm.bias");
+  if (has_norm && has_fc_norm)
+    throw Error(path + ": has both norm and fc_norm; vitk's ViT has one final norm");
+  c.pool = has_fc_norm ? "avg" : "token";
+  read_head(src, c, notes);
+
+  c.heads = options.heads > 0 ? options.heads : default_heads(d);
+  if (c.heads <= 0)
+    throw UsageError(path + ": cannot tell the number of heads of a ViT of width " +
+                     std::to_string(d) +
+                     " (not a standard width nor a multiple of 64): give --heads");
+  if (options.heads <= 0)
+    notes.push_back("heads " + std::to_string(c.heads) + " (the standard for width " +
+                    std::to_string(d) + "; the file does not say: --heads to change)");
+  return c;
+}
+
+// The grid the position embeddings were trained at: the asked image size's when
+// it has as many patches as there are positions, else the square grid they
+// fill.
+Grid source_grid(const Source& src, const VitConfig& c) {
+  const std::string& path = src.path;
+  const ImportOptions& options = src.options;
+  const auto& pos = src.entry("pos_embed");
+  const int64_t positions = pos.shape[1] - 1;
+  const int64_t asked_gh = options.image_height / c.patch_size;
+  const int64_t asked_gw = options.image_width / c.patch_size;
+  if (options.image_height > 0 && options.image_width > 0 &&
+      (options.image_height % c.patch_size || options.image_width % c.patch_size))
+    throw UsageError("image size " + std::to_string(options.image_height) + "x" +
+                     std::to_string(options.image_width) + ": the patch size " +
+                     std::to_string(c.patch_size) + " of " + path + " does not divide it");
+  if (options.image_height > 0 && asked_gh * asked_gw == positions) return {asked_gh, asked_gw};
+  auto square_side = [](int64_t n) {
+    const auto side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(n))));
+    return side * side == n ? side : 0;
+  };
+  const int64_t side = square_side(positions);
+  // timm's no_embed_class models keep no position for the class token.
+  if (!side && square_side(positions + 1))
+    throw Error(path + ": " + in_quotes(pos.name) + " holds " + std::to_string(positions + 1) +
+                " positions, a square grid without a class-token slot (timm's "
+                "no_embed_class): "
+                "not supported");
+  if (!side)
+    throw Error(path + ": " + in_quotes(pos.name) + " holds " + std::to_string(positions) +
+                " positions, not a square grid: give the size it was trained "
+                "at (--image-size HxW)");
+  return {side, side};
+}
+
+// What the weights do not say, from the options (ε, the eval transform, the
+// positions' resampling); then c checked: its memory, then validate().
+void settle_config(const Source& src, VitConfig& c) {
+  const std::string& path = src.path;
+  const ImportOptions& options = src.options;
+  c.norm_eps = options.norm_eps;
+  c.preprocess = options.preprocess;
+  // Recorded so that a later change of size (vitk eval/classify --image-size,
+  // vitk finetune) resamples the positions as the source library would.
+  c.pos_embed_align_corners = options.align_corners;
+  // A grey-scale model with the format's colour statistics: one value when all
+  // three agree.
+  auto to_one = [&](std::vector<float>& v) {
+    if (c.channels == 1 && v.size() == 3 && v[0] == v[1] && v[1] == v[2]) v.resize(1);
+  };
+  to_one(c.preprocess.mean);
+  to_one(c.preprocess.std);
+  // The memory first (saturating arithmetic, safe before validate): an asked
+  // size beyond it is the option's fault, and said with the amount.
+  const std::string shortfall = memory_shortfall(memory_bytes(c, 0));
+  if (!shortfall.empty() && options.image_height > 0)
+    throw UsageError("--image-size " + std::to_string(c.image_height) + "x" +
+                     std::to_string(c.image_width) + ": the model of " + path + " at that size " +
+                     shortfall);
+  try {
+    c.validate();
+  } catch (const UsageError& e) {
+    throw Error(path + ": the model read from it is not one vitk can build: " + e.what());
+  }
+  if (!shortfall.empty()) throw Error(path + ": the model it holds " + shortfall);
+}
+
+// Parameter p from the parts of its slot, each read, checked and (pos_embed,
+// when `resample`) resampled from the source grid to c's.
+void fill_parameter(const Source& src, Parameter& p, const Slot& slot, const VitConfig& c,
+                    Grid grid, bool resample) {
+  const std::string& path = src.path;
+  const auto& parts = slot.parts;
+  for (size_t k = 0; k < parts.size(); ++k)
+    if (!parts[k])
+      throw Error(path + ": " + in_quotes(p.name) + " needs " +
+                  expected_sources(src.options.format, p.name) + ", but one is missing");
+  const int64_t rows = p.shape[0] / static_cast<int64_t>(parts.size());
+  float* dst = p.value.f32();
+  for (size_t k = 0; k < parts.size(); ++k) {
+    Tensor t = src.file.read_f32(parts[k]->name);
+    const int64_t bad = first_non_finite(t.f32(), t.numel());
+    if (bad >= 0)
+      throw Error(path + ": tensor " + in_quotes(parts[k]->name) + " holds a non-finite value (" +
+                  std::to_string(t.f32()[bad]) + " at flat index " + std::to_string(bad) + ")");
+    if (p.name == "pos_embed" && resample) {
+      t = resample_pos_embed(t, grid.height, grid.width, c.grid_height(), c.grid_width(),
+                             src.options.align_corners);
+    }
+    Shape expected = p.shape;
+    expected[0] = rows;
+    if (t.shape() != expected)
+      throw Error(
+          path + ": tensor " + in_quotes(parts[k]->name) + " has shape " + shape_str(t.shape()) +
+          ", expected " + shape_str(expected) + " for vitk's " + in_quotes(p.name) +
+          (parts.size() > 1
+               ? " (part " + std::to_string(k + 1) + " of " + std::to_string(parts.size()) + ")"
+               : ""));
+    std::memcpy(dst + static_cast<size_t>(k) * static_cast<size_t>(t.numel()), t.f32(), t.nbytes());
+  }
+}
+
+// Every parameter of the model from the file (a missing head stays zero), and
+// every tensor of the file used.
+void fill_parameters(const Source& src, ParamStore& params, const VitConfig& c, Grid grid,
+                     bool resample) {
+  const std::string& path = src.path;
+  const bool has_head = src.slots.count("head.weight") > 0;
+  std::set<std::string> used;
+  for (Parameter& p : params.params()) {
+    auto it = src.slots.find(p.name);
+    if (it == src.slots.end()) {
+      if (!has_head && p.name.compare(0, 5, "head.") == 0) continue;  // stays zero
+      throw Error(path + ": missing tensor " + expected_sources(src.options.format, p.name) +
+                  " (vitk's " + in_quotes(p.name) + " " + shape_str(p.shape) + ")");
+    }
+    used.insert(p.name);
+    fill_parameter(src, p, it->second, c, grid, resample);
+  }
+  for (const auto& [name, slot] : src.slots)
+    if (!used.count(name))
+      throw Error(path + ": tensor " + in_quotes(slot.parts[0] ? slot.parts[0]->name : name) +
+                  " maps to vitk's " + in_quotes(name) + ", which this " +
+                  std::to_string(c.layers) + "-block " + c.pool + "-pool model does not have");
+  params.mark_changed();
+}
+
+// The options' class names, one per class, or "class_0", "class_1", ...
+std::vector<std::string> class_names(const Source& src, const VitConfig& c) {
+  const ImportOptions& options = src.options;
+  if (!options.class_names.empty()) {
+    if (static_cast<int64_t>(options.class_names.size()) != c.num_classes)
+      throw UsageError(std::to_string(options.class_names.size()) + " class names for the " +
+                       std::to_string(c.num_classes) + " classes of " + src.path);
+    return options.class_names;
+  }
+  std::vector<std::string> names;
+  for (int64_t k = 0; k < c.num_classes; ++k) names.push_back("class_" + std::to_string(k));
+  return names;
+}
 
 }  // namespace
 
@@ -298,242 +587,33 @@ ImportOptions options_for(ImportFormat format) {
 
 ImportedVit import_vit(const std::string& path, const ImportOptions& options) {
   const io::SafetensorsFile file(path);
-  const std::string format_name = import_format_name(options.format);
+  Source src{path, file, options, {}};
   ImportedVit out;
-
-  // ---- names: every tensor of the file maps to one vitk tensor (or one part of it) ----
-  std::map<std::string, Slot> slots;
-  bool hf_prefixed = false, hf_plain = false;
-  for (const io::SafetensorsEntry& e : file.entries()) {
-    const Mapped m = map_name(options.format, e.name);
-    if (!m.rule) {
-      std::string hint = unsupported_hint(e.name);
-      if (hint.empty()) {
-        auto guess = guess_format(file);
-        hint = guess ? std::string(": the file looks like --format ") + import_format_name(*guess)
-                     : ": it has no counterpart in vitk's ViT";
-      }
-      throw Error(path + ": tensor " + in_quotes(e.name) + " is not a " + format_name +
-                  " ViT tensor" + hint);
-    }
-    if (options.format == ImportFormat::hf && e.name.compare(0, 11, "classifier.") != 0)
-      (e.name.compare(0, 4, "vit.") == 0 ? hf_prefixed : hf_plain) = true;
-    if (m.vitk.empty()) {
-      out.notes.push_back("skipped " + e.name + " (not used for classification)");
-      continue;
-    }
-    Slot& slot = slots[m.vitk];
-    if (slot.parts.empty()) slot.parts.resize(static_cast<size_t>(m.rule->parts), nullptr);
-    if (slot.parts[static_cast<size_t>(m.rule->part)])
-      throw Error(path + ": tensors " +
-                  in_quotes(slot.parts[static_cast<size_t>(m.rule->part)]->name) + " and " +
-                  in_quotes(e.name) + " both map to vitk's " + in_quotes(m.vitk));
-    slot.parts[static_cast<size_t>(m.rule->part)] = &e;
-  }
-  if (hf_prefixed && hf_plain)
-    throw Error(path + ": mixes names with and without the 'vit.' prefix");
-
-  // ---- the architecture, from the shapes ----
-  auto entry = [&](const std::string& vitk) -> const io::SafetensorsEntry& {
-    auto it = slots.find(vitk);
-    if (it == slots.end() || !it->second.parts[0])
-      throw Error(path + ": no tensor " + expected_sources(options.format, vitk) + " (vitk's " +
-                  in_quotes(vitk) + "), needed to tell the architecture");
-    return *it->second.parts[0];
-  };
-  auto need_shape = [&](const io::SafetensorsEntry& e, bool ok, const std::string& expected) {
-    if (!ok)
-      throw Error(path + ": tensor " + in_quotes(e.name) + " has shape " + shape_str(e.shape) +
-                  ", expected " + expected);
-  };
-  const auto& cls = entry("cls_token");
-  need_shape(cls,
-             cls.shape.size() == 3 && cls.shape[0] == 1 && cls.shape[1] == 1 && cls.shape[2] > 0,
-             "[1, 1, d]");
-  const int64_t d = cls.shape[2];
-  const auto& patch = entry("patch_embed.proj.weight");
-  need_shape(patch,
-             patch.shape.size() == 4 && patch.shape[0] == d && patch.shape[2] == patch.shape[3] &&
-                 patch.shape[2] > 0,
-             "[" + std::to_string(d) + ", channels, P, P]");
-  const auto& pos = entry("pos_embed");
-  need_shape(pos,
-             pos.shape.size() == 3 && pos.shape[0] == 1 && pos.shape[1] >= 2 && pos.shape[2] == d,
-             "[1, 1 + patches, " + std::to_string(d) + "]");
-  const auto& fc1 = entry("blocks.0.mlp.fc1.weight");
-  need_shape(fc1, fc1.shape.size() == 2 && fc1.shape[1] == d && fc1.shape[0] > 0,
-             "[d_ff, " + std::to_string(d) + "]");
-
-  VitConfig c;
-  c.d_model = d;
-  c.patch_size = patch.shape[2];
-  c.channels = patch.shape[1];
-  c.d_ff = fc1.shape[0];
-  int max_block = -1;
-  for (const auto& [name, slot] : slots)
-    if (name.compare(0, 7, "blocks.") == 0)
-      max_block = std::max(max_block, std::stoi(name.substr(7, name.find('.', 7) - 7)));
-  c.layers = max_block + 1;
-  const bool has_norm = slots.count("norm.weight") || slots.count("norm.bias");
-  const bool has_fc_norm = slots.count("fc_norm.weight") || slots.count("fc_norm.bias");
-  if (has_norm && has_fc_norm)
-    throw Error(path + ": has both norm and fc_norm; vitk's ViT has one final norm");
-  c.pool = has_fc_norm ? "avg" : "token";
-
-  const bool has_head = slots.count("head.weight") > 0;
-  if (has_head) {
-    const auto& head = entry("head.weight");
-    need_shape(head, head.shape.size() == 2 && head.shape[1] == d && head.shape[0] > 0,
-               "[classes, " + std::to_string(d) + "]");
-    if (options.num_classes > 0 && options.num_classes != head.shape[0])
-      throw UsageError(path + " has a head of " + std::to_string(head.shape[0]) +
-                       " classes; --num-classes is only for a file without one");
-    c.num_classes = head.shape[0];
-  } else {
-    if (options.num_classes <= 0)
-      throw Error(path + ": no classifier head (" +
-                  expected_sources(options.format, "head.weight") +
-                  "): a backbone; --num-classes N adds a zero head to fine-tune");
-    c.num_classes = options.num_classes;
-    out.notes.push_back("no classifier in the file: added a zero head of " +
-                        std::to_string(c.num_classes) + " classes");
-  }
-
-  c.heads = options.heads > 0 ? options.heads : default_heads(d);
-  if (c.heads <= 0)
-    throw UsageError(path + ": cannot tell the number of heads of a ViT of width " +
-                     std::to_string(d) +
-                     " (not a standard width nor a multiple of 64): give --heads");
-  if (options.heads <= 0)
-    out.notes.push_back("heads " + std::to_string(c.heads) + " (the standard for width " +
-                        std::to_string(d) + "; the file does not say: --heads to change)");
+  map_tensors(src, out.notes);
+  VitConfig c = read_architecture(src, out.notes);
 
   // ---- image size: the source's grid, and the size asked for ----
-  const int64_t positions = pos.shape[1] - 1;
-  int64_t src_gh = 0, src_gw = 0;
-  const int64_t asked_gh = options.image_height / c.patch_size;
-  const int64_t asked_gw = options.image_width / c.patch_size;
-  if (options.image_height > 0 && options.image_width > 0 &&
-      (options.image_height % c.patch_size || options.image_width % c.patch_size))
-    throw UsageError("image size " + std::to_string(options.image_height) + "x" +
-                     std::to_string(options.image_width) + ": the patch size " +
-                     std::to_string(c.patch_size) + " of " + path + " does not divide it");
-  if (options.image_height > 0 && asked_gh * asked_gw == positions) {
-    src_gh = asked_gh, src_gw = asked_gw;
-  } else {
-    auto square_side = [](int64_t n) {
-      const auto side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(n))));
-      return side * side == n ? side : 0;
-    };
-    const int64_t side = square_side(positions);
-    // timm's no_embed_class models keep no position for the class token.
-    if (!side && square_side(positions + 1))
-      throw Error(path + ": " + in_quotes(pos.name) + " holds " + std::to_string(positions + 1) +
-                  " positions, a square grid without a class-token slot (timm's no_embed_class): "
-                  "not supported");
-    if (!side)
-      throw Error(
-          path + ": " + in_quotes(pos.name) + " holds " + std::to_string(positions) +
-          " positions, not a square grid: give the size it was trained at (--image-size HxW)");
-    src_gh = src_gw = side;
-  }
-  out.source_height = src_gh * c.patch_size;
-  out.source_width = src_gw * c.patch_size;
+  const Grid grid = source_grid(src, c);
+  out.source_height = grid.height * c.patch_size;
+  out.source_width = grid.width * c.patch_size;
   c.image_height = options.image_height > 0 ? options.image_height : out.source_height;
   c.image_width = options.image_width > 0 ? options.image_width : out.source_width;
-  const bool resample = c.grid_height() != src_gh || c.grid_width() != src_gw;
+  const bool resample = c.grid_height() != grid.height || c.grid_width() != grid.width;
   if (resample)
-    out.notes.push_back("position embeddings resampled from a " + std::to_string(src_gh) + "x" +
-                        std::to_string(src_gw) + " to a " + std::to_string(c.grid_height()) + "x" +
-                        std::to_string(c.grid_width()) + " grid (bicubic, align_corners " +
+    out.notes.push_back("position embeddings resampled from a " + std::to_string(grid.height) +
+                        "x" + std::to_string(grid.width) + " to a " +
+                        std::to_string(c.grid_height()) + "x" + std::to_string(c.grid_width()) +
+                        " grid (bicubic, align_corners " +
                         (options.align_corners ? "true" : "false") + ")");
-
-  c.norm_eps = options.norm_eps;
-  c.preprocess = options.preprocess;
-  // Recorded so that a later change of size (vitk eval/classify --image-size, vitk finetune)
-  // resamples the positions as the source library would.
-  c.pos_embed_align_corners = options.align_corners;
-  // A grey-scale model with the format's colour statistics: one value when all three agree.
-  auto to_one = [&](std::vector<float>& v) {
-    if (c.channels == 1 && v.size() == 3 && v[0] == v[1] && v[1] == v[2]) v.resize(1);
-  };
-  to_one(c.preprocess.mean);
-  to_one(c.preprocess.std);
-  // The memory first (saturating arithmetic, safe before validate): an asked size beyond it is
-  // the option's fault, and said with the amount.
-  const std::string shortfall = memory_shortfall(memory_bytes(c, 0));
-  if (!shortfall.empty() && options.image_height > 0)
-    throw UsageError("--image-size " + std::to_string(c.image_height) + "x" +
-                     std::to_string(c.image_width) + ": the model of " + path + " at that size " +
-                     shortfall);
-  try {
-    c.validate();
-  } catch (const UsageError& e) {
-    throw Error(path + ": the model read from it is not one vitk can build: " + e.what());
-  }
-  if (!shortfall.empty()) throw Error(path + ": the model it holds " + shortfall);
+  settle_config(src, c);
 
   // ---- build the model and fill every parameter ----
   out.config = c;
   out.params = std::make_unique<ParamStore>();
   out.model = std::make_unique<VisionTransformer>(*out.params, c);
   out.params->finalize();
-  std::set<std::string> used;
-  for (Parameter& p : out.params->params()) {
-    auto it = slots.find(p.name);
-    if (it == slots.end()) {
-      if (!has_head && p.name.compare(0, 5, "head.") == 0) continue;  // stays zero
-      throw Error(path + ": missing tensor " + expected_sources(options.format, p.name) +
-                  " (vitk's " + in_quotes(p.name) + " " + shape_str(p.shape) + ")");
-    }
-    used.insert(p.name);
-    const auto& parts = it->second.parts;
-    for (size_t k = 0; k < parts.size(); ++k)
-      if (!parts[k])
-        throw Error(path + ": " + in_quotes(p.name) + " needs " +
-                    expected_sources(options.format, p.name) + ", but one is missing");
-    const int64_t rows = p.shape[0] / static_cast<int64_t>(parts.size());
-    float* dst = p.value.f32();
-    for (size_t k = 0; k < parts.size(); ++k) {
-      Tensor t = file.read_f32(parts[k]->name);
-      const int64_t bad = first_non_finite(t.f32(), t.numel());
-      if (bad >= 0)
-        throw Error(path + ": tensor " + in_quotes(parts[k]->name) + " holds a non-finite value (" +
-                    std::to_string(t.f32()[bad]) + " at flat index " + std::to_string(bad) + ")");
-      if (p.name == "pos_embed" && resample) {
-        t = resample_pos_embed(t, src_gh, src_gw, c.grid_height(), c.grid_width(),
-                               options.align_corners);
-      }
-      Shape expected = p.shape;
-      expected[0] = rows;
-      if (t.shape() != expected)
-        throw Error(
-            path + ": tensor " + in_quotes(parts[k]->name) + " has shape " + shape_str(t.shape()) +
-            ", expected " + shape_str(expected) + " for vitk's " + in_quotes(p.name) +
-            (parts.size() > 1
-                 ? " (part " + std::to_string(k + 1) + " of " + std::to_string(parts.size()) + ")"
-                 : ""));
-      std::memcpy(dst + static_cast<size_t>(k) * static_cast<size_t>(t.numel()), t.f32(),
-                  t.nbytes());
-    }
-  }
-  for (const auto& [name, slot] : slots)
-    if (!used.count(name))
-      throw Error(path + ": tensor " + in_quotes(slot.parts[0] ? slot.parts[0]->name : name) +
-                  " maps to vitk's " + in_quotes(name) + ", which this " +
-                  std::to_string(c.layers) + "-block " + c.pool + "-pool model does not have");
-  out.params->mark_changed();
-
-  // ---- class names ----
-  if (!options.class_names.empty()) {
-    if (static_cast<int64_t>(options.class_names.size()) != c.num_classes)
-      throw UsageError(std::to_string(options.class_names.size()) + " class names for the " +
-                       std::to_string(c.num_classes) + " classes of " + path);
-    out.class_names = options.class_names;
-  } else {
-    for (int64_t k = 0; k < c.num_classes; ++k)
-      out.class_names.push_back("class_" + std::to_string(k));
-  }
+  fill_parameters(src, *out.params, c, grid, resample);
+  out.class_names = class_names(src, c);
   return out;
 }
 

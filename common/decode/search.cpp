@@ -302,31 +302,160 @@ struct Candidate {
   int32_t token;
 };
 
+// The rows of each input's block: K beams, then G greedy rows (0 or 1); R = K + G.
+struct BeamRows {
+  int K, G, R;
+};
+
+constexpr double kMinusInf = -std::numeric_limits<double>::infinity();
+
+// h with its score: log_prob over the length penalty of its length (its EOS counted).
+Hypothesis scored(Hypothesis h, float alpha) {
+  const int64_t length = static_cast<int64_t>(h.tokens.size()) + (h.finished ? 1 : 0);
+  h.score = h.log_prob / length_penalty(length, alpha);
+  return h;
+}
+
+// The B inputs before the first step, and `rows` of state_.reorder that gives each its block of
+// R rows.
+std::vector<BeamInput> start_inputs(int64_t B, const BeamRows& br, std::vector<int64_t>& rows) {
+  std::vector<BeamInput> sent(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    BeamInput& s = sent[static_cast<size_t>(b)];
+    s.beams.assign(static_cast<size_t>(br.K), {});
+    s.scores.assign(static_cast<size_t>(br.K), kMinusInf);
+    s.scores[0] = 0;  // one live prefix at first, so that the K beams do not start as copies
+    s.greedy_done = br.G == 0;
+    s.greedy.finished = false;
+    for (int r = 0; r < br.R; ++r) rows.push_back(b);
+  }
+  return sent;
+}
+
+// tokens [n·R]: the last token of every row of the alive inputs' blocks (BOS before the first).
+void step_tokens(const std::vector<BeamInput>& sent, const std::vector<int64_t>& alive,
+                 const BeamRows& br, int32_t bos, Tensor& tokens) {
+  const int K = br.K, R = br.R;
+  const int64_t n = static_cast<int64_t>(alive.size());
+  for (int64_t i = 0; i < n; ++i) {
+    const BeamInput& s = sent[static_cast<size_t>(alive[static_cast<size_t>(i)])];
+    for (int k = 0; k < K; ++k) {
+      const auto& toks = s.beams[static_cast<size_t>(k)];
+      // An empty slot or a finished beam still runs (its row is in the block); any id will do.
+      tokens.i32()[i * R + k] = toks.empty() ? bos : toks.back();
+    }
+    if (br.G) tokens.i32()[i * R + K] = s.greedy.tokens.empty() ? bos : s.greedy.tokens.back();
+  }
+}
+
+// What every input's part of step t shares: the options, the sizes and the buffers.
+struct BeamStep {
+  const SearchOptions& o;
+  int64_t V;
+  int K;
+  int64_t t;
+  std::vector<Scored>& top;
+  std::vector<Candidate>& cands;
+};
+
+// step.cands: the 2K best continuations of input s's live beams (logits block [K, V]), best
+// first. At most K of them end in EOS, so K others remain to fill the beam.
+void best_continuations(const BeamInput& s, const float* block, const BeamStep& step) {
+  const int64_t V = step.V;
+  const int K = step.K;
+  std::vector<Candidate>& cands = step.cands;
+  cands.clear();
+  for (int k = 0; k < K; ++k) {
+    const double base = s.scores[static_cast<size_t>(k)];
+    if (base == kMinusInf) continue;
+    const float* row = block + k * V;
+    const RowStats st = row_stats(row, V);
+    top_n(row, V, 2 * K, step.top);
+    for (const Scored& c : step.top)
+      cands.push_back({base + static_cast<double>(c.first) - st.lse, k, c.second});
+  }
+  std::stable_sort(cands.begin(), cands.end(),
+                   [](const Candidate& a, const Candidate& c) { return a.score > c.score; });
+}
+
+// Moves input s's beam one step on from its beams' logits (block [K, V]), with at most `limit`
+// tokens: the K best continuations, those that end in EOS among the finished; origin[k]
+// becomes the row that beam k continues.
+void extend_beam(BeamInput& s, const float* block, int64_t limit, std::vector<int>& origin,
+                 const BeamStep& step) {
+  const SearchOptions& o = step.o;
+  const int K = step.K;
+  best_continuations(s, block, step);
+  const std::vector<Candidate>& cands = step.cands;
+  std::vector<std::vector<int32_t>> beams;
+  std::vector<double> scores;
+  std::vector<int> from;
+  for (size_t rank = 0; rank < cands.size() && static_cast<int>(beams.size()) < K; ++rank) {
+    const Candidate& c = cands[rank];
+    if (c.score == kMinusInf) break;
+    const auto& prefix = s.beams[static_cast<size_t>(c.origin)];
+    if (c.token == o.eos) {
+      // As fairseq: an EOS counts only among the K best candidates of the step.
+      if (static_cast<int>(rank) < K) {
+        add_finished(s.finished, scored({prefix, c.score, 0, true}, o.length_penalty));
+        ++s.finished_by_beam;
+      }
+      continue;
+    }
+    beams.push_back(prefix);
+    beams.back().push_back(c.token);
+    scores.push_back(c.score);
+    from.push_back(c.origin);
+  }
+  while (static_cast<int>(beams.size()) < K) {  // fewer live continuations than K
+    beams.emplace_back();
+    scores.push_back(kMinusInf);
+    from.push_back(0);
+  }
+  s.beams = std::move(beams);
+  s.scores = std::move(scores);
+  for (int k = 0; k < K; ++k) origin[static_cast<size_t>(k)] = from[static_cast<size_t>(k)];
+  if (s.finished_by_beam >= K) {
+    s.beam_done = true;
+  } else if (step.t + 1 >= limit) {
+    // The length limit: the live beams end here, without an EOS.
+    for (int k = 0; k < K; ++k)
+      if (s.scores[static_cast<size_t>(k)] != kMinusInf)
+        add_finished(s.finished, scored({s.beams[static_cast<size_t>(k)],
+                                         s.scores[static_cast<size_t>(k)], 0, false},
+                                        o.length_penalty));
+    s.beam_done = true;
+  }
+}
+
+// Moves input s's greedy row one step on from its logits (row [V]): the arg-max, finished at
+// EOS or at `limit` tokens.
+void extend_greedy(BeamInput& s, const float* row, int64_t V, const SearchOptions& o,
+                   int64_t limit) {
+  const RowStats st = row_stats(row, V);
+  s.greedy.log_prob += static_cast<double>(row[st.argmax]) - st.lse;
+  if (st.argmax == o.eos) {
+    s.greedy.finished = true;
+    s.greedy_done = true;
+  } else {
+    s.greedy.tokens.push_back(st.argmax);
+    s.greedy_done = static_cast<int64_t>(s.greedy.tokens.size()) >= limit;
+  }
+  if (s.greedy_done) add_finished(s.finished, scored(s.greedy, o.length_penalty));
+}
+
 }  // namespace
 
 std::vector<std::vector<Hypothesis>> Searcher::beam(const Prepared& p) {
   const SearchOptions& o = options_;
   const int64_t B = p.batch, V = model_.vocab_size();
   // With K = 1 the beam is the greedy row already.
-  const int K = o.beam_size, G = o.keep_greedy && K > 1 ? 1 : 0, R = K + G;
-  const double minus_inf = -std::numeric_limits<double>::infinity();
-  auto finish = [&](Hypothesis h) {
-    const int64_t length = static_cast<int64_t>(h.tokens.size()) + (h.finished ? 1 : 0);
-    h.score = h.log_prob / length_penalty(length, o.length_penalty);
-    return h;
-  };
+  const int K = o.beam_size, G = o.keep_greedy && K > 1 ? 1 : 0;
+  const BeamRows br{K, G, K + G};
+  const int R = br.R;
 
-  std::vector<BeamInput> sent(static_cast<size_t>(B));
   std::vector<int64_t> rows;  // B inputs into blocks of R rows
-  for (int64_t b = 0; b < B; ++b) {
-    BeamInput& s = sent[static_cast<size_t>(b)];
-    s.beams.assign(static_cast<size_t>(K), {});
-    s.scores.assign(static_cast<size_t>(K), minus_inf);
-    s.scores[0] = 0;  // one live prefix at first, so that the K beams do not start as copies
-    s.greedy_done = G == 0;
-    s.greedy.finished = false;
-    for (int r = 0; r < R; ++r) rows.push_back(b);
-  }
+  std::vector<BeamInput> sent = start_inputs(B, br, rows);
   state_.reorder(rows);
   std::vector<int64_t> alive(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) alive[static_cast<size_t>(b)] = b;
@@ -338,16 +467,9 @@ std::vector<std::vector<Hypothesis>> Searcher::beam(const Prepared& p) {
     nn::Context ctx = inference_context(arena_, o.precision);
     const int64_t n = static_cast<int64_t>(alive.size());
     Tensor tokens = arena_.alloc({n * R}, DType::i32);  // [n·R]
-    for (int64_t i = 0; i < n; ++i) {
-      const BeamInput& s = sent[static_cast<size_t>(alive[static_cast<size_t>(i)])];
-      for (int k = 0; k < K; ++k) {
-        const auto& toks = s.beams[static_cast<size_t>(k)];
-        // An empty slot or a finished beam still runs (its row is in the block); any id will do.
-        tokens.i32()[i * R + k] = toks.empty() ? o.bos : toks.back();
-      }
-      if (G) tokens.i32()[i * R + K] = s.greedy.tokens.empty() ? o.bos : s.greedy.tokens.back();
-    }
+    step_tokens(sent, alive, br, o.bos, tokens);
     const Tensor logits = finite_logits(model_.step(ctx, tokens, state_));  // [n·R, V]
+    const BeamStep step{o, V, K, t, top, cands};
 
     std::vector<int64_t> keep_rows;  // rows of the next step, by origin
     std::vector<int64_t> next_alive;
@@ -357,76 +479,8 @@ std::vector<std::vector<Hypothesis>> Searcher::beam(const Prepared& p) {
       const int64_t limit = p.limit[static_cast<size_t>(b)];
       std::vector<int> origin(static_cast<size_t>(R));
       for (int r = 0; r < R; ++r) origin[static_cast<size_t>(r)] = r;
-
-      if (!s.beam_done) {
-        // The 2K best continuations of the live beams: at most K of them end in EOS, so K others
-        // remain to fill the beam.
-        cands.clear();
-        for (int k = 0; k < K; ++k) {
-          const double base = s.scores[static_cast<size_t>(k)];
-          if (base == minus_inf) continue;
-          const float* row = logits.f32() + (i * R + k) * V;
-          const RowStats st = row_stats(row, V);
-          top_n(row, V, 2 * K, top);
-          for (const Scored& c : top)
-            cands.push_back({base + static_cast<double>(c.first) - st.lse, k, c.second});
-        }
-        std::stable_sort(cands.begin(), cands.end(),
-                         [](const Candidate& a, const Candidate& c) { return a.score > c.score; });
-        std::vector<std::vector<int32_t>> beams;
-        std::vector<double> scores;
-        std::vector<int> from;
-        for (size_t rank = 0; rank < cands.size() && static_cast<int>(beams.size()) < K; ++rank) {
-          const Candidate& c = cands[rank];
-          if (c.score == minus_inf) break;
-          const auto& prefix = s.beams[static_cast<size_t>(c.origin)];
-          if (c.token == o.eos) {
-            // As fairseq: an EOS counts only among the K best candidates of the step.
-            if (static_cast<int>(rank) < K) {
-              add_finished(s.finished, finish({prefix, c.score, 0, true}));
-              ++s.finished_by_beam;
-            }
-            continue;
-          }
-          beams.push_back(prefix);
-          beams.back().push_back(c.token);
-          scores.push_back(c.score);
-          from.push_back(c.origin);
-        }
-        while (static_cast<int>(beams.size()) < K) {  // fewer live continuations than K
-          beams.emplace_back();
-          scores.push_back(minus_inf);
-          from.push_back(0);
-        }
-        s.beams = std::move(beams);
-        s.scores = std::move(scores);
-        for (int k = 0; k < K; ++k) origin[static_cast<size_t>(k)] = from[static_cast<size_t>(k)];
-        if (s.finished_by_beam >= K) {
-          s.beam_done = true;
-        } else if (t + 1 >= limit) {
-          // The length limit: the live beams end here, without an EOS.
-          for (int k = 0; k < K; ++k)
-            if (s.scores[static_cast<size_t>(k)] != minus_inf)
-              add_finished(s.finished, finish({s.beams[static_cast<size_t>(k)],
-                                               s.scores[static_cast<size_t>(k)], 0, false}));
-          s.beam_done = true;
-        }
-      }
-
-      if (!s.greedy_done) {
-        const float* row = logits.f32() + (i * R + K) * V;
-        const RowStats st = row_stats(row, V);
-        s.greedy.log_prob += static_cast<double>(row[st.argmax]) - st.lse;
-        if (st.argmax == o.eos) {
-          s.greedy.finished = true;
-          s.greedy_done = true;
-        } else {
-          s.greedy.tokens.push_back(st.argmax);
-          s.greedy_done = static_cast<int64_t>(s.greedy.tokens.size()) >= limit;
-        }
-        if (s.greedy_done) add_finished(s.finished, finish(s.greedy));
-      }
-
+      if (!s.beam_done) extend_beam(s, logits.f32() + i * R * V, limit, origin, step);
+      if (!s.greedy_done) extend_greedy(s, logits.f32() + (i * R + K) * V, V, o, limit);
       if (s.beam_done && s.greedy_done) continue;
       next_alive.push_back(b);
       for (int r = 0; r < R; ++r) keep_rows.push_back(i * R + origin[static_cast<size_t>(r)]);
