@@ -65,10 +65,10 @@ struct CaptionModel::Impl {
   // Kept by a training forward.
   bool trained = false;
   bool encoder_ran_training = false;
-  Tensor target_in, target_lengths;         // the ids, for the embedding gradient and the penalty
-  Tensor hidden;                            // decoder output [B, Tt, d]
-  Tensor memory;                            // [B, Tm, d], for article_loss
-  Tensor article_dmemory, article_doutput;  // article_loss's gradients, added by backward
+  Tensor target_in, target_lengths;     // the ids, for the embedding gradient and the penalty
+  Tensor hidden;                        // decoder output [B, Tt, d]
+  Tensor memory;                        // [B, Tm, d], for the loss hooks
+  Tensor extra_dmemory, extra_doutput;  // the hooks' gradients, added by backward
   int64_t batch = 0, features_rows = 0;
   ops::Precision precision = ops::Precision::f32;
 };
@@ -202,30 +202,64 @@ Tensor CaptionModel::forward(nn::Context& ctx, const Tensor& images, const Tenso
   } else {
     m.target_in = m.target_lengths = m.hidden = m.memory = Tensor();
   }
-  m.article_dmemory = m.article_doutput = Tensor();  // a loss of an earlier forward
+  m.extra_dmemory = m.extra_doutput = Tensor();  // a loss of an earlier forward
   return logits;
 }
 
-Tensor& CaptionModel::attention_grad(const char* who) {
-  Impl& m = *impl_;
-  nn::MultiHeadAttention& last = m.decoder.layers().back().cross_attention();
-  const Tensor& w = last.weights();  // [B, H, Tt, Tm]
-  if (!m.trained || w.empty())
+CaptionModel::LossHooks CaptionModel::loss_hooks() {
+  return LossHooks(*impl_);
+}
+
+void CaptionModel::LossHooks::require_training_forward(const char* who) const {
+  if (!m_->trained) throw Error(std::string("caption: ") + who + " needs a training forward");
+}
+
+const Tensor& CaptionModel::LossHooks::attention(const char* who) const {
+  const Tensor& w = m_->decoder.layers().back().cross_attention().weights();  // [B, H, Tt, Tm]
+  if (!m_->trained || w.empty())
     throw Error(std::string("caption: ") + who +
                 " needs a training forward with keep_attention_weights");
-  if (last.dweights.shape() != w.shape()) last.dweights = Tensor(w.shape());  // zero-filled
-  return last.dweights;
+  return w;
+}
+
+Tensor& CaptionModel::LossHooks::attention_grad(const char* who) const {
+  const Tensor& w = attention(who);
+  Tensor& dw = m_->decoder.layers().back().cross_attention().dweights;
+  if (dw.shape() != w.shape()) dw = Tensor(w.shape());  // zero-filled
+  return dw;
+}
+
+const Tensor& CaptionModel::LossHooks::target_lengths() const {
+  return m_->target_lengths;
+}
+
+const Tensor& CaptionModel::LossHooks::memory() const {
+  return m_->memory;
+}
+
+Tensor& CaptionModel::LossHooks::memory_grad() const {
+  if (m_->extra_dmemory.empty()) m_->extra_dmemory = Tensor(m_->memory.shape());
+  return m_->extra_dmemory;
+}
+
+const Tensor& CaptionModel::LossHooks::output_weight() const {
+  return m_->output->value;
+}
+
+Tensor& CaptionModel::LossHooks::output_weight_grad() const {
+  if (m_->extra_doutput.empty()) m_->extra_doutput = Tensor(m_->output->value.shape());
+  return m_->extra_doutput;
 }
 
 double CaptionModel::attention_penalty(float lambda, float grad_scale) {
-  Impl& m = *impl_;
-  Tensor& dw = attention_grad("attention_penalty");  // pad positions get no gradient
-  const Tensor& w = m.decoder.layers().back().cross_attention().weights();  // [B, H, Tt, Tm]
+  const LossHooks hooks = loss_hooks();
+  Tensor& dw = hooks.attention_grad("attention_penalty");  // pad positions get no gradient
+  const Tensor& w = hooks.attention("attention_penalty");  // [B, H, Tt, Tm]
   const int64_t B = w.dim(0), H = w.dim(1), Tt = w.dim(2), Tm = w.dim(3);
   double total = 0;
   std::vector<double> coverage(static_cast<size_t>(Tm));
   for (int64_t b = 0; b < B; ++b) {
-    const int64_t len = m.target_lengths.i32()[b];
+    const int64_t len = hooks.target_lengths().i32()[b];
     // coverage_i = Σ_t α_ti, α the mean over the heads
     std::fill(coverage.begin(), coverage.end(), 0.0);
     for (int64_t h = 0; h < H; ++h)
@@ -247,13 +281,14 @@ double CaptionModel::attention_penalty(float lambda, float grad_scale) {
 
 double CaptionModel::guided_attention(const std::vector<AttentionGuide>& guides, float lambda,
                                       float grad_scale) {
-  Impl& m = *impl_;
-  Tensor& dw = attention_grad("guided_attention");
-  const Tensor& w = m.decoder.layers().back().cross_attention().weights();  // [B, H, Tt, Tm]
+  const LossHooks model = loss_hooks();
+  Tensor& dw = model.attention_grad("guided_attention");
+  const Tensor& w = model.attention("guided_attention");  // [B, H, Tt, Tm]
+  const Tensor& lengths = model.target_lengths();
   const int64_t B = w.dim(0), H = w.dim(1), Tt = w.dim(2), Tm = w.dim(3);
   double total = 0;
   for (const AttentionGuide& g : guides) {
-    if (g.row < 0 || g.row >= B || g.position < 0 || g.position >= m.target_lengths.i32()[g.row])
+    if (g.row < 0 || g.row >= B || g.position < 0 || g.position >= lengths.i32()[g.row])
       throw Error("caption: guided_attention at row " + std::to_string(g.row) + ", position " +
                   std::to_string(g.position) + ": outside the batch's captions");
     double mass = 0;  // Σ_{i ∈ memory} α_ti, α the mean over the heads
@@ -335,11 +370,11 @@ double teacher_term(const Tensor& logits, const std::vector<CaptionModel::Attent
 
 double CaptionModel::article_loss(const std::vector<AttentionGuide>& guides, float lambda,
                                   float grad_scale, const ArticleTeacher* teacher) {
-  Impl& m = *impl_;
-  if (!m.trained) throw Error("caption: article_loss needs a training forward");
+  const LossHooks model = loss_hooks();
+  model.require_training_forward("article_loss");
   if (guides.empty()) return 0;
-  const Tensor& memory = m.memory;    // [B, Tm, d]
-  const Tensor& W = m.output->value;  // [V, d]
+  const Tensor& memory = model.memory();    // [B, Tm, d]
+  const Tensor& W = model.output_weight();  // [V, d]
   const int64_t B = memory.dim(0), Tm = memory.dim(1), d = memory.dim(2), V = W.dim(0);
   const int64_t G = static_cast<int64_t>(guides.size());
   // Each guide's cell as one row: the mean of its memory rows, and the noun to write.
@@ -384,14 +419,14 @@ double CaptionModel::article_loss(const std::vector<AttentionGuide>& guides, flo
                                           nouns_share * scale * static_cast<float>(G), dlogits)
           .loss;
   if (teacher) loss_sum += teacher_term(logits, guides, *teacher, scale, dlogits);
-  if (m.article_doutput.empty()) m.article_doutput = Tensor(W.shape());
-  if (m.article_dmemory.empty()) m.article_dmemory = Tensor(memory.shape());
-  ops::linear_backward(pooled, W, dlogits, dpooled, m.article_doutput, no_bias);  // dW +=
+  Tensor& doutput = model.output_weight_grad();
+  Tensor& dmemory = model.memory_grad();
+  ops::linear_backward(pooled, W, dlogits, dpooled, doutput, no_bias);  // dW +=
   for (int64_t j = 0; j < G; ++j) {  // each memory row of a cell gets 1/n of its mean's gradient
     const AttentionGuide& g = guides[static_cast<size_t>(j)];
     const float n = static_cast<float>(g.memory.size());
     for (const int32_t i : g.memory) {
-      float* row = m.article_dmemory.f32() + (g.row * Tm + i) * d;
+      float* row = dmemory.f32() + (g.row * Tm + i) * d;
       for (int64_t k = 0; k < d; ++k) row[k] += dpooled.f32()[j * d + k] / n;
     }
   }
@@ -412,11 +447,10 @@ void CaptionModel::backward(nn::Context& ctx, const Tensor& dlogits) {
   at_forward.precision = m.precision;
   ops::linear_backward(m.hidden, nn::weight_of(*m.output, at_forward), dlogits, dh, m.output->grad,
                        no_bias, m.precision);
-  if (!m.article_doutput.empty()) ops::accumulate(m.output->grad, m.article_doutput);
+  if (!m.extra_doutput.empty()) ops::accumulate(m.output->grad, m.extra_doutput);
   Tensor dmemory;  // [B, Tm, d]
   Tensor dx = m.decoder.backward(ctx, dh, m.encoder_ran_training ? &dmemory : nullptr);
-  if (!m.article_dmemory.empty() && m.encoder_ran_training)
-    ops::accumulate(dmemory, m.article_dmemory);
+  if (!m.extra_dmemory.empty() && m.encoder_ran_training) ops::accumulate(dmemory, m.extra_dmemory);
   dx = m.drop.backward(ctx, dx);  // [B, Tt, d]
   ops::embedding_backward(m.target_in, dx, m.embed->grad, 1.f);
   m.positions.backward(ctx, dx);

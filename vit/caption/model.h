@@ -128,6 +128,10 @@ class CaptionModel {
   };
   double article_loss(const std::vector<AttentionGuide>& guides, float lambda, float grad_scale,
                       const ArticleTeacher* teacher = nullptr);
+  // Loss terms read what the last training forward kept, and give their gradients to the next
+  // backward(), through these hooks (below).
+  class LossHooks;
+  LossHooks loss_hooks();
   // dlogits [B, Tt, V] -> ADDS every parameter's gradient (the encoder's only where it trains:
   // train_encoder false skips the encoder's backward altogether, a frozen encoder).
   void backward(nn::Context& ctx, const Tensor& dlogits);
@@ -157,11 +161,36 @@ class CaptionModel {
   std::pair<size_t, size_t> encoder_params() const;
 
  private:
-  // The gradient of the loss terms on the kept weights, zero until the first term of a step.
-  Tensor& attention_grad(const char* who);
   struct Impl;
   std::shared_ptr<Impl> impl_;
   CaptionConfig config_;
+};
+
+// The hooks of the loss terms on a training forward (CaptionModel::loss_hooks()), which
+// attention_penalty, guided_attention and article_loss use: what the last training forward kept,
+// valid until the next forward, and gradient buffers that the next backward() adds in. Each buffer
+// is zero-filled at its first use after a forward; a term ADDS its gradient there.
+class CaptionModel::LossHooks {
+ public:
+  // vitk::Error "caption: WHO needs a training forward" unless the last forward was one.
+  void require_training_forward(const char* who) const;
+  // The last decoder layer's cross-attention weights [B, H, Tt, Tm], each head's (α is their mean
+  // over the heads), and their gradient; vitk::Error naming WHO unless the last forward was a
+  // training one with keep_attention_weights.
+  const Tensor& attention(const char* who) const;
+  Tensor& attention_grad(const char* who) const;
+  const Tensor& target_lengths() const;  // i32 [B]: the positions of each caption
+  // The memory [B, Tm, d] the decoder read, and its gradient (to the encoder, when it trains).
+  const Tensor& memory() const;
+  Tensor& memory_grad() const;
+  // The output layer's W [V, d] (the token embedding when tied) and its gradient.
+  const Tensor& output_weight() const;
+  Tensor& output_weight_grad() const;
+
+ private:
+  friend class CaptionModel;
+  explicit LossHooks(Impl& m) : m_(&m) {}
+  Impl* m_;
 };
 
 }  // namespace vitk::caption
