@@ -27,6 +27,7 @@
 #include "scene_data.h"
 #include "test_util.h"
 #include "vit/caption/captioner.h"
+#include "vit/caption/scenes/extras.h"
 #include "vit/caption/task.h"
 #include "vit/evaluate.h"
 #include "vitk_process.h"
@@ -262,9 +263,10 @@ TEST(CaptionTrain, GuidedAttentionPointsTheNounsAtTheirArticles) {
         (s.dir / ("run" + std::to_string(guided) + "_" + std::to_string(hflip))).string();
     std::ostringstream log;
     caption::CaptionTrainOptions o = learning_options(s, out, 150);
-    o.guided_attention = guided;
+    caption::scenes::SceneTrainOptions so;
+    so.guided_attention = guided;
     o.hflip = hflip;
-    EXPECT_EQ(caption::train_captions(o, log).end, train::End::finished) << log.str();
+    EXPECT_EQ(caption::scenes::train_captions(o, so, log).end, train::End::finished) << log.str();
     caption::LoadedCaptioner m = caption::load_captioner(out + "/last.h5");
     if (guided > 0.f) {
       EXPECT_TRUE(test::contains(log.str(), "guided attention 1 (nouns to their cells)"))
@@ -373,8 +375,9 @@ TEST(CaptionTrain, ArticleLossTeachesEachCellToWriteItsNoun) {
     const std::string out = (s.dir / ("run" + std::to_string(lambda))).string();
     std::ostringstream log;
     caption::CaptionTrainOptions o = learning_options(s, out, 150);
-    o.article_loss = lambda;
-    EXPECT_EQ(caption::train_captions(o, log).end, train::End::finished) << log.str();
+    caption::scenes::SceneTrainOptions so;
+    so.article_loss = lambda;
+    EXPECT_EQ(caption::scenes::train_captions(o, so, log).end, train::End::finished) << log.str();
     caption::LoadedCaptioner m = caption::load_captioner(out + "/last.h5");
     if (lambda > 0.f) {
       EXPECT_TRUE(test::contains(log.str(), "article loss 1 (cells to their nouns)")) << log.str();
@@ -406,17 +409,19 @@ TEST(CaptionTrain, AHardTeacherGivenTheWholeArticleLossTeachesItsOwnNames) {
   auto bag_share = [&](bool taught) {
     const std::string out = (s.dir / (taught ? "taught" : "plain")).string();
     caption::CaptionTrainOptions o = learning_options(s, out, 150);
-    o.article_loss = 1.f;
+    caption::scenes::SceneTrainOptions so;
+    so.article_loss = 1.f;
     if (taught) {
-      o.teacher = teacher;
-      o.distillation_type = "hard";
-      o.distillation_alpha = 1.f;
+      so.teacher = teacher;
+      so.distillation_type = "hard";
+      so.distillation_alpha = 1.f;
     }
     std::ostringstream log;
-    EXPECT_EQ(caption::train_captions(o, log).end, train::End::finished) << log.str();
+    EXPECT_EQ(caption::scenes::train_captions(o, so, log).end, train::End::finished) << log.str();
     caption::LoadedCaptioner m = caption::load_captioner(out + "/last.h5");
     const int32_t bag =
-        caption::teacher_tokens(m.tokenizer, datasets::fashion_mnist_classes(), teacher).at(8);
+        caption::scenes::teacher_tokens(m.tokenizer, datasets::fashion_mnist_classes(), teacher)
+            .at(8);
     if (taught) {
       int64_t articles = 0, bags = 0;
       const datasets::CaptionSet train =
@@ -484,28 +489,32 @@ TEST(CaptionTrain, AResumedRunIsTheUninterruptedOne) {
     whole.epochs = 3;
     whole.attention_penalty = 0.1f;  // the penalty's path too
     whole.references = references;
+    caption::scenes::SceneTrainOptions so;
     if (references == "likeliest") {  // and the augmentation, whose draws are keyed, and the
       whole.hflip = 0.5f;             // guided attention at the mirrored cells
-      whole.article_flip = 0.5f;
-      whole.article_erase = 0.5f;
-      whole.guided_attention = 0.5f;
-      whole.article_loss = 0.5f;
+      so.article_flip = 0.5f;
+      so.article_erase = 0.5f;
+      so.guided_attention = 0.5f;
+      so.article_loss = 0.5f;
     }
     std::ostringstream log;
-    ASSERT_EQ(caption::train_captions(whole, log).end, train::End::finished) << log.str();
+    ASSERT_EQ(caption::scenes::train_captions(whole, so, log).end, train::End::finished)
+        << log.str();
 
     caption::CaptionTrainOptions first = whole;
     first.output = (s.dir / ("parts-" + references)).string();
     first.max_steps = 3;  // an epoch is 2 steps of 4 scenes: stopped inside the second
-    ASSERT_EQ(caption::train_captions(first, log).end, train::End::max_steps) << log.str();
+    ASSERT_EQ(caption::scenes::train_captions(first, so, log).end, train::End::max_steps)
+        << log.str();
     caption::CaptionTrainOptions rest = whole;
     rest.output = first.output;
     rest.resume = first.output + "/last.h5";
     // A resumed run keeps its tokenizer: phrases it does not hold as pieces are refused.
     caption::CaptionTrainOptions other = rest;
     other.phrases = {"to the left of"};
-    EXPECT_THROW(caption::train_captions(other, log), UsageError);
-    ASSERT_EQ(caption::train_captions(rest, log).end, train::End::finished) << log.str();
+    EXPECT_THROW(caption::scenes::train_captions(other, so, log), UsageError);
+    ASSERT_EQ(caption::scenes::train_captions(rest, so, log).end, train::End::finished)
+        << log.str();
 
     const io::CheckpointMeta meta = io::read_checkpoint_meta(whole.output + "/last.h5");
     const caption::CaptionConfig c = caption::caption_config_from_map(meta.config, "whole");
