@@ -21,6 +21,7 @@ compiles() {
     translation) roots=(translation core) ;;
     vit) roots=(vit data core) ;;
     caption) roots=(caption vit data core) ;;
+    caption_scenes) roots=(caption_scenes caption vit data core) ;;
   esac
   local flags=()
   for r in "${roots[@]}"; do flags+=("-I$layers/$r"); done
@@ -62,5 +63,11 @@ compiles caption vit/caption/model.h ok
 compiles caption vit/vit.h ok
 compiles caption common/seq2seq/model.h refused
 compiles caption tools/cli.h refused
+compiles caption vit/caption/scenes/extras.h refused
+compiles caption_scenes vit/caption/scenes/extras.h ok
+compiles caption_scenes vit/caption/task.h ok
+compiles caption_scenes datasets/scenes.h ok
+compiles caption_scenes common/seq2seq/model.h refused
+compiles caption_scenes tools/cli.h refused
 
 ((failures == 0)) || { echo "$failures case(s) wrong" >&2; exit 1; }

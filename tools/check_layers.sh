@@ -2,8 +2,9 @@
 # Checks that every #include of the project's own headers points down the layers (see the layer
 # list in CMakeLists.txt): the core (common/ but common/seq2seq/) includes only the core; datasets/
 # the core and itself; common/seq2seq/ (translation) the core and itself; vit/ the core, datasets/
-# and itself but not vit/caption/; vit/caption/ (captioning) the core, datasets/, vit/ and itself.
-# tools/ and tests/ sit on top. Prints each include that points up and exits 1 if
+# and itself but not vit/caption/; vit/caption/ (captioning) the core, datasets/, vit/ and itself
+# but not vit/caption/scenes/; vit/caption/scenes/ (the generated scenes' extras of captioning)
+# those and itself. tools/ and tests/ sit on top. Prints each include that points up and exits 1 if
 # there is one.
 #
 #   bash tools/check_layers.sh [SOURCE_ROOT]
@@ -13,7 +14,7 @@ cd "${1:-$(dirname "${BASH_SOURCE[0]}")/..}"
 bad=0
 # check FOLDER EXCLUDED_SUBFOLDER ALLOWED_PREFIXES...: the quoted includes of FOLDER's files (but
 # those under EXCLUDED_SUBFOLDER) must each start with one of the prefixes, and none may start
-# with common/seq2seq/ or vit/caption/ unless that prefix is allowed.
+# with common/seq2seq/, vit/caption/ or vit/caption/scenes/ unless that prefix is allowed.
 check() {
   local folder=$1 excluded=$2
   shift 2
@@ -31,6 +32,7 @@ check() {
       done
       if [[ $target == common/seq2seq/* && " $* " != *" common/seq2seq/ "* ]]; then ok=0; fi
       if [[ $target == vit/caption/* && " $* " != *" vit/caption/ "* ]]; then ok=0; fi
+      if [[ $target == vit/caption/scenes/* && " $* " != *" vit/caption/scenes/ "* ]]; then ok=0; fi
       if ((!ok)); then
         echo "$file:${line%%:*}: includes \"$target\": $folder may include only $*" >&2
         bad=1
@@ -43,7 +45,8 @@ check common common/seq2seq common/
 check datasets "" common/ datasets/
 check common/seq2seq "" common/ common/seq2seq/
 check vit vit/caption common/ datasets/ vit/
-check vit/caption "" common/ datasets/ vit/ vit/caption/
+check vit/caption vit/caption/scenes common/ datasets/ vit/ vit/caption/
+check vit/caption/scenes "" common/ datasets/ vit/ vit/caption/ vit/caption/scenes/
 
 if ((bad)); then
   echo "check_layers.sh: includes that point up a layer (CMakeLists.txt lists the layers)" >&2

@@ -1,7 +1,8 @@
 // `vitk caption-train` (a captioning model on COCO-format captions, the one training loop),
 // `vitk caption` (captions of image files, n-best, sampling, JSON, attention pictures) and
 // `vitk caption-eval` (BLEU-4, exact scene match, attention-in-cell on a caption set). Wiring
-// only: the model is vit/caption, the task vit/caption_task, running it vit/captioner.
+// only: the model is vit/caption/model, the task vit/caption/task with the generated scenes' extras
+// (vit/caption/scenes/extras), running it vit/caption/captioner.
 #include <unistd.h>
 
 #include <filesystem>
@@ -22,6 +23,7 @@
 #include "tools/train_options.h"
 #include "tools/vit_options.h"
 #include "vit/caption/captioner.h"
+#include "vit/caption/scenes/extras.h"
 #include "vit/caption/task.h"
 #include "vit/pictures.h"
 
@@ -242,14 +244,6 @@ caption::CaptionTrainOptions caption_train_options(const po::variables_map& vm) 
   t.attention_penalty = vm["attention-penalty"].as<float>();
   t.references = vm["references"].as<std::string>();
   t.hflip = vm["hflip"].as<float>();
-  t.article_flip = vm["article-flip"].as<float>();
-  t.article_erase = vm["article-erase"].as<float>();
-  t.guided_attention = vm["guided-attention"].as<float>();
-  t.article_loss = vm["article-loss"].as<float>();
-  t.teacher = vm["teacher"].as<std::string>();
-  t.distillation_type = vm["distillation-type"].as<std::string>();
-  t.distillation_alpha = vm["distillation-alpha"].as<float>();
-  t.distillation_tau = vm["distillation-tau"].as<float>();
   t.hflip_swap = hflip_swaps(vm["hflip-swap"].as<std::string>());
   t.model_ema = vm["model-ema"].as<bool>();
   t.model_ema_decay = vm["model-ema-decay"].as<double>();
@@ -266,16 +260,33 @@ caption::CaptionTrainOptions caption_train_options(const po::variables_map& vm) 
   return t;
 }
 
+// The options of generated scenes (vitk make-scenes), an extension of the task.
+caption::scenes::SceneTrainOptions scene_train_options(const po::variables_map& vm) {
+  caption::scenes::SceneTrainOptions t;
+  t.article_flip = vm["article-flip"].as<float>();
+  t.article_erase = vm["article-erase"].as<float>();
+  t.guided_attention = vm["guided-attention"].as<float>();
+  t.article_loss = vm["article-loss"].as<float>();
+  t.teacher = vm["teacher"].as<std::string>();
+  t.distillation_type = vm["distillation-type"].as<std::string>();
+  t.distillation_alpha = vm["distillation-alpha"].as<float>();
+  t.distillation_tau = vm["distillation-tau"].as<float>();
+  return t;
+}
+
 int run_caption_train(const po::variables_map& vm) {
   for (const char* option : {"train-captions", "val-captions", "spm", "encoder-from", "resume"})
     if (vm.count(option))
       check_input_file(std::string("--") + option, vm[option].as<std::string>());
   const caption::CaptionTrainOptions options = caption_train_options(vm);
+  const caption::scenes::SceneTrainOptions scenes = scene_train_options(vm);
   options.validate();
+  scenes.validate();
   const std::atomic<int>& stop = install_stop_flag();
   std::cout << version_line() << "\n";
-  const train::Result r =
-      caption::train_captions(options, std::cout, is_terminal(STDOUT_FILENO), &stop);
+  // The scenes' extension always: with its options off it only names them off in the header.
+  const train::Result r = caption::scenes::train_captions(options, scenes, std::cout,
+                                                          is_terminal(STDOUT_FILENO), &stop);
   if (r.end == train::End::interrupted) return 128 + stop.load();
   return kExitOk;
 }

@@ -25,8 +25,11 @@
 #include "util/test_util.h"
 #include "vit/caption/captioner.h"
 #include "vit/caption/model.h"
+#include "vit/caption/scenes/losses.h"
 
 using namespace vitk;
+using caption::scenes::article_loss;  // the scenes' loss terms, on the model's loss hooks
+using caption::scenes::guided_attention;
 
 namespace {
 
@@ -352,7 +355,7 @@ TEST(CaptionModel, GuidedAttentionIsMinusTheLogOfItsMassWithTheFiniteDifferences
   const Tensor images = random_images(2, gen);
   const TwoCaptions c;
   const Tensor &target_in = c.in, &lengths = c.lengths;
-  const std::vector<caption::CaptionModel::AttentionGuide> guides = {
+  const std::vector<caption::scenes::AttentionGuide> guides = {
       {0, 1, {1, 2}}, {0, 2, {4}}, {1, 0, {3}}, {1, 1, {0, 4}}};
   const float lambda = 0.7f;
   s.model->keep_attention_weights = true;
@@ -360,7 +363,7 @@ TEST(CaptionModel, GuidedAttentionIsMinusTheLogOfItsMassWithTheFiniteDifferences
     Arena arena;
     nn::Context ctx{true, &arena, nullptr};
     const Tensor logits = s.model->forward(ctx, images, target_in, lengths);
-    double loss = s.model->guided_attention(guides, lambda, 1.f);
+    double loss = guided_attention(s.model->loss_hooks(), guides, lambda, 1.f);
     if (penalty) loss += s.model->attention_penalty(0.3f, 1.f);
     if (backward) s.model->backward(ctx, ctx.alloc(logits.shape()));  // no caption loss
     return loss;
@@ -412,8 +415,10 @@ TEST(CaptionModel, GuidedAttentionIsMinusTheLogOfItsMassWithTheFiniteDifferences
   Arena arena;
   nn::Context ctx{true, &arena, nullptr};
   s.model->forward(ctx, images, target_in, lengths);
-  EXPECT_THROW(s.model->guided_attention({{1, 2, {0}}}, lambda, 1.f), Error);  // row 1 has 2
-  EXPECT_THROW(s.model->guided_attention({{0, 0, {5}}}, lambda, 1.f), Error);  // 5 memory rows
+  EXPECT_THROW(guided_attention(s.model->loss_hooks(), {{1, 2, {0}}}, lambda, 1.f),
+               Error);  // row 1 has 2
+  EXPECT_THROW(guided_attention(s.model->loss_hooks(), {{0, 0, {5}}}, lambda, 1.f),
+               Error);  // 5 memory rows
 }
 
 namespace {
@@ -422,7 +427,7 @@ namespace {
 // model's own encode().
 std::vector<std::vector<double>> cell_logits(
     SmallCaptioner& s, const Parameter& W, const Tensor& images,
-    const std::vector<caption::CaptionModel::AttentionGuide>& guides) {
+    const std::vector<caption::scenes::AttentionGuide>& guides) {
   Arena arena;
   nn::Context ctx{false, &arena, nullptr};
   const Tensor memory = s.model->encode(ctx, images);  // [B, Tm, d]
@@ -466,14 +471,14 @@ TEST(CaptionModel,
     const Tensor images = random_images(2, gen);
     const TwoCaptions c;
     const Tensor &target_in = c.in, &lengths = c.lengths;
-    const std::vector<caption::CaptionModel::AttentionGuide> guides = {
+    const std::vector<caption::scenes::AttentionGuide> guides = {
         {0, 1, {1, 2}, 5}, {0, 2, {4}, 8}, {1, 0, {0, 3, 4}, 7}, {1, 0, {3}, 4}};
     const float lambda = 0.6f;
     auto run = [&](bool backward) {
       Arena arena;
       nn::Context ctx{true, &arena, nullptr};
       const Tensor logits = s.model->forward(ctx, images, target_in, lengths);
-      const double loss = s.model->article_loss(guides, lambda, 1.f);
+      const double loss = article_loss(s.model->loss_hooks(), guides, lambda, 1.f);
       if (backward) s.model->backward(ctx, ctx.alloc(logits.shape()));  // no caption loss
       return loss;
     };
@@ -510,7 +515,7 @@ TEST(CaptionModel,
       Arena arena;
       nn::Context ctx{true, &arena, nullptr};
       s.model->forward(ctx, images, target_in, lengths);
-      s.model->article_loss(guides, lambda, 1.f);
+      article_loss(s.model->loss_hooks(), guides, lambda, 1.f);
       s.store.zero_grad();
       const Tensor logits = s.model->forward(ctx, images, target_in, lengths);
       s.model->backward(ctx, ctx.alloc(logits.shape()));
@@ -523,10 +528,14 @@ TEST(CaptionModel,
     Arena arena;
     nn::Context ctx{true, &arena, nullptr};
     s.model->forward(ctx, images, target_in, lengths);
-    EXPECT_THROW(s.model->article_loss({{2, 0, {0}, 5}}, lambda, 1.f), Error);  // 2 rows
-    EXPECT_THROW(s.model->article_loss({{0, 0, {0}, 9}}, lambda, 1.f), Error);  // 9 tokens
-    EXPECT_THROW(s.model->article_loss({{0, 0, {5}, 5}}, lambda, 1.f), Error);  // 5 memory rows
-    EXPECT_THROW(s.model->article_loss({{0, 0, {}, 5}}, lambda, 1.f), Error);   // no cell
+    EXPECT_THROW(article_loss(s.model->loss_hooks(), {{2, 0, {0}, 5}}, lambda, 1.f),
+                 Error);  // 2 rows
+    EXPECT_THROW(article_loss(s.model->loss_hooks(), {{0, 0, {0}, 9}}, lambda, 1.f),
+                 Error);  // 9 tokens
+    EXPECT_THROW(article_loss(s.model->loss_hooks(), {{0, 0, {5}, 5}}, lambda, 1.f),
+                 Error);  // 5 memory rows
+    EXPECT_THROW(article_loss(s.model->loss_hooks(), {{0, 0, {}, 5}}, lambda, 1.f),
+                 Error);  // no cell
   }
 }
 
@@ -541,24 +550,24 @@ TEST(CaptionModel, DistilledArticleLossIsTheTeachersShareWithTheFiniteDifference
   const Tensor images = random_images(2, gen);
   const TwoCaptions c;
   const std::vector<float> t = {2.f, -1.f, 0.5f, -0.3f, 0.2f, 1.7f, 3.f, 3.f, -2.f};  // 3 x 3
-  std::vector<caption::CaptionModel::AttentionGuide> guides = {{0, 1, {1, 2}, 4, t.data()},
-                                                               {1, 0, {0, 3, 4}, 6, t.data() + 3},
-                                                               {1, 0, {3}, 8, t.data() + 6}};
+  std::vector<caption::scenes::AttentionGuide> guides = {{0, 1, {1, 2}, 4, t.data()},
+                                                         {1, 0, {0, 3, 4}, 6, t.data() + 3},
+                                                         {1, 0, {3}, 8, t.data() + 6}};
   const float lambda = 0.7f;
   const Parameter& W = *s.store.find("decoder.embed_tokens.weight");
   const std::vector<std::vector<double>> z = cell_logits(s, W, images, guides);
   for (const bool hard : {false, true}) {
     SCOPED_TRACE(hard ? "hard" : "soft");
-    caption::CaptionModel::ArticleTeacher teacher;
+    caption::scenes::ArticleTeacher teacher;
     teacher.tokens = {4, 6, 8};
     teacher.alpha = 0.4f;
     teacher.tau = 2.f;
     teacher.hard = hard;
-    auto run = [&](bool backward, const caption::CaptionModel::ArticleTeacher* with) {
+    auto run = [&](bool backward, const caption::scenes::ArticleTeacher* with) {
       Arena arena;
       nn::Context ctx{true, &arena, nullptr};
       const Tensor logits = s.model->forward(ctx, images, c.in, c.lengths);
-      const double loss = s.model->article_loss(guides, lambda, 1.f, with);
+      const double loss = article_loss(s.model->loss_hooks(), guides, lambda, 1.f, with);
       if (backward) s.model->backward(ctx, ctx.alloc(logits.shape()));
       return loss;
     };
@@ -604,16 +613,18 @@ TEST(CaptionModel, DistilledArticleLossIsTheTeachersShareWithTheFiniteDifference
   Arena arena;
   nn::Context ctx{true, &arena, nullptr};
   s.model->forward(ctx, images, c.in, c.lengths);
-  caption::CaptionModel::ArticleTeacher teacher;
+  caption::scenes::ArticleTeacher teacher;
   teacher.tokens = {4, 6, 8};
   guides[1].teacher = nullptr;
-  EXPECT_THROW(s.model->article_loss(guides, lambda, 1.f, &teacher), Error);  // no logits
+  EXPECT_THROW(article_loss(s.model->loss_hooks(), guides, lambda, 1.f, &teacher),
+               Error);  // no logits
   guides[1].teacher = t.data() + 3;
   teacher.tokens = {4, 6, 9};
-  EXPECT_THROW(s.model->article_loss(guides, lambda, 1.f, &teacher), Error);  // 9 tokens
+  EXPECT_THROW(article_loss(s.model->loss_hooks(), guides, lambda, 1.f, &teacher),
+               Error);  // 9 tokens
   teacher.tokens = {4, 6, 8};
   teacher.alpha = 1.5f;
-  EXPECT_THROW(s.model->article_loss(guides, lambda, 1.f, &teacher), Error);
+  EXPECT_THROW(article_loss(s.model->loss_hooks(), guides, lambda, 1.f, &teacher), Error);
 }
 
 namespace {

@@ -28,6 +28,7 @@
 #include "util/caption_scenes.h"
 #include "util/test_util.h"
 #include "vit/caption/captioner.h"
+#include "vit/caption/scenes/extras.h"
 #include "vit/caption/task.h"
 #include "vit/evaluate.h"
 
@@ -212,9 +213,10 @@ TEST(CaptionTrain, GuidedAttentionPointsTheNounsAtTheirArticles) {
         (s.dir / ("run" + std::to_string(guided) + "_" + std::to_string(hflip))).string();
     std::ostringstream log;
     caption::CaptionTrainOptions o = learning_options(s, out, 150);
-    o.guided_attention = guided;
+    caption::scenes::SceneTrainOptions so;
+    so.guided_attention = guided;
     o.hflip = hflip;
-    EXPECT_EQ(caption::train_captions(o, log).end, train::End::finished) << log.str();
+    EXPECT_EQ(caption::scenes::train_captions(o, so, log).end, train::End::finished) << log.str();
     caption::LoadedCaptioner m = caption::load_captioner(out + "/last.h5");
     if (guided > 0.f) {
       EXPECT_TRUE(test::contains(log.str(), "guided attention 1 (nouns to their cells)"))
@@ -301,8 +303,9 @@ TEST(CaptionTrain, ArticleLossTeachesEachCellToWriteItsNoun) {
     const std::string out = (s.dir / ("run" + std::to_string(lambda))).string();
     std::ostringstream log;
     caption::CaptionTrainOptions o = learning_options(s, out, 150);
-    o.article_loss = lambda;
-    EXPECT_EQ(caption::train_captions(o, log).end, train::End::finished) << log.str();
+    caption::scenes::SceneTrainOptions so;
+    so.article_loss = lambda;
+    EXPECT_EQ(caption::scenes::train_captions(o, so, log).end, train::End::finished) << log.str();
     caption::LoadedCaptioner m = caption::load_captioner(out + "/last.h5");
     if (lambda > 0.f) {
       EXPECT_TRUE(test::contains(log.str(), "article loss 1 (cells to their nouns)")) << log.str();
@@ -334,17 +337,19 @@ TEST(CaptionTrain, AHardTeacherGivenTheWholeArticleLossTeachesItsOwnNames) {
   auto bag_share = [&](bool taught) {
     const std::string out = (s.dir / (taught ? "taught" : "plain")).string();
     caption::CaptionTrainOptions o = learning_options(s, out, 150);
-    o.article_loss = 1.f;
+    caption::scenes::SceneTrainOptions so;
+    so.article_loss = 1.f;
     if (taught) {
-      o.teacher = teacher;
-      o.distillation_type = "hard";
-      o.distillation_alpha = 1.f;
+      so.teacher = teacher;
+      so.distillation_type = "hard";
+      so.distillation_alpha = 1.f;
     }
     std::ostringstream log;
-    EXPECT_EQ(caption::train_captions(o, log).end, train::End::finished) << log.str();
+    EXPECT_EQ(caption::scenes::train_captions(o, so, log).end, train::End::finished) << log.str();
     caption::LoadedCaptioner m = caption::load_captioner(out + "/last.h5");
     const int32_t bag =
-        caption::teacher_tokens(m.tokenizer, datasets::fashion_mnist_classes(), teacher).at(8);
+        caption::scenes::teacher_tokens(m.tokenizer, datasets::fashion_mnist_classes(), teacher)
+            .at(8);
     if (taught) {
       int64_t articles = 0, bags = 0;
       const datasets::CaptionSet train =
@@ -402,6 +407,153 @@ TEST(CaptionTrain, PhrasesAreOnePieceOfTheRunsTokenizer) {
   EXPECT_EQ(words.back(), 7);  // "coat"
 }
 
+namespace {
+
+// The train_loss column of a run's metrics.csv, one value per report.
+std::vector<double> train_losses(const std::string& run) {
+  auto cells = [](const std::string& line) {
+    std::vector<std::string> out;
+    std::istringstream in(line);
+    for (std::string cell; std::getline(in, cell, ',');) out.push_back(cell);
+    return out;
+  };
+  std::istringstream csv(test::read_file(run + "/metrics.csv"));
+  std::string line;
+  std::getline(csv, line);
+  const std::vector<std::string> header = cells(line);
+  const size_t column =
+      static_cast<size_t>(std::find(header.begin(), header.end(), "train_loss") - header.begin());
+  std::vector<double> losses;
+  while (std::getline(csv, line)) losses.push_back(std::stod(cells(line).at(column)));
+  return losses;
+}
+
+// An extension that records which hooks the task calls, and what it finds there, and adds a loss
+// term of `value` to every step (no gradient).
+class RecordingExtension : public caption::TaskExtension {
+ public:
+  explicit RecordingExtension(double value) : value_(value) {}
+  std::map<std::string, int> calls;
+  int64_t rows_augmented = 0, rows_added = 0;
+  std::vector<Shape> attention;  // of the weights each add_loss found kept
+
+  void check_data(const caption::CaptionTask& task) override {
+    ++calls["check_data"];
+    EXPECT_EQ(task.train_set().images.size(), 8u);
+  }
+  void setup(const caption::CaptionTask& task) override {
+    ++calls["setup"];
+    EXPECT_EQ(task.caption_ids(0, false).size(), 1u);  // one caption per image
+    EXPECT_EQ(task.config().vocab_size, task.tokenizer().size());
+  }
+  bool keeps_attention() const override { return true; }
+  void augment(const caption::CaptionTask&, datasets::Batch& batch) override {
+    ++calls["augment"];
+    rows_augmented += batch.labels.numel();
+  }
+  void start_batch(const caption::CaptionTask& task) override {
+    ++calls["start_batch"];
+    for (int64_t r = 0; r < task.batch().labels.numel(); ++r) EXPECT_EQ(task.target_index(r), 0u);
+  }
+  double add_loss(const caption::CaptionTask&, const caption::CaptionModel::LossHooks& model,
+                  int64_t begin, int64_t end) override {
+    ++calls["add_loss"];
+    rows_added += end - begin;
+    attention.push_back(model.attention("the recording extension").shape());
+    return value_;
+  }
+  std::vector<std::string> loss_terms() const override {
+    return {"recorded term " + format_general(value_)};
+  }
+  void log_setup(std::ostream& log) const override {
+    log << "recording: " << calls.at("setup") << " setup\n";
+  }
+  void recipe(std::map<std::string, std::string>& recipe) const override {
+    recipe["recorded"] = "yes";
+  }
+
+ private:
+  double value_;
+};
+
+}  // namespace
+
+// The general captioner trains without any extension: its loss falls, and neither its run header
+// nor its checkpoint says a word of the generated scenes' extras.
+TEST(CaptionTrain, TheGeneralTaskTrainsWithoutAnExtension) {
+  TinyScenes s;
+  caption::CaptionTrainOptions o = s.options((s.dir / "general").string());
+  o.epochs = 5;  // 10 steps
+  o.attention_penalty = 0.1f;
+  std::ostringstream log;
+  const train::Result r = caption::train_captions(o, log);
+  ASSERT_EQ(r.end, train::End::finished) << log.str();
+  EXPECT_EQ(r.steps, 10);
+  const std::vector<double> losses = train_losses(o.output);
+  ASSERT_EQ(losses.size(), 5u) << log.str();
+  EXPECT_LT(losses.back(), losses.front()) << log.str();
+  EXPECT_TRUE(test::contains(log.str(), "attention penalty 0.1; references")) << log.str();
+  for (const char* scene : {"guided attention", "article loss", "teacher", "article"})
+    EXPECT_FALSE(test::contains(log.str(), scene)) << scene << "\n" << log.str();
+  const io::CheckpointMeta meta = io::read_checkpoint_meta(o.output + "/last.h5");
+  for (const char* key : {"guided-attention", "article-loss", "article-flip", "teacher"})
+    EXPECT_EQ(meta.recipe.count(key), 0u) << key;
+  caption::LoadedCaptioner m = caption::load_captioner(o.output + "/last.h5");
+  const datasets::CaptionSet train =
+      datasets::read_captions(s.root + "/captions_train.json", s.root + "/images/train");
+  for (const auto& g : caption::caption_set(*m.model, m.tokenizer, train, greedy_options()))
+    EXPECT_TRUE(g.read && !g.texts.front().empty()) << g.image;
+}
+
+// An extension's hooks are called at their points of the run: the data and the set-up once, each
+// batch's augmentation and start, each step's loss term on the attention weights it asked to keep
+// (the step's reported loss then includes the term), its words in the run header and its recipe
+// attribute in the checkpoint.
+TEST(CaptionTrain, AnExtensionsHooksAreCalledAndItsLossIsReported) {
+  TinyScenes s;
+  caption::CaptionTrainOptions zero = s.options((s.dir / "zero").string());
+  zero.epochs = 2;  // 2 batches of 4 images an epoch: 4 steps
+  caption::CaptionTrainOptions quarter = zero;
+  quarter.output = (s.dir / "quarter").string();
+  RecordingExtension adds_zero(0.0), adds_quarter(0.25);
+  std::ostringstream log;
+  ASSERT_EQ(caption::train_captions(zero, {&adds_zero}, log).end, train::End::finished)
+      << log.str();
+  log.str("");
+  ASSERT_EQ(caption::train_captions(quarter, {&adds_quarter}, log).end, train::End::finished)
+      << log.str();
+  EXPECT_EQ(
+      adds_quarter.calls,
+      (std::map<std::string, int>{
+          {"check_data", 1}, {"setup", 1}, {"augment", 4}, {"start_batch", 4}, {"add_loss", 4}}));
+  EXPECT_EQ(adds_quarter.rows_augmented, 16);
+  EXPECT_EQ(adds_quarter.rows_added, 16);
+  ASSERT_EQ(adds_quarter.attention.size(), 4u);
+  for (const Shape& shape : adds_quarter.attention) {  // [B, heads, Tt, Tm]: the class token too
+    ASSERT_EQ(shape.size(), 4u);
+    EXPECT_EQ(shape[0], 4);
+    EXPECT_EQ(shape[1], 2);
+    EXPECT_EQ(shape[3], 37);
+  }
+  EXPECT_TRUE(test::contains(log.str(), "attention penalty off, recorded term 0.25; references"))
+      << log.str();
+  EXPECT_TRUE(test::contains(log.str(), "recording: 1 setup\n")) << log.str();
+  EXPECT_EQ(io::read_checkpoint_meta(quarter.output + "/last.h5").recipe.at("recorded"), "yes");
+  // The term has no gradient: the runs train alike, and each report's loss is the term more.
+  const std::vector<double> with = train_losses(quarter.output),
+                            without = train_losses(zero.output);
+  ASSERT_EQ(with.size(), 2u);
+  ASSERT_EQ(without.size(), 2u);
+  for (size_t k = 0; k < with.size(); ++k) EXPECT_NEAR(with[k] - without[k], 0.25, 2e-6) << k;
+  caption::LoadedCaptioner a = caption::load_captioner(zero.output + "/last.h5"),
+                           b = caption::load_captioner(quarter.output + "/last.h5");
+  for (size_t i = 0; i < a.params->params().size(); ++i) {
+    const Parameter& p = a.params->params()[i];
+    const Parameter& q = b.params->params()[i];
+    EXPECT_TRUE(std::equal(p.value.f32(), p.value.f32() + p.numel(), q.value.f32())) << p.name;
+  }
+}
+
 // A run interrupted after an epoch and resumed ends with the weights, the optimizer state and
 // the figures of the run that was never stopped, with random or with likeliest references.
 TEST(CaptionTrain, AResumedRunIsTheUninterruptedOne) {
@@ -412,28 +564,32 @@ TEST(CaptionTrain, AResumedRunIsTheUninterruptedOne) {
     whole.epochs = 3;
     whole.attention_penalty = 0.1f;  // the penalty's path too
     whole.references = references;
+    caption::scenes::SceneTrainOptions so;
     if (references == "likeliest") {  // and the augmentation, whose draws are keyed, and the
       whole.hflip = 0.5f;             // guided attention at the mirrored cells
-      whole.article_flip = 0.5f;
-      whole.article_erase = 0.5f;
-      whole.guided_attention = 0.5f;
-      whole.article_loss = 0.5f;
+      so.article_flip = 0.5f;
+      so.article_erase = 0.5f;
+      so.guided_attention = 0.5f;
+      so.article_loss = 0.5f;
     }
     std::ostringstream log;
-    ASSERT_EQ(caption::train_captions(whole, log).end, train::End::finished) << log.str();
+    ASSERT_EQ(caption::scenes::train_captions(whole, so, log).end, train::End::finished)
+        << log.str();
 
     caption::CaptionTrainOptions first = whole;
     first.output = (s.dir / ("parts-" + references)).string();
     first.max_steps = 3;  // an epoch is 2 steps of 4 scenes: stopped inside the second
-    ASSERT_EQ(caption::train_captions(first, log).end, train::End::max_steps) << log.str();
+    ASSERT_EQ(caption::scenes::train_captions(first, so, log).end, train::End::max_steps)
+        << log.str();
     caption::CaptionTrainOptions rest = whole;
     rest.output = first.output;
     rest.resume = first.output + "/last.h5";
     // A resumed run keeps its tokenizer: phrases it does not hold as pieces are refused.
     caption::CaptionTrainOptions other = rest;
     other.phrases = {"to the left of"};
-    EXPECT_THROW(caption::train_captions(other, log), UsageError);
-    ASSERT_EQ(caption::train_captions(rest, log).end, train::End::finished) << log.str();
+    EXPECT_THROW(caption::scenes::train_captions(other, so, log), UsageError);
+    ASSERT_EQ(caption::scenes::train_captions(rest, so, log).end, train::End::finished)
+        << log.str();
 
     const io::CheckpointMeta meta = io::read_checkpoint_meta(whole.output + "/last.h5");
     const caption::CaptionConfig c = caption::caption_config_from_map(meta.config, "whole");

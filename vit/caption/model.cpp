@@ -1,10 +1,9 @@
 // The captioning model (vit/caption/model.h): the ViT's features as the memory of the core's
-// decoder. Forward, hand-written backward, the attention penalty and incremental decoding.
+// decoder. Forward, hand-written backward, the attention penalty and the hooks of other loss
+// terms, and incremental decoding.
 #include "vit/caption/model.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <optional>
 #include <string>
 
@@ -65,10 +64,10 @@ struct CaptionModel::Impl {
   // Kept by a training forward.
   bool trained = false;
   bool encoder_ran_training = false;
-  Tensor target_in, target_lengths;         // the ids, for the embedding gradient and the penalty
-  Tensor hidden;                            // decoder output [B, Tt, d]
-  Tensor memory;                            // [B, Tm, d], for article_loss
-  Tensor article_dmemory, article_doutput;  // article_loss's gradients, added by backward
+  Tensor target_in, target_lengths;     // the ids, for the embedding gradient and the penalty
+  Tensor hidden;                        // decoder output [B, Tt, d]
+  Tensor memory;                        // [B, Tm, d], for the loss hooks
+  Tensor extra_dmemory, extra_doutput;  // the hooks' gradients, added by backward
   int64_t batch = 0, features_rows = 0;
   ops::Precision precision = ops::Precision::f32;
 };
@@ -180,8 +179,8 @@ Tensor CaptionModel::forward(nn::Context& ctx, const Tensor& images, const Tenso
   Tensor x = nn::embed_tokens(ctx, target_in, m.embed->value, 1.f, m.positions.table.value,
                               0);  // [B, Tt, d]
   x = m.drop.forward(ctx, x);
-  // The loss terms on the attention (the penalty, guided attention) read the last layer's weights
-  // (cross_attention() sets keep_weights itself).
+  // The loss terms on the attention (the penalty, those through the loss hooks) read the last
+  // layer's weights (cross_attention() sets keep_weights itself).
   nn::MultiHeadAttention& last = m.decoder.layers().back().cross_attention();
   const bool kept = last.keep_weights;
   if (ctx.training) {
@@ -202,30 +201,64 @@ Tensor CaptionModel::forward(nn::Context& ctx, const Tensor& images, const Tenso
   } else {
     m.target_in = m.target_lengths = m.hidden = m.memory = Tensor();
   }
-  m.article_dmemory = m.article_doutput = Tensor();  // a loss of an earlier forward
+  m.extra_dmemory = m.extra_doutput = Tensor();  // a loss of an earlier forward
   return logits;
 }
 
-Tensor& CaptionModel::attention_grad(const char* who) {
-  Impl& m = *impl_;
-  nn::MultiHeadAttention& last = m.decoder.layers().back().cross_attention();
-  const Tensor& w = last.weights();  // [B, H, Tt, Tm]
-  if (!m.trained || w.empty())
+CaptionModel::LossHooks CaptionModel::loss_hooks() {
+  return LossHooks(*impl_);
+}
+
+void CaptionModel::LossHooks::require_training_forward(const char* who) const {
+  if (!m_->trained) throw Error(std::string("caption: ") + who + " needs a training forward");
+}
+
+const Tensor& CaptionModel::LossHooks::attention(const char* who) const {
+  const Tensor& w = m_->decoder.layers().back().cross_attention().weights();  // [B, H, Tt, Tm]
+  if (!m_->trained || w.empty())
     throw Error(std::string("caption: ") + who +
                 " needs a training forward with keep_attention_weights");
-  if (last.dweights.shape() != w.shape()) last.dweights = Tensor(w.shape());  // zero-filled
-  return last.dweights;
+  return w;
+}
+
+Tensor& CaptionModel::LossHooks::attention_grad(const char* who) const {
+  const Tensor& w = attention(who);
+  Tensor& dw = m_->decoder.layers().back().cross_attention().dweights;
+  if (dw.shape() != w.shape()) dw = Tensor(w.shape());  // zero-filled
+  return dw;
+}
+
+const Tensor& CaptionModel::LossHooks::target_lengths() const {
+  return m_->target_lengths;
+}
+
+const Tensor& CaptionModel::LossHooks::memory() const {
+  return m_->memory;
+}
+
+Tensor& CaptionModel::LossHooks::memory_grad() const {
+  if (m_->extra_dmemory.empty()) m_->extra_dmemory = Tensor(m_->memory.shape());
+  return m_->extra_dmemory;
+}
+
+const Tensor& CaptionModel::LossHooks::output_weight() const {
+  return m_->output->value;
+}
+
+Tensor& CaptionModel::LossHooks::output_weight_grad() const {
+  if (m_->extra_doutput.empty()) m_->extra_doutput = Tensor(m_->output->value.shape());
+  return m_->extra_doutput;
 }
 
 double CaptionModel::attention_penalty(float lambda, float grad_scale) {
-  Impl& m = *impl_;
-  Tensor& dw = attention_grad("attention_penalty");  // pad positions get no gradient
-  const Tensor& w = m.decoder.layers().back().cross_attention().weights();  // [B, H, Tt, Tm]
+  const LossHooks hooks = loss_hooks();
+  Tensor& dw = hooks.attention_grad("attention_penalty");  // pad positions get no gradient
+  const Tensor& w = hooks.attention("attention_penalty");  // [B, H, Tt, Tm]
   const int64_t B = w.dim(0), H = w.dim(1), Tt = w.dim(2), Tm = w.dim(3);
   double total = 0;
   std::vector<double> coverage(static_cast<size_t>(Tm));
   for (int64_t b = 0; b < B; ++b) {
-    const int64_t len = m.target_lengths.i32()[b];
+    const int64_t len = hooks.target_lengths().i32()[b];
     // coverage_i = Σ_t α_ti, α the mean over the heads
     std::fill(coverage.begin(), coverage.end(), 0.0);
     for (int64_t h = 0; h < H; ++h)
@@ -245,159 +278,6 @@ double CaptionModel::attention_penalty(float lambda, float grad_scale) {
   return total;
 }
 
-double CaptionModel::guided_attention(const std::vector<AttentionGuide>& guides, float lambda,
-                                      float grad_scale) {
-  Impl& m = *impl_;
-  Tensor& dw = attention_grad("guided_attention");
-  const Tensor& w = m.decoder.layers().back().cross_attention().weights();  // [B, H, Tt, Tm]
-  const int64_t B = w.dim(0), H = w.dim(1), Tt = w.dim(2), Tm = w.dim(3);
-  double total = 0;
-  for (const AttentionGuide& g : guides) {
-    if (g.row < 0 || g.row >= B || g.position < 0 || g.position >= m.target_lengths.i32()[g.row])
-      throw Error("caption: guided_attention at row " + std::to_string(g.row) + ", position " +
-                  std::to_string(g.position) + ": outside the batch's captions");
-    double mass = 0;  // Σ_{i ∈ memory} α_ti, α the mean over the heads
-    for (const int32_t i : g.memory) {
-      if (i < 0 || i >= Tm)
-        throw Error("caption: guided_attention memory row " + std::to_string(i) + " of " +
-                    std::to_string(Tm));
-      for (int64_t h = 0; h < H; ++h)
-        mass += w.f32()[((g.row * H + h) * Tt + g.position) * Tm + i] / static_cast<double>(H);
-    }
-    mass = std::max(mass, 1e-30);
-    total -= lambda * std::log(mass);
-    // d/dα_hti of −λ log(mass) is −λ / (H · mass) for i in the set, 0 elsewhere
-    const float d = static_cast<float>(-lambda / (static_cast<double>(H) * mass) * grad_scale);
-    for (const int32_t i : g.memory)
-      for (int64_t h = 0; h < H; ++h) dw.f32()[((g.row * H + h) * Tt + g.position) * Tm + i] += d;
-  }
-  return total;
-}
-
-namespace {
-
-// log softmax(z / tau) of one row of V logits, in double.
-void log_softmax_row(const float* z, int64_t V, double tau, std::vector<double>& out) {
-  out.resize(static_cast<size_t>(V));
-  double top = -std::numeric_limits<double>::infinity(), sum = 0;
-  for (int64_t v = 0; v < V; ++v) top = std::max(top, static_cast<double>(z[v]) / tau);
-  for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(z[v]) / tau - top);
-  const double log_sum = top + std::log(sum);
-  for (int64_t v = 0; v < V; ++v)
-    out[static_cast<size_t>(v)] = static_cast<double>(z[v]) / tau - log_sum;
-}
-
-// The teacher's term of CaptionModel::article_loss on the cells' logits [G, V]: returns the sum
-// over the rows of α · D and ADDS scale times its gradient to dlogits.
-double teacher_term(const Tensor& logits, const std::vector<CaptionModel::AttentionGuide>& guides,
-                    const CaptionModel::ArticleTeacher& teacher, float scale, Tensor& dlogits) {
-  const int64_t G = logits.dim(0), V = logits.dim(1);
-  const int64_t K = static_cast<int64_t>(teacher.tokens.size());
-  const double alpha = teacher.alpha, tau = teacher.tau;
-  if (teacher.hard) {  // α · −log p[token of argmax t]: the cross-entropy of those tokens
-    Tensor targets({G}, DType::i32), d({G, V});
-    for (int64_t j = 0; j < G; ++j) {
-      const float* t = guides[static_cast<size_t>(j)].teacher;
-      targets.i32()[j] = teacher.tokens[static_cast<size_t>(std::max_element(t, t + K) - t)];
-    }
-    const double mean = ops::cross_entropy_forward_backward(
-                            logits, targets, 0.f, -100,
-                            static_cast<float>(alpha) * scale * static_cast<float>(G), d)
-                            .loss;
-    ops::accumulate(dlogits, d);
-    return alpha * mean * static_cast<double>(G);
-  }
-  // α τ² KL(q ‖ softmax(z/τ) at the tokens), q = softmax(t/τ): gradient α τ (softmax(z/τ) − q)
-  std::vector<double> ls, q(static_cast<size_t>(K));
-  double total = 0;
-  for (int64_t j = 0; j < G; ++j) {
-    const float* t = guides[static_cast<size_t>(j)].teacher;
-    float* dz = dlogits.f32() + j * V;
-    log_softmax_row(logits.f32() + j * V, V, tau, ls);
-    double top = -std::numeric_limits<double>::infinity(), sum = 0;
-    for (int64_t k = 0; k < K; ++k) top = std::max(top, static_cast<double>(t[k]) / tau);
-    for (int64_t k = 0; k < K; ++k) sum += std::exp(static_cast<double>(t[k]) / tau - top);
-    std::vector<double> d(static_cast<size_t>(V));
-    for (int64_t v = 0; v < V; ++v)
-      d[static_cast<size_t>(v)] = alpha * tau * std::exp(ls[static_cast<size_t>(v)]);
-    for (int64_t k = 0; k < K; ++k) {
-      const double log_q = static_cast<double>(t[k]) / tau - top - std::log(sum);
-      const size_t tok = static_cast<size_t>(teacher.tokens[static_cast<size_t>(k)]);
-      total += alpha * tau * tau * std::exp(log_q) * (log_q - ls[tok]);
-      d[tok] -= alpha * tau * std::exp(log_q);
-    }
-    for (int64_t v = 0; v < V; ++v) dz[v] += static_cast<float>(scale * d[static_cast<size_t>(v)]);
-  }
-  return total;
-}
-
-}  // namespace
-
-double CaptionModel::article_loss(const std::vector<AttentionGuide>& guides, float lambda,
-                                  float grad_scale, const ArticleTeacher* teacher) {
-  Impl& m = *impl_;
-  if (!m.trained) throw Error("caption: article_loss needs a training forward");
-  if (guides.empty()) return 0;
-  const Tensor& memory = m.memory;    // [B, Tm, d]
-  const Tensor& W = m.output->value;  // [V, d]
-  const int64_t B = memory.dim(0), Tm = memory.dim(1), d = memory.dim(2), V = W.dim(0);
-  const int64_t G = static_cast<int64_t>(guides.size());
-  // Each guide's cell as one row: the mean of its memory rows, and the noun to write.
-  Tensor pooled({G, d}), nouns({G}, DType::i32);  // zero-filled
-  for (int64_t j = 0; j < G; ++j) {
-    const AttentionGuide& g = guides[static_cast<size_t>(j)];
-    if (g.row < 0 || g.row >= B || g.token < 0 || g.token >= V || g.memory.empty())
-      throw Error("caption: article_loss guide at row " + std::to_string(g.row) + ", token " +
-                  std::to_string(g.token) + ", " + std::to_string(g.memory.size()) +
-                  " memory rows: outside the batch or the vocabulary, or no cell");
-    float* mean = pooled.f32() + j * d;
-    const float n = static_cast<float>(g.memory.size());
-    for (const int32_t i : g.memory) {
-      if (i < 0 || i >= Tm)
-        throw Error("caption: article_loss memory row " + std::to_string(i) + " of " +
-                    std::to_string(Tm));
-      const float* row = memory.f32() + (g.row * Tm + i) * d;
-      for (int64_t k = 0; k < d; ++k) mean[k] += row[k] / n;
-    }
-    nouns.i32()[j] = g.token;
-    if (teacher && !g.teacher)
-      throw Error("caption: article_loss guide " + std::to_string(j) + " has no teacher logits");
-  }
-  if (teacher) {
-    if (teacher->tokens.empty() || !(teacher->alpha >= 0.f && teacher->alpha <= 1.f) ||
-        !(teacher->tau > 0.f) || !std::isfinite(teacher->tau))
-      throw Error("caption: article_loss teacher needs classes, alpha in [0, 1] and tau > 0");
-    for (const int32_t t : teacher->tokens)
-      if (t < 0 || t >= V)
-        throw Error("caption: article_loss teacher token " + std::to_string(t) + " of " +
-                    std::to_string(V));
-  }
-  // The output layer on the cells, and the cross-entropy of their nouns: λ times the sum over the
-  // guides, G times the mean that the cross-entropy returns and differentiates.
-  Tensor logits({G, V}), dlogits({G, V}), dpooled({G, d}), no_bias;
-  ops::linear_forward(pooled, W, Tensor(), logits);
-  // With a teacher the nouns' share is 1 − α, and the teacher's term adds the rest.
-  const float scale = lambda * grad_scale, nouns_share = teacher ? 1.f - teacher->alpha : 1.f;
-  double loss_sum =
-      nouns_share * static_cast<double>(G) *
-      ops::cross_entropy_forward_backward(logits, nouns, 0.f, -100,
-                                          nouns_share * scale * static_cast<float>(G), dlogits)
-          .loss;
-  if (teacher) loss_sum += teacher_term(logits, guides, *teacher, scale, dlogits);
-  if (m.article_doutput.empty()) m.article_doutput = Tensor(W.shape());
-  if (m.article_dmemory.empty()) m.article_dmemory = Tensor(memory.shape());
-  ops::linear_backward(pooled, W, dlogits, dpooled, m.article_doutput, no_bias);  // dW +=
-  for (int64_t j = 0; j < G; ++j) {  // each memory row of a cell gets 1/n of its mean's gradient
-    const AttentionGuide& g = guides[static_cast<size_t>(j)];
-    const float n = static_cast<float>(g.memory.size());
-    for (const int32_t i : g.memory) {
-      float* row = m.article_dmemory.f32() + (g.row * Tm + i) * d;
-      for (int64_t k = 0; k < d; ++k) row[k] += dpooled.f32()[j * d + k] / n;
-    }
-  }
-  return lambda * loss_sum;
-}
-
 void CaptionModel::backward(nn::Context& ctx, const Tensor& dlogits) {
   Impl& m = *impl_;
   if (!m.trained) throw Error("caption: backward without a training forward");
@@ -412,11 +292,10 @@ void CaptionModel::backward(nn::Context& ctx, const Tensor& dlogits) {
   at_forward.precision = m.precision;
   ops::linear_backward(m.hidden, nn::weight_of(*m.output, at_forward), dlogits, dh, m.output->grad,
                        no_bias, m.precision);
-  if (!m.article_doutput.empty()) ops::accumulate(m.output->grad, m.article_doutput);
+  if (!m.extra_doutput.empty()) ops::accumulate(m.output->grad, m.extra_doutput);
   Tensor dmemory;  // [B, Tm, d]
   Tensor dx = m.decoder.backward(ctx, dh, m.encoder_ran_training ? &dmemory : nullptr);
-  if (!m.article_dmemory.empty() && m.encoder_ran_training)
-    ops::accumulate(dmemory, m.article_dmemory);
+  if (!m.extra_dmemory.empty() && m.encoder_ran_training) ops::accumulate(dmemory, m.extra_dmemory);
   dx = m.drop.backward(ctx, dx);  // [B, Tt, d]
   ops::embedding_backward(m.target_in, dx, m.embed->grad, 1.f);
   m.positions.backward(ctx, dx);

@@ -27,7 +27,8 @@
 // weight of target position t on memory token i (the mean over the heads of the last decoder
 // layer), each image adds λ · Σ_i (1 − Σ_t α_ti)² to the loss, t over its caption's positions
 // (BOS and the words; the position that predicts EOS included): over the whole caption, every part
-// of the image should get about one word's worth of attention.
+// of the image should get about one word's worth of attention. Loss terms of other recipes reach
+// the training forward through CaptionModel::LossHooks.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -87,47 +88,16 @@ class CaptionModel {
   Tensor forward(nn::Context& ctx, const Tensor& images, const Tensor& target_in,
                  const Tensor& target_lengths);
   // Loss terms on the last decoder layer's cross-attention weights α (the mean over its heads)
-  // of the last training forward, which must have been run with keep_attention_weights set. Each
-  // returns its value and makes the next backward() add grad_scale times its gradient; both
-  // together add both.
-  bool keep_attention_weights = false;  // the next training forward keeps what they read
-  // The doubly stochastic penalty: Σ over the images of λ · Σ_i (1 − Σ_t α_ti)².
+  // of the last training forward, which must have been run with keep_attention_weights set.
+  bool keep_attention_weights = false;  // the next training forward keeps the weights
+  // The doubly stochastic penalty: Σ over the images of λ · Σ_i (1 − Σ_t α_ti)². Returns its
+  // value and makes the next backward() add grad_scale times its gradient.
   double attention_penalty(float lambda, float grad_scale);
-  // Guided attention (supervised attention, as Marian's guided alignment for translation): for
-  // each guide, −λ · log Σ_{i ∈ memory} α_ti of image `row` at decoder position t (the position
-  // that writes the guided token): the attention there should fall inside the given memory rows
-  // (a named article's patches). Returns the sum over the guides.
-  struct AttentionGuide {
-    int64_t row = 0, position = 0;
-    std::vector<int32_t> memory;     // memory rows, each < Tm
-    int32_t token = -1;              // the token written there (article_loss)
-    const float* teacher = nullptr;  // article_loss with a teacher: its logits for the article
-  };
-  double guided_attention(const std::vector<AttentionGuide>& guides, float lambda,
-                          float grad_scale);
-  // The article loss, an auxiliary classification of the named articles that reads no attention:
-  // for each guide, the output layer W reads the mean of the guide's memory rows of image `row`
-  // as it reads a decoder state, and should write the guide's token (the article's noun):
-  // λ · −log softmax(W · mean_{i ∈ memory} m_i)[token]. No parameter of its own: each cell's
-  // tokens learn to say their article in the words the decoder writes. Returns the sum over the
-  // guides; the next backward() adds grad_scale times its gradient (to W and the encoder).
-  //
-  // With a teacher (knowledge distillation, with DeiT's names: Hinton et al., 2015; Touvron et
-  // al., 2021), a classifier's logits t for each article (AttentionGuide::teacher, one per class)
-  // take a share α of each guide's term:
-  //   (1 − α) · −log p[token] + α · D,  p = softmax(z), z = W · mean_{i ∈ memory} m_i
-  //   soft: D = τ² · Σ_k q_k · (log q_k − log softmax(z / τ)[tokens_k]),  q = softmax(t / τ)
-  //   hard: D = −log p[tokens_k*],  k* = argmax_k t_k (the lower k on a tie)
-  // where tokens_k is the noun of the teacher's class k. The student's softmaxes run over the whole
-  // vocabulary, so the student also learns to give the other words nothing.
-  struct ArticleTeacher {
-    std::vector<int32_t> tokens;  // the noun token of each of the teacher's classes
-    float alpha = 0.5f;           // the teacher's share, in [0, 1]
-    float tau = 1.f;              // soft: the temperature of both softmaxes, > 0
-    bool hard = false;
-  };
-  double article_loss(const std::vector<AttentionGuide>& guides, float lambda, float grad_scale,
-                      const ArticleTeacher* teacher = nullptr);
+  // Loss terms outside the model (the generated scenes' guided attention and article loss,
+  // vit/caption/scenes/losses.h) read what the last training forward kept, and give their
+  // gradients to the next backward(), through these hooks (below).
+  class LossHooks;
+  LossHooks loss_hooks();
   // dlogits [B, Tt, V] -> ADDS every parameter's gradient (the encoder's only where it trains:
   // train_encoder false skips the encoder's backward altogether, a frozen encoder).
   void backward(nn::Context& ctx, const Tensor& dlogits);
@@ -157,11 +127,36 @@ class CaptionModel {
   std::pair<size_t, size_t> encoder_params() const;
 
  private:
-  // The gradient of the loss terms on the kept weights, zero until the first term of a step.
-  Tensor& attention_grad(const char* who);
   struct Impl;
   std::shared_ptr<Impl> impl_;
   CaptionConfig config_;
+};
+
+// The hooks of loss terms outside the model (CaptionModel::loss_hooks()), which attention_penalty
+// uses inside it: what the last training forward kept, valid until the next forward, and gradient
+// buffers that the next backward() adds in. Each buffer is zero-filled at its first use after a
+// forward; a term ADDS its gradient there.
+class CaptionModel::LossHooks {
+ public:
+  // vitk::Error "caption: WHO needs a training forward" unless the last forward was one.
+  void require_training_forward(const char* who) const;
+  // The last decoder layer's cross-attention weights [B, H, Tt, Tm], each head's (α is their mean
+  // over the heads), and their gradient; vitk::Error naming WHO unless the last forward was a
+  // training one with keep_attention_weights.
+  const Tensor& attention(const char* who) const;
+  Tensor& attention_grad(const char* who) const;
+  const Tensor& target_lengths() const;  // i32 [B]: the positions of each caption
+  // The memory [B, Tm, d] the decoder read, and its gradient (to the encoder, when it trains).
+  const Tensor& memory() const;
+  Tensor& memory_grad() const;
+  // The output layer's W [V, d] (the token embedding when tied) and its gradient.
+  const Tensor& output_weight() const;
+  Tensor& output_weight_grad() const;
+
+ private:
+  friend class CaptionModel;
+  explicit LossHooks(Impl& m) : m_(&m) {}
+  Impl* m_;
 };
 
 }  // namespace vitk::caption

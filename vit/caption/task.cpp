@@ -3,21 +3,18 @@
 #include "vit/caption/task.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <ostream>
+#include <utility>
 
 #include "common/dist/world.h"
 #include "common/error.h"
 #include "common/ops/ops.h"
 #include "common/ops/profile.h"
 #include "common/progress.h"
-#include "common/timer.h"
-#include "datasets/scenes.h"
 #include "vit/caption/captioner.h"
 #include "vit/checkpoint.h"
-#include "vit/classify.h"
 #include "vit/evaluate.h"
 
 namespace vitk::caption {
@@ -92,19 +89,6 @@ void CaptionTrainOptions::validate() const {
              datasets::normalize_caption(b) == b,
          "--hflip-swap takes pairs of two different lower-case words, WORD:WORD, got '" + a + ":" +
              b + "'");
-  need(article_flip >= 0.f && article_flip <= 1.f, "--article-flip must be in [0, 1]");
-  need(article_erase >= 0.f && article_erase <= 1.f, "--article-erase must be in [0, 1]");
-  need(std::isfinite(guided_attention) && guided_attention >= 0.f,
-       "--guided-attention must be >= 0");
-  need(std::isfinite(article_loss) && article_loss >= 0.f, "--article-loss must be >= 0");
-  need(distillation_type == "soft" || distillation_type == "hard",
-       "--distillation-type must be soft or hard, got '" + distillation_type + "'");
-  need(distillation_alpha >= 0.f && distillation_alpha <= 1.f,
-       "--distillation-alpha must be in [0, 1]");
-  need(std::isfinite(distillation_tau) && distillation_tau > 0.f,
-       "--distillation-tau must be positive");
-  need(teacher.empty() || article_loss > 0.f,
-       "--teacher is distilled onto the article loss: give --article-loss as well");
   need(model_ema_decay > 0 && model_ema_decay < 1, "--model-ema-decay must be in (0, 1)");
   need(val_interval >= 0, "--val-interval must be >= 0");
   need(val_images >= 0, "--val-images-max must be >= 0");
@@ -112,7 +96,8 @@ void CaptionTrainOptions::validate() const {
   need(prefetch >= 1 && prefetch <= 64, "--prefetch must be in [1, 64]");
 }
 
-CaptionTask::CaptionTask(const CaptionTrainOptions& options) : o_(options) {}
+CaptionTask::CaptionTask(const CaptionTrainOptions& options, std::vector<TaskExtension*> extensions)
+    : o_(options), extensions_(std::move(extensions)) {}
 CaptionTask::~CaptionTask() = default;
 
 train::TaskInfo CaptionTask::info() const {
@@ -166,15 +151,8 @@ void CaptionTask::setup(const io::CheckpointMeta* resumed, uint64_t seed,
     }
   }
   build_model(resumed, seed);
-  // These options read the boxes: one pass over them, naming the first option given.
-  if (o_.article_flip > 0.f || o_.article_erase > 0.f || o_.guided_attention > 0.f ||
-      o_.article_loss > 0.f)
-    check_article_boxes(o_.article_flip > 0.f       ? "--article-flip"
-                        : o_.article_erase > 0.f    ? "--article-erase"
-                        : o_.guided_attention > 0.f ? "--guided-attention"
-                                                    : "--article-loss");
   encode_captions();
-  if (!o_.teacher.empty()) run_teacher();
+  for (TaskExtension* x : extensions_) x->setup(*this);
   datasets::LoaderOptions lo = vit::eval_loader_options(cfg_.encoder, o_.batch_size, o_.prefetch);
   lo.training = true;  // shuffled, the last partial batch dropped
   lo.seed = seed;
@@ -193,17 +171,7 @@ void CaptionTask::open_data() {
   val_set_ = datasets::read_captions(paths_.val_captions, paths_.val_images);
   if (o_.val_images > 0 && static_cast<int64_t>(val_set_.images.size()) > o_.val_images)
     val_set_.images.resize(static_cast<size_t>(o_.val_images));
-  const bool scenes = std::any_of(train_set_.images.begin(), train_set_.images.end(),
-                                  [](const auto& i) { return !i.objects.empty(); });
-  auto need_scenes = [&](float value, const std::string& what) {
-    if (value > 0.f && !scenes)
-      throw UsageError(what + " of generated scenes, and " + paths_.train_captions +
-                       " has no scene boxes (vitk make-scenes writes them)");
-  };
-  need_scenes(o_.article_flip, "--article-flip mirrors the articles");
-  need_scenes(o_.article_erase, "--article-erase erases parts of the articles");
-  need_scenes(o_.guided_attention, "--guided-attention points the attention at the articles");
-  need_scenes(o_.article_loss, "--article-loss classifies the articles");
+  for (TaskExtension* x : extensions_) x->check_data(*this);
   if (static_cast<int64_t>(train_set_.images.size()) < o_.batch_size)
     throw UsageError("--batch-size " + std::to_string(o_.batch_size) + " is larger than the " +
                      std::to_string(train_set_.images.size()) + " captioned training images of " +
@@ -267,7 +235,10 @@ void CaptionTask::build_model(const io::CheckpointMeta* resumed, uint64_t seed) 
   }
   for (size_t i = first; i < end; ++i) params_->params()[i].lr_scale = o_.encoder_lr_scale;
   model_->train_encoder = o_.encoder_lr_scale > 0.f;
-  model_->keep_attention_weights = o_.attention_penalty > 0.f || o_.guided_attention > 0.f;
+  model_->keep_attention_weights =
+      o_.attention_penalty > 0.f ||
+      std::any_of(extensions_.begin(), extensions_.end(),
+                  [](const TaskExtension* x) { return x->keeps_attention(); });
 }
 
 void CaptionTask::encode_captions() {
@@ -282,29 +253,12 @@ void CaptionTask::encode_captions() {
   const size_t n = train_set_.images.size();
   train_ids_.assign(n, {});
   mirrored_ids_.assign(o_.hflip > 0.f ? n : 0, {});
-  const bool guided = o_.guided_attention > 0.f || o_.article_loss > 0.f;  // the nouns' cells
-  guide_points_.assign(guided ? n : 0, {});
-  mirrored_guide_points_.assign(guided && o_.hflip > 0.f ? n : 0, {});
   for (size_t i = 0; i < n; ++i) {
-    const auto& objects = train_set_.images[i].objects;
-    // The nouns of a caption that name an article of the scene, at a token the model reads.
-    auto points = [&](const std::vector<int32_t>& ids, const std::string& text) {
-      std::vector<GuidePoint> found;
-      for (const NamedCell& c : named_cells(tokenizer_, ids, text, objects))
-        if (c.object && c.token >= 0)
-          found.push_back(
-              {static_cast<int32_t>(c.token), static_cast<int32_t>(c.object - objects.data())});
-      return found;
-    };
     for (const std::string& c : train_set_.images[i].captions) {
       const std::string text = datasets::normalize_caption(c);
       train_ids_[i].push_back(encode(text, true));
-      if (guided) guide_points_[i].push_back(points(train_ids_[i].back(), text));
-      if (o_.hflip > 0.f) {
-        const std::string swapped = datasets::swap_words(text, o_.hflip_swap);
-        mirrored_ids_[i].push_back(encode(swapped, false));
-        if (guided) mirrored_guide_points_[i].push_back(points(mirrored_ids_[i].back(), swapped));
-      }
+      if (o_.hflip > 0.f)
+        mirrored_ids_[i].push_back(encode(datasets::swap_words(text, o_.hflip_swap), false));
     }
   }
 }
@@ -336,18 +290,16 @@ void CaptionTask::start_epoch(int64_t epoch, int64_t first) {
 
 bool CaptionTask::next_batch() {
   if (!loader_->next(batch_)) return false;
-  if (o_.article_flip > 0.f || o_.article_erase > 0.f) augment_articles();
+  for (TaskExtension* x : extensions_) x->augment(*this, batch_);
   if (o_.references == "likeliest") choose_likeliest();
   // The loss is the mean over the global batch's target tokens (words and EOS), so each part
   // weighs its own tokens' mean by their share of them: the count of every rank's rows.
-  int64_t counts[2] = {0, 0};  // target tokens, guided nouns
-  for (int64_t r = 0; r < batch_.labels.numel(); ++r) {
-    counts[0] += static_cast<int64_t>(target_of(r).size()) + 1;
-    if (!guide_points_.empty()) counts[1] += static_cast<int64_t>(guide_points_of(r).size());
-  }
-  if (part_.ranks > 1) part_.world->allreduce_sum(counts, 2);
-  global_tokens_ = counts[0];
-  global_guides_ = counts[1];
+  int64_t tokens = 0;
+  for (int64_t r = 0; r < batch_.labels.numel(); ++r)
+    tokens += static_cast<int64_t>(target_of(r).size()) + 1;
+  if (part_.ranks > 1) part_.world->allreduce_sum(&tokens, 1);
+  global_tokens_ = tokens;
+  for (TaskExtension* x : extensions_) x->start_batch(*this);
   return true;
 }
 
@@ -380,211 +332,17 @@ void teacher_forcing(const std::vector<const std::vector<int32_t>*>& ids, Tensor
 
 }  // namespace
 
-std::vector<int32_t> teacher_tokens(const datasets::Tokenizer& tokenizer,
-                                    const std::vector<std::string>& class_names,
-                                    const std::string& teacher, std::vector<std::string>* names) {
-  const std::vector<std::string>& nouns = datasets::scene_nouns();
-  std::vector<int32_t> tokens;
-  if (names) names->clear();
-  for (size_t k = 0; k < class_names.size(); ++k) {
-    std::string name = class_names[k].substr(0, class_names[k].find('/'));  // "T-shirt/top"
-    std::transform(name.begin(), name.end(), name.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    if (std::find(nouns.begin(), nouns.end(), name) == nouns.end())
-      throw UsageError("--teacher " + teacher + ": class " + std::to_string(k) + ", \"" +
-                       class_names[k] + "\", is not an article of the scenes (a classifier " +
-                       "of Fashion-MNIST's classes, such as vit/models/fmnist-vit.h5)");
-    const std::string last = name.substr(name.rfind(' ') + 1);  // "boot" of "ankle boot"
-    const std::vector<int> ids = tokenizer.encode(last);
-    if (ids.empty())
-      throw UsageError("--teacher " + teacher + ": the tokenizer has no piece for \"" + last +
-                       "\"");
-    tokens.push_back(static_cast<int32_t>(ids.front()));
-    if (names) names->push_back(name);
-  }
-  return tokens;
-}
-
-void CaptionTask::run_teacher() {
-  Timer timer;
-  const vit::LoadedVit t = vit::load_vit(o_.teacher);
-  const vit::VitConfig& tc = t.config;
-  const vit::VitConfig& e = cfg_.encoder;
-  if (tc.num_classes < 1 || static_cast<int64_t>(t.meta.class_names.size()) != tc.num_classes)
-    throw UsageError("--teacher " + o_.teacher + ": a classifier with a name for each of its " +
-                     std::to_string(tc.num_classes) + " classes, not " +
-                     std::to_string(t.meta.class_names.size()));
-  if (tc.channels != e.channels)
-    throw UsageError("--teacher " + o_.teacher + " reads " + std::to_string(tc.channels) +
-                     "-channel images, the captioner " + std::to_string(e.channels) +
-                     "-channel ones");
-  std::vector<std::string> nouns;  // of the teacher's classes
-  teacher_.tokens = teacher_tokens(tokenizer_, t.meta.class_names, o_.teacher, &nouns);
-  teacher_.alpha = o_.distillation_alpha;
-  teacher_.tau = o_.distillation_tau;
-  teacher_.hard = o_.distillation_type == "hard";
-  // A check of that rule against the pieces named_cells found in the training captions.
-  for (size_t i = 0; i < guide_points_.size(); ++i)
-    for (size_t c = 0; c < guide_points_[i].size(); ++c)
-      for (const GuidePoint& p : guide_points_[i][c]) {
-        const std::string& noun =
-            train_set_.images[i].objects.at(static_cast<size_t>(p.object)).name;
-        const auto k = std::find(nouns.begin(), nouns.end(), noun);
-        const int32_t said = train_ids_[i][c].at(static_cast<size_t>(p.token));
-        if (k != nouns.end() && teacher_.tokens[static_cast<size_t>(k - nouns.begin())] != said)
-          throw Error("--teacher: the noun \"" + noun + "\" is piece " + std::to_string(said) +
-                      " in a caption of " + train_set_.images[i].file_name + ", not " +
-                      std::to_string(teacher_.tokens[static_cast<size_t>(k - nouns.begin())]));
-      }
-  const int64_t K = tc.num_classes, C = e.channels, H = e.image_height, W = e.image_width;
-  const int64_t h = tc.image_height, w = tc.image_width;
-  // The articles' boxes are the teacher's input: no resizing, an article as the scene file drew it.
-  for (const datasets::CaptionedImage& image : train_set_.images)
-    for (const datasets::SceneObject& o : image.objects)
-      if (o.box.height != h || o.box.width != w)
-        throw UsageError("--teacher " + o_.teacher + " reads " + std::to_string(h) + "x" +
-                         std::to_string(w) + " images, and the " + o.name + " of " +
-                         image.file_name + " (" + paths_.train_captions + ") is " +
-                         std::to_string(o.box.height) + "x" + std::to_string(o.box.width));
-  // The loader's pixels back to [0, 1] with the captioner's mean and std, then the teacher's.
-  const std::vector<float>&cm = e.preprocess.mean, &cs = e.preprocess.std;
-  const std::vector<float>&tm = tc.preprocess.mean, &ts = tc.preprocess.std;
-  teacher_logits_.assign(train_set_.images.size(), {});
-  datasets::LoaderOptions lo = vit::eval_loader_options(e, 64, o_.prefetch);
-  lo.num_classes = train_images_->size();
-  datasets::Loader loader(*train_images_, lo);
-  loader.start_epoch(0);
-  Arena arena;
-  nn::Context ctx;
-  ctx.training = false;
-  ctx.arena = &arena;
-  nn::set_inference_precision(ctx, ops::Precision::f32);
-  ctx.one_copy_of_weights = true;
-  ctx.free_block_activations = true;
-  constexpr int64_t kCrops = 256;
-  Tensor crops({kCrops, C, h, w});
-  std::vector<std::pair<size_t, size_t>> owners;  // (image, object) of each crop
-  auto run = [&] {
-    if (owners.empty()) return;
-    arena.reset();
-    const int64_t n = static_cast<int64_t>(owners.size());
-    const Tensor logits = t.model->forward(ctx, crops.rows(0, n));  // [n, K]
-    vit::require_finite_logits(logits, "--teacher " + o_.teacher);
-    for (int64_t j = 0; j < n; ++j) {
-      const auto [image, object] = owners[static_cast<size_t>(j)];
-      const float* z = logits.f32() + j * K;
-      std::copy_n(z, K, teacher_logits_[image].data() + static_cast<int64_t>(object) * K);
-      const size_t top = static_cast<size_t>(std::max_element(z, z + K) - z);
-      teacher_agrees_ += nouns[top] == train_set_.images[image].objects[object].name ? 1 : 0;
-    }
-    teacher_articles_ += n;
-    owners.clear();
-  };
-  datasets::Batch batch;
-  while (loader.next(batch)) {
-    for (int64_t r = 0; r < batch.labels.numel(); ++r) {
-      const size_t image = static_cast<size_t>(batch.labels.i32()[r]);
-      const auto& objects = train_set_.images[image].objects;
-      teacher_logits_[image].assign(objects.size() * static_cast<size_t>(K), 0.f);
-      const float* chw = batch.images.f32() + r * C * H * W;
-      for (size_t o = 0; o < objects.size(); ++o) {
-        const datasets::Box& b = objects[o].box;
-        float* crop = crops.f32() + static_cast<int64_t>(owners.size()) * C * h * w;
-        for (int64_t c = 0; c < C; ++c)
-          for (int64_t y = 0; y < h; ++y)
-            for (int64_t x = 0; x < w; ++x) {
-              const size_t ch = static_cast<size_t>(c);
-              const float pixel = chw[(c * H + b.y + y) * W + b.x + x] * cs[ch] + cm[ch];
-              crop[(c * h + y) * w + x] = (pixel - tm[ch]) / ts[ch];
-            }
-        owners.emplace_back(image, o);
-        if (static_cast<int64_t>(owners.size()) == kCrops) run();
-      }
-    }
-  }
-  run();
-  // The loader leaves out what it cannot read; an image the teacher did not see has no labels.
-  for (size_t i = 0; i < teacher_logits_.size(); ++i)
-    if (teacher_logits_[i].empty() && !train_set_.images[i].objects.empty())
-      throw Error("--teacher: " + train_set_.images[i].file_name + " of " + paths_.train_captions +
-                  " could not be read, so the teacher has no labels for its articles");
-  teacher_seconds_ = timer.seconds();
-}
-
-void CaptionTask::check_article_boxes(const std::string& option) const {
-  const int64_t H = cfg_.encoder.image_height, W = cfg_.encoder.image_width;
-  for (const datasets::CaptionedImage& image : train_set_.images) {
-    try {
-      datasets::check_boxes_inside(image.objects, H, W);
-    } catch (const Error& e) {
-      throw UsageError(option + ": " + image.file_name + " of " + paths_.train_captions + ": " +
-                       e.what() + " of the model: its image size must be the scenes'");
-    }
-  }
-}
-
 bool CaptionTask::mirrored_row(int64_t row) const {
   return !batch_.mirrored.empty() && batch_.mirrored.at(static_cast<size_t>(row));
 }
 
-const std::vector<GuidePoint>& CaptionTask::guide_points_of(int64_t row) const {
-  const std::vector<int32_t>& target = target_of(row);
-  const auto& references = references_of(row);
-  const size_t image = static_cast<size_t>(batch_.labels.i32()[row]);
-  const bool mirrored = mirrored_row(row);
-  const auto& points = mirrored ? mirrored_guide_points_.at(image) : guide_points_.at(image);
-  return points.at(static_cast<size_t>(&target - references.data()));  // target is one of them
-}
-
-std::vector<CaptionModel::AttentionGuide> CaptionTask::guides(int64_t begin, int64_t end) const {
-  const int64_t W = cfg_.encoder.image_width;
-  std::vector<CaptionModel::AttentionGuide> out;
-  for (int64_t r = begin; r < end; ++r) {
-    const size_t image = static_cast<size_t>(batch_.labels.i32()[r]);
-    const auto& objects = train_set_.images.at(image).objects;
-    const bool mirrored = mirrored_row(r);
-    const std::vector<int32_t>& target = target_of(r);
-    for (const GuidePoint& p : guide_points_of(r)) {
-      datasets::Box cell = objects.at(static_cast<size_t>(p.object)).cell;
-      if (mirrored) cell.x = W - cell.x - cell.width;
-      const float* teacher = teacher_logits_.empty()
-                                 ? nullptr
-                                 : teacher_logits_.at(image).data() +
-                                       static_cast<size_t>(p.object) * teacher_.tokens.size();
-      out.push_back({r - begin, p.token, patches_in(cfg_, cell),
-                     target.at(static_cast<size_t>(p.token)), teacher});
-    }
-  }
-  return out;
-}
-
-void CaptionTask::augment_articles() {
-  const vit::VitConfig& enc = cfg_.encoder;
-  const int64_t C = enc.channels, H = enc.image_height, W = enc.image_width;
-  for (int64_t r = 0; r < batch_.labels.numel(); ++r) {
-    const int64_t image = batch_.labels.i32()[r];
-    const bool mirrored = mirrored_row(r);
-    // Keyed by (seed, epoch, image): the same draws on any rank and after a resume.
-    auto key = [&](uint64_t salt) {
-      return ops::Rng::hash(ops::Rng::hash(seed_ ^ salt, static_cast<uint64_t>(epoch_)),
-                            static_cast<uint64_t>(image));
-    };
-    const auto& scene = train_set_.images.at(static_cast<size_t>(image));
-    float* chw = batch_.images.f32() + r * C * H * W;
-    // The boxes fit (check_article_boxes).
-    if (o_.article_flip > 0.f)
-      datasets::flip_articles(chw, C, H, W, scene.objects, mirrored, o_.article_flip,
-                              key(0xF11BA7));
-    if (o_.article_erase > 0.f)
-      datasets::erase_articles(chw, C, H, W, scene.objects, mirrored, o_.article_erase,
-                               key(0xE4A5E));
-  }
+const std::vector<std::vector<int32_t>>& CaptionTask::caption_ids(size_t image,
+                                                                  bool mirrored) const {
+  return mirrored ? mirrored_ids_.at(image) : train_ids_.at(image);
 }
 
 const std::vector<std::vector<int32_t>>& CaptionTask::references_of(int64_t row) const {
-  const size_t image = static_cast<size_t>(batch_.labels.i32()[row]);
-  const bool mirrored = mirrored_row(row);
-  return mirrored ? mirrored_ids_.at(image) : train_ids_.at(image);
+  return caption_ids(static_cast<size_t>(batch_.labels.i32()[row]), mirrored_row(row));
 }
 
 const std::vector<int32_t>& CaptionTask::caption_of(int64_t row) const {
@@ -600,6 +358,10 @@ const std::vector<int32_t>& CaptionTask::caption_of(int64_t row) const {
 const std::vector<int32_t>& CaptionTask::target_of(int64_t row) const {
   if (o_.references == "likeliest") return *chosen_.at(static_cast<size_t>(row));
   return caption_of(row);
+}
+
+size_t CaptionTask::target_index(int64_t row) const {
+  return static_cast<size_t>(&target_of(row) - references_of(row).data());  // one of them
 }
 
 void CaptionTask::choose_likeliest() {
@@ -670,21 +432,12 @@ train::StepStats CaptionTask::forward_loss(nn::Context& ctx, int64_t, int micro)
     penalty = model_->attention_penalty(o_.attention_penalty,
                                         1.f / static_cast<float>(local * part_.ranks)) /
               static_cast<double>(rows);
-  double nouns = 0;  // the mean over the global batch's nouns, of each term
-  if (!guide_points_.empty() && global_guides_ > 0) {
-    const std::vector<CaptionModel::AttentionGuide> g = guides(begin, end);
-    const float per_noun = 1.f / static_cast<float>(global_guides_);
-    const double here = static_cast<double>(std::max<size_t>(g.size(), 1));
-    if (o_.guided_attention > 0.f)
-      nouns += model_->guided_attention(g, o_.guided_attention, per_noun) / here;
-    if (o_.article_loss > 0.f)
-      nouns += model_->article_loss(g, o_.article_loss, per_noun,
-                                    teacher_logits_.empty() ? nullptr : &teacher_) /
-               here;
-  }
+  double extra = 0;  // the extensions' terms
+  for (TaskExtension* x : extensions_)
+    extra += x->add_loss(*this, model_->loss_hooks(), begin, end);
   train::StepStats stats;
-  stats.loss = s.loss + penalty + nouns;
-  stats.loss_sum = (s.loss + penalty + nouns) * static_cast<double>(s.count);
+  stats.loss = s.loss + penalty + extra;
+  stats.loss_sum = (s.loss + penalty + extra) * static_cast<double>(s.count);
   stats.items = s.count;
   stats.correct = s.correct;
   stats.units = rows;
@@ -809,17 +562,7 @@ io::CheckpointMeta CaptionTask::checkpoint_meta() const {
   m.recipe["encoder-lr-scale"] = format_general(o_.encoder_lr_scale);
   if (!o_.encoder_from.empty()) m.recipe["encoder-from"] = o_.encoder_from;
   m.recipe["references"] = o_.references;  // a resumed run's choice, as the last stage trained
-  if (o_.article_flip > 0.f) m.recipe["article-flip"] = format_general(o_.article_flip);
-  if (o_.article_erase > 0.f) m.recipe["article-erase"] = format_general(o_.article_erase);
-  if (o_.guided_attention > 0.f) m.recipe["guided-attention"] = format_general(o_.guided_attention);
-  if (o_.article_loss > 0.f) m.recipe["article-loss"] = format_general(o_.article_loss);
-  if (!o_.teacher.empty()) {
-    m.recipe["teacher"] = o_.teacher;
-    m.recipe["distillation-type"] = o_.distillation_type;
-    m.recipe["distillation-alpha"] = format_general(o_.distillation_alpha);
-    if (o_.distillation_type == "soft")
-      m.recipe["distillation-tau"] = format_general(o_.distillation_tau);
-  }
+  for (const TaskExtension* x : extensions_) x->recipe(m.recipe);
   if (o_.hflip > 0.f) {
     m.recipe["hflip"] = format_general(o_.hflip);
     m.recipe["hflip-swap"] = word_swaps_text(o_.hflip_swap);
@@ -866,43 +609,25 @@ void CaptionTask::log_setup(std::ostream& L) const {
     << (o_.clip_grad > 0 ? format_general(o_.clip_grad) : std::string("off")) << "\n";
   L << "loss: cross-entropy, label smoothing " << format_general(o_.smoothing)
     << ", attention penalty "
-    << (o_.attention_penalty > 0 ? format_general(o_.attention_penalty) : std::string("off"))
-    << ", guided attention "
-    << (o_.guided_attention > 0 ? format_general(o_.guided_attention) + " (nouns to their cells)"
-                                : std::string("off"))
-    << ", article loss "
-    << (o_.article_loss > 0 ? format_general(o_.article_loss) + " (cells to their nouns)"
-                            : std::string("off"))
-    << "; references "
+    << (o_.attention_penalty > 0 ? format_general(o_.attention_penalty) : std::string("off"));
+  for (const TaskExtension* x : extensions_)
+    for (const std::string& term : x->loss_terms()) L << ", " << term;
+  L << "; references "
     << (o_.references == "likeliest" ? "the likeliest of each image's"
                                      : "one of each image's at random per epoch")
     << "\n";
-  if (!o_.teacher.empty())
-    L << "teacher: " << o_.teacher << ", " << o_.distillation_type << " distillation onto the "
-      << "article loss, alpha " << format_general(o_.distillation_alpha)
-      << (o_.distillation_type == "soft" ? ", tau " + format_general(o_.distillation_tau) : "")
-      << "; it read " << teacher_articles_ << " articles in " << format_fixed(teacher_seconds_, 1)
-      << " s and names "
-      << format_fixed(100.0 * static_cast<double>(teacher_agrees_) /
-                          static_cast<double>(std::max<int64_t>(teacher_articles_, 1)),
-                      2)
-      << "% of them as the scenes do\n";
-  if (o_.article_flip > 0.f)
-    L << "augment: each article mirrored in its box with probability "
-      << format_general(o_.article_flip) << "\n";
-  if (o_.article_erase > 0.f)
-    L << "augment: a random rectangle of each article's box erased with probability "
-      << format_general(o_.article_erase) << "\n";
+  for (const TaskExtension* x : extensions_) x->log_setup(L);
   if (o_.hflip > 0.f)
     L << "augment: mirrored left-right with probability " << format_general(o_.hflip)
       << ", the captions' words swapped (" << word_swaps_text(o_.hflip_swap) << ")\n";
   L << std::flush;
 }
 
-train::Result train_captions(const CaptionTrainOptions& options, std::ostream& log, bool tty,
-                             const std::atomic<int>* stop) {
+train::Result train_captions(const CaptionTrainOptions& options,
+                             const std::vector<TaskExtension*>& extensions, std::ostream& log,
+                             bool tty, const std::atomic<int>* stop) {
   options.validate();
-  CaptionTask task(options);
+  CaptionTask task(options, extensions);
   train::Options lo = train::loop_options(options);
   lo.steps = options.steps;
   lo.valid_every = options.val_interval;
@@ -910,6 +635,11 @@ train::Result train_captions(const CaptionTrainOptions& options, std::ostream& l
   lo.model_ema_decay = options.model_ema_decay;
   train::Trainer trainer(task, lo, log, tty, stop);
   return trainer.run();
+}
+
+train::Result train_captions(const CaptionTrainOptions& options, std::ostream& log, bool tty,
+                             const std::atomic<int>* stop) {
+  return train_captions(options, {}, log, tty, stop);
 }
 
 }  // namespace vitk::caption

@@ -3,15 +3,15 @@
 // (common/train/task.h): the images of a caption set through the threaded loader (the eval
 // transform: flips and crops would change what a caption says), one of each image's captions per
 // step (drawn from (seed, epoch, image), or the one the model finds likeliest: --references),
-// teacher forcing with label-smoothed cross-entropy plus the doubly stochastic attention penalty
-// and, on generated scenes, guided attention and the article loss (optionally with a classifier's
-// labels distilled onto it, --teacher), AdamW with warmup and a cosine
-// per step, the encoder new, or initialised from a ViT checkpoint (--encoder-from) and then
-// frozen or trained at its own learning rate. Validation: the loss of each image's first caption,
-// and greedy captions scored by corpus BLEU-4 against every reference (and exact scene match on
-// generated scenes), each rank decoding its share of the images and the captions put together
-// before scoring; best.h5 is the best BLEU. The checkpoint holds the SentencePiece model trained
-// on the training captions (with --phrases as single pieces).
+// teacher forcing with label-smoothed cross-entropy plus the doubly stochastic attention penalty,
+// AdamW with warmup and a cosine per step, the encoder new, or initialised from a ViT checkpoint
+// (--encoder-from) and then frozen or trained at its own learning rate. Validation: the loss of
+// each image's first caption, and greedy captions scored by corpus BLEU-4 against every reference
+// (and exact scene match on generated scenes), each rank decoding its share of the images and the
+// captions put together before scoring; best.h5 is the best BLEU. The checkpoint holds the
+// SentencePiece model trained on the training captions (with --phrases as single pieces).
+// Extensions (vit/caption/extension.h) add what a recipe needs beyond that: the generated scenes'
+// guided attention, article loss, teacher and article augmentation (vit/caption/scenes/).
 #include <atomic>
 #include <cstdint>
 #include <iosfwd>
@@ -24,6 +24,7 @@
 #include "datasets/captions.h"
 #include "datasets/loader.h"
 #include "datasets/tokenizer.h"
+#include "vit/caption/extension.h"
 #include "vit/caption/model.h"
 
 namespace vitk::caption {
@@ -69,33 +70,6 @@ struct CaptionTrainOptions {
   // that "a bag to the left of a coat" becomes "a bag to the right of a coat".
   float hflip = 0.f;
   WordSwaps hflip_swap{{"left", "right"}};
-  // --article-flip: on generated scenes (captions with article boxes), the probability of
-  // mirroring each article inside its box (datasets::flip_articles): every caption stays true.
-  float article_flip = 0.f;
-  // --article-erase: on generated scenes, the probability of random erasing inside each article's
-  // box (datasets::erase_articles): the classifier's random erasing, one article at a time, so
-  // that no article vanishes from its captions.
-  float article_erase = 0.f;
-  // --guided-attention: on generated scenes, λ of guided attention (supervised attention, as
-  // Marian's guided alignment): the position that writes an article's noun in the training
-  // caption is trained to put the last decoder layer's cross-attention (the mean of its heads)
-  // inside that article's grid cell, loss −λ · log(its attention mass there), the mean over the
-  // global batch's nouns.
-  float guided_attention = 0.f;
-  // --article-loss: on generated scenes, λ of an auxiliary classification of the articles: the
-  // output layer, reading the mean of the memory tokens in the cell of each article the training
-  // caption names, should write its noun (CaptionModel::article_loss), loss −λ · log p(noun), the
-  // mean over the global batch's nouns. It teaches the encoder the articles directly.
-  float article_loss = 0.f;
-  // --teacher: a ViT classifier of Fashion-MNIST's ten classes (vitk train; the bundled
-  // vit/models/fmnist-vit.h5), distilled onto the article loss: before the first step it reads
-  // each training article's box, as the scene file drew it, and its logits take a share
-  // --distillation-alpha of each noun's article loss (CaptionModel::ArticleTeacher), soft at
-  // temperature --distillation-tau or hard (its top class), as DeiT's options.
-  std::string teacher;
-  std::string distillation_type = "soft";
-  float distillation_alpha = 0.5f;
-  float distillation_tau = 1.f;
 
   int epochs = 10;
   int64_t steps = 0;  // --steps: the run's length in optimizer steps instead of epochs
@@ -123,24 +97,11 @@ struct CaptionTrainOptions {
   void validate() const;
 };
 
-// --guided-attention and --article-loss: the token of a training caption that names a scene
-// article, and the article (its index in the image's objects).
-struct GuidePoint {
-  int32_t token = 0, object = 0;
-};
-
-// --teacher: the token of each class of a Fashion-MNIST classifier, from its class names
-// ("T-shirt/top" is the scenes' "t-shirt", put in `names` when given): the first piece of the
-// noun's last word, the piece named_cells finds in a caption. vitk::UsageError naming `teacher`
-// and the class that is not an article of the scenes.
-std::vector<int32_t> teacher_tokens(const datasets::Tokenizer& tokenizer,
-                                    const std::vector<std::string>& class_names,
-                                    const std::string& teacher,
-                                    std::vector<std::string>* names = nullptr);
-
 class CaptionTask : public train::Task {
  public:
-  explicit CaptionTask(const CaptionTrainOptions& options);
+  // The extensions' hooks are called in their order; they must outlive the task.
+  explicit CaptionTask(const CaptionTrainOptions& options,
+                       std::vector<TaskExtension*> extensions = {});
   ~CaptionTask() override;
 
   train::TaskInfo info() const override;
@@ -164,6 +125,25 @@ class CaptionTask : public train::Task {
   CaptionModel& model() { return *model_; }
   const datasets::Tokenizer& tokenizer() const { return tokenizer_; }
 
+  // What an extension reads of the run (after setup() has read it).
+  const CaptionTrainOptions& options() const { return o_; }
+  const CaptionDataPaths& paths() const { return paths_; }
+  const datasets::CaptionSet& train_set() const { return train_set_; }
+  const datasets::Dataset& train_images() const { return *train_images_; }
+  const CaptionConfig& config() const { return cfg_; }  // the model's
+  // The token ids of every caption of training image `image` (BOS/EOS not included), cut to the
+  // model's positions; `mirrored`: with the words of --hflip-swap exchanged (--hflip only).
+  const std::vector<std::vector<int32_t>>& caption_ids(size_t image, bool mirrored) const;
+  uint64_t seed() const { return seed_; }
+  int64_t epoch() const { return epoch_; }
+  const train::Partition& partition() const { return part_; }
+  // The current training batch; whether the loader mirrored its row `row`; the caption that row
+  // trains on, and its index among caption_ids(image, mirrored_row(row)).
+  const datasets::Batch& batch() const { return batch_; }
+  bool mirrored_row(int64_t row) const;
+  const std::vector<int32_t>& target_of(int64_t row) const;
+  size_t target_index(int64_t row) const;
+
  private:
   void open_data();
   void build_model(const io::CheckpointMeta* resumed, uint64_t seed);
@@ -175,48 +155,26 @@ class CaptionTask : public train::Task {
   // The reference captions of the current batch's row `row` as token ids: its image's, or their
   // mirror images' when the loader mirrored it.
   const std::vector<std::vector<int32_t>>& references_of(int64_t row) const;
-  bool mirrored_row(int64_t row) const;  // did the loader mirror the current batch's row?
   // The caption row `row` is trained on this epoch under --references random.
   const std::vector<int32_t>& caption_of(int64_t row) const;
-  // --article-flip, --article-erase, --guided-attention and --article-loss: every training box
-  // inside the model's image (else a UsageError naming `option`).
-  void check_article_boxes(const std::string& option) const;
-  // --article-flip and --article-erase: their augmentation of the current batch's images.
-  void augment_articles();
-  // --teacher: its logits for every article of the training scenes, teacher_logits_.
-  void run_teacher();
-  // --guided-attention and --article-loss: for rows [begin, end) of the current batch, each noun
-  // of its target caption with the patches of the article's cell (mirrored with the image).
-  std::vector<CaptionModel::AttentionGuide> guides(int64_t begin, int64_t end) const;
-  const std::vector<GuidePoint>& guide_points_of(int64_t row) const;
   // --references likeliest: chosen_[row] for each row of the current batch.
   void choose_likeliest();
-  const std::vector<int32_t>& target_of(int64_t row) const;
   void make_targets(int64_t begin, int64_t end, Tensor& in, Tensor& out, Tensor& lengths) const;
 
   const CaptionTrainOptions& o_;
+  std::vector<TaskExtension*> extensions_;
   CaptionDataPaths paths_;
   datasets::CaptionSet train_set_, val_set_;
   std::unique_ptr<datasets::Dataset> train_images_;
   datasets::Tokenizer tokenizer_;
   std::vector<std::vector<std::vector<int32_t>>> train_ids_;  // [image][caption] -> ids
   std::vector<std::vector<std::vector<int32_t>>>
-      mirrored_ids_;  // the same, words swapped (--hflip)
-  // --guided-attention and --article-loss: the nouns of each training caption (and of its
-  // words-swapped mirror), [image][caption] as the ids are.
-  std::vector<std::vector<std::vector<GuidePoint>>> guide_points_, mirrored_guide_points_;
+      mirrored_ids_;          // the same, words swapped (--hflip)
   int64_t cut_captions_ = 0;  // longer than the model's positions
-  // --teacher: [image] -> the logits of each of its objects, objects x classes, and the classes'
-  // tokens; the articles it read, those it names as the scene does, and the seconds it took.
-  std::vector<std::vector<float>> teacher_logits_;
-  CaptionModel::ArticleTeacher teacher_;
-  int64_t teacher_articles_ = 0, teacher_agrees_ = 0;  // ... and those its top class names
-  double teacher_seconds_ = 0;
   CaptionConfig cfg_;
   uint64_t seed_ = 0;
   int64_t bpe_ = 0, epoch_ = 0;
   int64_t global_tokens_ = 0;  // target tokens of the current global batch, every rank's
-  int64_t global_guides_ = 0;  // the nouns in it (--guided-attention, --article-loss)
   std::vector<const std::vector<int32_t>*> chosen_;  // --references likeliest: each row's caption
   Arena choice_arena_;
   int64_t encoder_tensors_ = 0;
@@ -229,8 +187,13 @@ class CaptionTask : public train::Task {
   Tensor target_in_, target_out_, lengths_, dlogits_;  // the current micro-batch's
 };
 
-// Runs (or resumes) a captioning run (train::Trainer) and logs to `log`; everything is checked
-// before anything is written. `stop` as train::Trainer's.
+// Runs (or resumes) a captioning run (train::Trainer) with the given extensions (in their order)
+// and logs to `log`; everything is checked before anything is written. `stop` as
+// train::Trainer's.
+train::Result train_captions(const CaptionTrainOptions& options,
+                             const std::vector<TaskExtension*>& extensions, std::ostream& log,
+                             bool tty = false, const std::atomic<int>* stop = nullptr);
+// ... without extensions.
 train::Result train_captions(const CaptionTrainOptions& options, std::ostream& log,
                              bool tty = false, const std::atomic<int>* stop = nullptr);
 
