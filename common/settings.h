@@ -120,8 +120,8 @@ struct Field {
 template <typename C>
 class Schema {
  public:
-  // `type`: the value of the "type" key ("vit"); `noun`: what a model of it is, for messages
-  // ("vision transformer").
+  // `type`: the value of the "type" key, which names the model; `noun`: what a model of it is, for
+  // messages ("a 'X' model, not a NOUN (TYPE)").
   Schema(std::string type, std::string noun) : type_(std::move(type)), noun_(std::move(noun)) {}
 
   const std::string& type() const { return type_; }
