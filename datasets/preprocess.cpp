@@ -40,6 +40,13 @@ int parse_interpolation(const std::string& name) {
   throw UsageError("interpolation '" + name + "': expected bicubic, bilinear, nearest or area");
 }
 
+const settings::Schema<Preprocess>& preprocess_schema() {
+  using Self = Preprocess;
+  static const auto* schema = new settings::Schema<Preprocess>(settings::Schema<Preprocess>(
+      "preprocess", "preprocessing") VITK_PREPROCESS_SETTINGS(VITK_SETTING_FIELD));
+  return *schema;
+}
+
 void Preprocess::validate(int channels) const {
   if (resize != "shorter" && resize != "squash")
     throw UsageError("resize '" + resize + "': expected 'shorter' or 'squash'");

@@ -13,19 +13,33 @@
 
 #include <opencv2/core.hpp>
 
+#include "common/settings.h"
+
 namespace vitk::datasets {
 
+// The eval transform's settings, one line each: type, name (the [model] key), default, values
+// allowed, help (common/settings.h). "shorter" resizes the shorter side to
+// floor(size / crop_fraction), then crops the centre (timm's crop_mode "center"); "squash"
+// resizes straight to height x width, no crop, crop_fraction unused (timm's "squash" with crop_pct
+// 1). mean and std: one value per channel, of [0, 1] pixels.
+#define VITK_PREPROCESS_SETTINGS(X)                                                          \
+  X(std::string, resize, "shorter", one_of("shorter", "squash"),                             \
+    "eval resize: shorter (shorter side, then centre crop) or squash")                       \
+  X(float, crop_fraction, 0.875f, share(), "eval centre crop fraction (timm crop_pct)")      \
+  X(std::string, interpolation, "bicubic", one_of("bicubic", "bilinear", "nearest", "area"), \
+    "bicubic, bilinear, nearest or area")                                                    \
+  X(std::vector<float>, mean, (std::vector<float>{0.485f, 0.456f, 0.406f}), any(),           \
+    "per-channel mean of [0, 1] pixels, comma-separated")                                    \
+  X(std::vector<float>, std, (::std::vector<float>{0.229f, 0.224f, 0.225f}), positive(),     \
+    "per-channel standard deviation, comma-separated")
+
 struct Preprocess {
-  // "shorter": shorter side to floor(size / crop_fraction), then a centre crop (timm's
-  // crop_mode "center"); "squash": resize straight to height × width, no crop, crop_fraction
-  // unused (timm's "squash" with crop_pct 1).
-  std::string resize = "shorter";
-  float crop_fraction = 0.875f;  // timm's crop_pct (1: the crop is the whole resized image)
-  std::string interpolation = "bicubic";            // bicubic | bilinear | nearest | area
-  std::vector<float> mean{0.485f, 0.456f, 0.406f};  // one per channel, of [0, 1] values
-  std::vector<float> std{0.229f, 0.224f, 0.225f};
+  VITK_PREPROCESS_SETTINGS(VITK_SETTING_MEMBER)
   void validate(int channels) const;  // vitk::UsageError naming the setting at fault
 };
+
+// The table above as a schema, for the ViT's settings to include.
+const settings::Schema<Preprocess>& preprocess_schema();
 
 int parse_interpolation(const std::string& name);  // cv::INTER_*; UsageError on an unknown name
 

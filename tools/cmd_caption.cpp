@@ -20,6 +20,7 @@
 #include "tools/cli.h"
 #include "tools/image_inputs.h"
 #include "tools/search_options.h"
+#include "tools/settings_options.h"
 #include "tools/train_options.h"
 #include "tools/vit_options.h"
 #include "vit/caption/captioner.h"
@@ -40,21 +41,13 @@ std::string str(const po::variables_map& vm, const char* name) {
 
 // ---- caption-train -------------------------------------------------------------------------
 
-// The caption model's own [model] keys (the encoder's are the ViT's, tools/vit_options.h).
-const char* const kDecoderKeys[] = {
-    "max_length",     "decoder_layers",     "decoder_heads",
-    "decoder_d_ff",   "decoder_dropout",    "decoder_attention_dropout",
-    "tie_embeddings", "memory_class_token", "memory_positions"};
-
-bool switch_key(const std::string& key) {
-  return key == "tie_embeddings" || key == "memory_class_token" || key == "memory_positions";
-}
-
-caption::CaptionConfig default_caption_config() {
-  caption::CaptionConfig c;
-  c.encoder.num_classes = 0;
-  c.encoder.pool = "token";
-  return c;
+// The [model] options of caption-train: every setting of caption::caption_schema() but the
+// vocabulary, which is the tokenizer's (--vocab-size).
+std::vector<settings::FieldInfo> caption_model_fields() {
+  std::vector<settings::FieldInfo> fields;
+  for (settings::FieldInfo& f : caption::caption_schema().infos())
+    if (f.key != "vocab_size") fields.push_back(std::move(f));
+  return fields;
 }
 
 void add_caption_train_options(po::options_description& o) {
@@ -151,17 +144,7 @@ void add_caption_train_options(po::options_description& o) {
   add_checkpoint_every_option(opt);
   add_precision_option(opt, /*training=*/true);
   po::options_description model("Model (the [model] section of a config file)");
-  const caption::CaptionConfig d = default_caption_config();
-  add_vit_options(model, d.encoder);
-  const auto defaults = caption::to_config_map(d);
-  for (const char* key : kDecoderKeys) {
-    const std::string name = std::string("model.") + key;
-    const std::string help = "decoder setting (default " + defaults.at(key) + ")";
-    if (switch_key(key))
-      model.add_options()(name.c_str(), switch_value(std::nullopt), help.c_str());
-    else
-      model.add_options()(name.c_str(), po::value<std::string>()->value_name("V"), help.c_str());
-  }
+  add_settings_options(model, caption_model_fields(), "model type: caption");
   o.add(data).add(opt).add(model);
 }
 
@@ -213,23 +196,8 @@ caption::CaptionTrainOptions caption_train_options(const po::variables_map& vm) 
   t.phrases = caption_phrases(str(vm, "phrases"));
   t.encoder_from = str(vm, "encoder-from");
   t.encoder_lr_scale = vm["encoder-lr-scale"].as<float>();
-  // The model: the encoder's keys through the ViT's options, the decoder's here.
-  caption::CaptionConfig c = default_caption_config();
-  c.encoder = vit_config_from(vm, c.encoder, /*validate=*/false, "caption");
-  c.encoder.num_classes = 0;
-  t.model_keys_given = given_vit_options(vm);  // the decoder's keys too: all are model.KEY
-  std::map<std::string, std::string> map = caption::to_config_map(c);
-  for (const char* key : kDecoderKeys) {
-    const std::string name = std::string("model.") + key;
-    if (vm.count(name))
-      map[key] =
-          switch_key(key) ? (vm[name].as<bool>() ? "true" : "false") : vm[name].as<std::string>();
-  }
-  try {
-    t.model = caption::caption_config_from_map(map, "the model options");
-  } catch (const Error& e) {
-    throw UsageError(e.what());
-  }
+  t.model = settings_from(vm, caption::caption_schema(), caption::CaptionConfig{});
+  t.model_keys_given = given_setting_keys(vm);
   t.epochs = vm["epochs"].as<int>();
   t.steps = vm["steps"].as<int64_t>();
   if (option_given(vm, "steps") && option_given(vm, "epochs") && t.steps > 0)

@@ -1,5 +1,7 @@
 // `vitk inspect CKPT`: what a checkpoint holds, without building a model.
+#include <cstdio>
 #include <iostream>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -7,9 +9,25 @@
 
 #include "common/io/checkpoint.h"
 #include "tools/cli.h"
+#include "tools/model_registry.h"
 
 namespace vitk::tools {
 namespace {
+
+// "model: vit, d_model 192, ...; 1,887,850 parameters, 0.118 G multiply-adds per image", from the
+// kind its configuration names (nothing for a configuration no kind reads).
+void describe_model(const std::map<std::string, std::string>& config) {
+  const auto type = config.find("type");
+  const nn::ModelKind* kind = type == config.end() ? nullptr : model_registry().find(type->second);
+  if (!kind) return;
+  try {
+    const nn::ModelSize size = kind->size(config);
+    std::printf("model: %s; %.3f M parameters, %.3f G multiply-adds per %s\n", size.summary.c_str(),
+                size.total_params * 1e-6, size.macs_per_sequence * 1e-9, size.unit.c_str());
+  } catch (const std::exception&) {
+    // A configuration its kind refuses is shown as stored, below.
+  }
+}
 
 int run_inspect(const po::variables_map& vm) {
   const std::string path = vm["checkpoint"].as<std::string>();
@@ -37,6 +55,7 @@ int run_inspect(const po::variables_map& vm) {
     std::cout << "quantization: " << meta.quantization << " (vitk quantize): " << int8.size()
               << " matrices, " << quantized << " parameters, one f32 scale per output row; the "
               << "rest f32; runs at --precision int8, not trainable\n";
+  describe_model(meta.config);
   if (!meta.config.empty()) {
     std::cout << "config:\n";
     for (const auto& [key, value] : meta.config) std::cout << "  " << key << " = " << value << "\n";

@@ -15,6 +15,7 @@
 #include "datasets/parallel.h"
 #include "datasets/tokenizer.h"
 #include "tools/cli.h"
+#include "tools/settings_options.h"
 #include "tools/train_options.h"
 
 namespace vitk::tools {
@@ -56,64 +57,9 @@ class SentencePieceData : public seq2seq::TranslationData {
   }
 };
 
-// A [model] key whose value is true or false: a switch on the command line.
-bool boolean_key(const std::string& key) {
-  const std::string v = seq2seq::to_config_map(seq2seq::TransformerConfig{}).at(key);
-  return v == "true" || v == "false";
-}
-
-// The [model] keys of a translation model, as --model.KEY options (strings, or switches for the
-// booleans: from_config_map reads them, so a config file and a checkpoint spell values the same
-// way).
+// The [model] keys of a translation model, as --model.KEY options (tools/settings_options.h).
 void add_transformer_options(po::options_description& o) {
-  const auto d = seq2seq::to_config_map(seq2seq::TransformerConfig{});
-  auto opt = [&](const std::string& key, const std::string& help) {
-    const po::value_semantic* value = nullptr;
-    if (boolean_key(key))
-      value = switch_value(std::nullopt);
-    else
-      value = po::value<std::string>()->value_name("V");
-    o.add_options()(("model." + key).c_str(), value,
-                    (help + " (default " + d.at(key) + ")").c_str());
-  };
-  opt("type", "must be transformer");
-  opt("vocab_size", "ignored: the vocabulary is the tokenizer's (--vocab-size)");
-  opt("d_model", "model width");
-  opt("heads", "attention heads");
-  opt("d_ff", "feed-forward inner width");
-  opt("layers", "encoder layers");
-  opt("decoder_layers", "decoder layers");
-  opt("dropout", "after embeddings, on residual branches and inside the FFN");
-  opt("attention_dropout", "on the attention weights");
-  opt("activation", "relu or gelu");
-  opt("pre_norm", "true: pre-norm; false: the paper's post-norm");
-  opt("tied_embeddings", "one matrix for source and target embeddings and the output layer");
-  opt("max_length", "longest source or target in tokens, with BOS/EOS");
-  opt("norm_eps", "layer norm epsilon");
-}
-
-seq2seq::TransformerConfig transformer_config(const po::variables_map& vm,
-                                              std::vector<std::string>& given) {
-  std::map<std::string, std::string> map;
-  for (const auto& [key, value] : seq2seq::to_config_map(seq2seq::TransformerConfig{})) {
-    (void)value;
-    const std::string name = "model." + key;
-    if (!vm.count(name)) continue;
-    map[key] =
-        boolean_key(key) ? (vm[name].as<bool>() ? "true" : "false") : vm[name].as<std::string>();
-    given.push_back(key);
-    try {
-      seq2seq::from_config_map({{key, map[key]}}, "--" + name);
-    } catch (const Error& e) {
-      const std::string what = e.what();
-      if (what.find("model setting") != std::string::npos) throw UsageError(what);
-    }
-  }
-  try {
-    return seq2seq::from_config_map(map, "the model options");
-  } catch (const Error& e) {
-    throw UsageError(e.what());
-  }
+  add_settings_options(o, seq2seq::transformer_schema().infos(), "model type: transformer");
 }
 
 void add_options(po::options_description& o) {
@@ -192,11 +138,11 @@ seq2seq::TrainOptions train_options(const po::variables_map& vm) {
   t.train_target = str("train-target");
   t.valid = str("valid");
   t.valid_target = str("valid-target");
-  t.output = str("output");
-  t.resume = str("resume");
+  read_loop_options(vm, t.loop);
   t.spm = str("spm");
   t.spm_type = str("spm-type");
-  t.model = transformer_config(vm, t.model_keys_given);
+  t.model = settings_from(vm, seq2seq::transformer_schema(), seq2seq::TransformerConfig{});
+  t.model_keys_given = given_setting_keys(vm);
   t.vocab_size =
       vm.count("vocab-size") ? vm["vocab-size"].as<int>() : static_cast<int>(t.model.vocab_size);
   t.max_tokens = vm["max-tokens"].as<int64_t>();
@@ -209,22 +155,15 @@ seq2seq::TrainOptions train_options(const po::variables_map& vm) {
   }
   t.warmup_steps = vm["warmup-steps"].as<int64_t>();
   t.label_smoothing = vm["label-smoothing"].as<float>();
-  t.clip_grad = vm["clip-grad"].as<float>();
+  t.loop.clip_grad = vm["clip-grad"].as<float>();
   t.scheduled_sampling = vm["scheduled-sampling"].as<float>();
-  t.epochs = vm["epochs"].as<int>();
-  t.max_steps = vm["max-steps"].as<int64_t>();
-  t.seed = vm["seed"].as<uint64_t>();
-  t.log_interval = vm["log-interval"].as<int64_t>();
-  t.profile_every = profile_every(vm, &t.profile);
-  read_parallel_options(vm, &t.accum_steps, &t.bucket_mb);
-  t.checkpoint_every = read_checkpoint_every(vm);
-  t.valid_freq = vm["valid-freq"].as<int64_t>();
+  t.loop.epochs = vm["epochs"].as<int>();
+  t.loop.valid_every = vm["valid-freq"].as<int64_t>();
   t.beam_size = vm["beam-size"].as<int>();
   t.length_penalty = vm["length-penalty"].as<float>();
   t.valid_batch_size = vm["valid-batch-size"].as<int64_t>();
-  t.early_stopping = vm["early-stopping"].as<int>();
-  t.keep_last = vm["keep-last"].as<int>();
-  t.precision = precision_from(vm, /*training=*/true);
+  t.loop.early_stopping = vm["early-stopping"].as<int>();
+  t.loop.keep_last = vm["keep-last"].as<int>();
   return t;
 }
 

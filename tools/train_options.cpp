@@ -207,8 +207,6 @@ vit::TrainOptions train_options(const po::variables_map& vm, TrainCommand comman
   };
   t.data = str("data");
   t.val_data = str("val-data");
-  t.output = str("output");
-  t.resume = str("resume");
   t.model = vit_config_from(vm, vit::VitConfig{}, /*validate=*/!ft);
   t.model_keys_given = given_vit_options(vm);
   if (!vm.count("model.num_classes")) t.model.num_classes = 0;  // from the data
@@ -227,32 +225,26 @@ vit::TrainOptions train_options(const po::variables_map& vm, TrainCommand comman
   if (option_given(vm, "steps") && option_given(vm, "epochs"))
     throw UsageError("give --epochs or --steps, not both: --steps " +
                      std::to_string(vm["steps"].as<int64_t>()) + " is the run's whole length");
-  t.epochs = value_or<int>(vm, "epochs", r.epochs);
-  t.steps = value_or<int64_t>(vm, "steps", 0);
+  read_loop_options(vm, t.loop);
+  t.loop.epochs = value_or<int>(vm, "epochs", r.epochs);
+  t.loop.steps = value_or<int64_t>(vm, "steps", 0);
   t.lr = value_or<float>(vm, "lr", r.lr(t.batch_size));
   t.min_lr = value_or<float>(vm, "min-lr", r.min_lr(t.lr));
-  t.warmup_epochs = value_or<float>(vm, "warmup-epochs", r.warmup_epochs(t.epochs));
+  t.warmup_epochs = value_or<float>(vm, "warmup-epochs", r.warmup_epochs(t.loop.epochs));
   // A fine-tuning run in steps warms up for the recipe's share of them.
-  if (ft && t.steps > 0 && !option_given(vm, "warmup-epochs"))
+  if (ft && t.loop.steps > 0 && !option_given(vm, "warmup-epochs"))
     t.warmup_share = static_cast<float>(r.warmup_fraction);
   t.opt = value_or<std::string>(vm, "opt", r.optimizer);
   t.momentum = vm["momentum"].as<float>();
   t.weight_decay = value_or<float>(vm, "weight-decay", r.weight_decay);
   t.layer_decay = vm["layer-decay"].as<float>();
   t.freeze_patch_embed = vm["freeze-patch-embed"].as<int64_t>();
-  t.clip_grad = value_or<float>(vm, "clip-grad", r.clip_grad);
+  t.loop.clip_grad = value_or<float>(vm, "clip-grad", r.clip_grad);
   t.smoothing = value_or<float>(vm, "smoothing", r.smoothing);
-  t.model_ema = vm["model-ema"].as<bool>();
-  t.model_ema_decay = vm["model-ema-decay"].as<double>();
-  t.seed = vm["seed"].as<uint64_t>();
-  t.max_steps = vm["max-steps"].as<int64_t>();
-  t.log_interval = vm["log-interval"].as<int64_t>();
-  t.val_interval = vm["val-interval"].as<int64_t>();
+  t.loop.model_ema = vm["model-ema"].as<bool>();
+  t.loop.model_ema_decay = vm["model-ema-decay"].as<double>();
+  t.loop.valid_every = vm["val-interval"].as<int64_t>();
   t.prefetch = vm["prefetch"].as<int>();
-  t.profile_every = profile_every(vm, &t.profile);
-  read_parallel_options(vm, &t.accum_steps, &t.bucket_mb);
-  t.checkpoint_every = read_checkpoint_every(vm);
-  t.precision = precision_from(vm, /*training=*/true);
   auto& a = t.augment;
   a.scale = two_floats(vm, "scale");
   a.ratio = two_floats(vm, "ratio");
@@ -318,6 +310,23 @@ int64_t read_checkpoint_every(const po::variables_map& vm) {
   if (n < 0)
     throw UsageError("--checkpoint-every must be 0 (off) or more, got " + std::to_string(n));
   return n;
+}
+
+void read_loop_options(const po::variables_map& vm, train::Options& loop) {
+  auto text = [&](const char* name) {
+    return vm.count(name) ? vm[name].as<std::string>() : std::string();
+  };
+  loop.output = text("output");
+  loop.resume = text("resume");
+  loop.seed = vm["seed"].as<uint64_t>();
+  loop.max_steps = vm["max-steps"].as<int64_t>();
+  loop.log_interval = vm["log-interval"].as<int64_t>();
+  loop.profile_every = profile_every(vm, &loop.profile);
+  double bucket_mb = 0;
+  read_parallel_options(vm, &loop.accum_steps, &bucket_mb);
+  loop.bucket_bytes = static_cast<size_t>(bucket_mb * 1048576.0);
+  loop.checkpoint_every = read_checkpoint_every(vm);
+  loop.precision = precision_from(vm, /*training=*/true);
 }
 
 void read_parallel_options(const po::variables_map& vm, int* accum_steps, double* bucket_mb) {

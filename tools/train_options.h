@@ -4,6 +4,7 @@
 // only; the loop is vit/trainer.cpp, the recipes vit/finetune.h.
 #include <atomic>
 
+#include "common/train/trainer.h"
 #include "tools/cli.h"
 #include "vit/trainer.h"
 
@@ -35,6 +36,12 @@ int64_t profile_every(const po::variables_map& vm, bool* profile);
 // checked: UsageError naming the option.
 void add_parallel_options(po::options_description& options);
 void read_parallel_options(const po::variables_map& vm, int* accum_steps, double* bucket_mb);
+
+// The loop's options every trainer declares under these names (common/train/trainer.h): --output,
+// --resume, --seed, --max-steps, --log-interval, --profile, --profile-every, --accum-steps,
+// --bucket-mb, --checkpoint-every and --precision (training's). The trainer sets the others
+// (--epochs, --steps, --clip-grad, --model-ema, validation), whose defaults and recipes differ.
+void read_loop_options(const po::variables_map& vm, train::Options& loop);
 
 // --checkpoint-every N of the trainers: last.h5 after every N-th step too (0: off); checked.
 void add_checkpoint_every_option(po::options_description& options);

@@ -1,5 +1,5 @@
 #pragma once
-// The model options of the ViT subcommands: --model.KEY for every key of vit::to_config_map
+// The model options of the ViT subcommands: --model.KEY for every key of vit::vit_schema()
 // ("[model]" KEY = VALUE in a config file), turned into a VitConfig. Shared by train, classify
 // and finetune, so that every ViT subcommand spells the model the same way.
 #include <cstdint>
@@ -14,18 +14,18 @@
 
 namespace vitk::tools {
 
-// Declares --model.type, --model.image_size, --model.patch_size, ... with `defaults`' values as
-// the shown defaults (none when with_defaults is false: then an option has a value only when it
-// was given). --model.num_classes has no default: it comes from the data.
+// Declares --model.type and --model.KEY for every field of vit::vit_schema() (tools/
+// settings_options.h), with `defaults`' values as the shown defaults (none when with_defaults is
+// false: then an option has a value only when it was given). --model.num_classes has no default:
+// it comes from the data.
 void add_vit_options(po::options_description& options, const vit::VitConfig& defaults = {},
                      bool with_defaults = true);
 
 // `base` with every model option that was given (on the command line or in the config file, not
 // a default) put in. Validates the result unless told not to; a bad value throws
-// vitk::UsageError naming the option, and so does a --model.type other than `type` (the model
-// the subcommand trains: "caption" for a captioning model's encoder).
+// vitk::UsageError naming the option, and so does a --model.type other than "vit".
 vit::VitConfig vit_config_from(const po::variables_map& vm, vit::VitConfig base,
-                               bool validate = true, const std::string& type = "vit");
+                               bool validate = true);
 
 // The model option keys that were given, without the "model." prefix ("patch_size", ...).
 std::vector<std::string> given_vit_options(const po::variables_map& vm);

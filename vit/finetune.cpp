@@ -270,10 +270,10 @@ std::map<std::string, std::string> recipe_record(const TrainOptions& o,
       {"smoothing", number_text(o.smoothing)},
       {"batch-size", std::to_string(o.batch_size)}};
   // The run's length: its --steps, or its --epochs.
-  if (o.steps > 0)
-    record["steps"] = std::to_string(o.steps);
+  if (o.loop.steps > 0)
+    record["steps"] = std::to_string(o.loop.steps);
   else
-    record["epochs"] = std::to_string(o.epochs);
+    record["epochs"] = std::to_string(o.loop.epochs);
   return record;
 }
 

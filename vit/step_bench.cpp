@@ -38,7 +38,7 @@ bench::StepResult run_step_bench(const StepBenchOptions& o, std::ostream* log) {
 
   TrainOptions options;  // AdamW with weight decay 0.05, label smoothing 0.1: the recipe's
   options.batch_size = B;
-  options.precision = o.precision;
+  options.loop.precision = o.precision;
   VitTask task(config, options, std::move(batch));
   bench::StepResult r = bench::time_training_steps(task, o.precision, o.timing, log);
   r.parameters = task.params().numel();

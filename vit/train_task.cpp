@@ -99,7 +99,7 @@ void VitTask::build_model(const io::CheckpointMeta* resumed, uint64_t seed) {
   const int64_t classes = static_cast<int64_t>(class_names_.size());
   augment_ = o_.augment;
   if (resumed) {
-    cfg_ = stored_config(o_.resume, *resumed);
+    cfg_ = stored_config(o_.loop.resume, *resumed);
     // Both sides as text of a parsed configuration, so that keys an older checkpoint lacks
     // compare as their defaults. When fine-tuning, the size and the classes of the [model]
     // settings are those of the model fine-tuned from (--image-size and --num-classes are checked
@@ -110,12 +110,13 @@ void VitTask::build_model(const io::CheckpointMeta* resumed, uint64_t seed) {
       auto a = now.find(key), b = then.find(key);
       if (a != now.end() && b != then.end() && a->second != b->second)
         throw UsageError("--model." + key + " " + a->second + " differs from the checkpoint's " +
-                         b->second + " (" + o_.resume + "); a resumed run keeps its model");
+                         b->second + " (" + o_.loop.resume + "); a resumed run keeps its model");
     }
-    check_resumed_finetune(o_.finetune, cfg_, o_.resume);
-    augment_taken_ = take_recorded_augment(resumed->recipe, o_.augment_given, augment_, o_.resume);
+    check_resumed_finetune(o_.finetune, cfg_, o_.loop.resume);
+    augment_taken_ =
+        take_recorded_augment(resumed->recipe, o_.augment_given, augment_, o_.loop.resume);
     if (!resumed->class_names.empty() && resumed->class_names != class_names_)
-      throw Error(o_.resume + ": the checkpoint's classes are not those of " +
+      throw Error(o_.loop.resume + ": the checkpoint's classes are not those of " +
                   train_set_->source());
   } else if (o_.finetune.enabled) {
     FinetuneStart start = finetune_start(o_, class_names_, train_set_->source());
@@ -188,7 +189,7 @@ std::unique_ptr<optim::Optimizer> VitTask::make_optimizer() {
 }
 
 int64_t VitTask::total_steps() const {
-  return o_.steps > 0 ? o_.steps : static_cast<int64_t>(o_.epochs) * bpe_;
+  return o_.loop.steps > 0 ? o_.loop.steps : static_cast<int64_t>(o_.loop.epochs) * bpe_;
 }
 
 int64_t VitTask::warmup_steps() const {
@@ -372,7 +373,7 @@ void VitTask::log_setup(std::ostream& L) const {
     << " epochs = " << warmup_steps() << " steps, cosine to " << format_general(o_.min_lr)
     << " at step " << total_steps() << "), weight decay " << format_general(o_.weight_decay)
     << (sgd ? " (L2, " : " (") << "not on biases, norms, class token, positions), clip-grad "
-    << (o_.clip_grad > 0 ? format_general(o_.clip_grad) : std::string("off")) << "\n";
+    << (o_.loop.clip_grad > 0 ? format_general(o_.loop.clip_grad) : std::string("off")) << "\n";
   if (o_.layer_decay != 1.f) {
     L << "layer decay " << format_general(o_.layer_decay) << ": lr x "
       << format_general(o_.layer_decay) << "^(" << c.layers + 1 << " - layer), from "
@@ -400,8 +401,8 @@ void VitTask::log_setup(std::ostream& L) const {
   L << ", hflip " << format_general(a.hflip);
   if (a.crop_padding > 0) L << ", crop-padding " << a.crop_padding;
   L << ", reprob " << format_general(a.reprob);
-  if (o_.finetune.enabled || !o_.resume.empty()) {
-    const std::string& from = o_.resume.empty() ? o_.finetune.from : o_.resume;
+  if (o_.finetune.enabled || !o_.loop.resume.empty()) {
+    const std::string& from = o_.loop.resume.empty() ? o_.finetune.from : o_.loop.resume;
     if (augment_taken_.empty()) {
       L << " (as given or vitk's defaults: " << from << " does not record its augmentation)";
     } else {

@@ -29,24 +29,31 @@ std::string default_output(const char* kind) {
 
 }  // namespace
 
+TrainOptions::TrainOptions() {
+  loop.epochs = 30;
+  loop.model_ema_decay = 0.9998;
+  loop.valid_unit = train::Every::epochs;
+  loop.lr_option = "--lr";
+}
+
 void TrainOptions::validate() const {
-  if (finetune.enabled && finetune.from.empty() && resume.empty())
+  if (finetune.enabled && finetune.from.empty() && loop.resume.empty())
     throw UsageError("--from is required: the checkpoint to fine-tune (or --resume a run)");
   if (data.empty()) throw UsageError("--data is required: the training images");
-  need(epochs >= 1, "epochs", "at least 1", epochs);
+  loop.validate();
+  const int64_t steps = loop.steps;
   need(batch_size >= 1, "batch-size", "at least 1", static_cast<double>(batch_size));
   need(lr > 0 && std::isfinite(lr), "lr", "positive", lr);
   need(min_lr >= 0 && min_lr <= lr, "min-lr", "in [0, --lr]", min_lr);
-  need(steps >= 0 && steps <= kMaxSteps, "steps",
-       "in [0, " + std::to_string(kMaxSteps) + "] (0: whole --epochs)", static_cast<double>(steps));
+  need(steps <= kMaxSteps, "steps", "in [0, " + std::to_string(kMaxSteps) + "] (0: whole --epochs)",
+       static_cast<double>(steps));
   if (steps > 0)
     need(warmup_epochs >= 0 && std::isfinite(warmup_epochs), "warmup-epochs", ">= 0",
          warmup_epochs);
   else
-    need(warmup_epochs >= 0 && warmup_epochs < epochs, "warmup-epochs", "in [0, --epochs)",
+    need(warmup_epochs >= 0 && warmup_epochs < loop.epochs, "warmup-epochs", "in [0, --epochs)",
          warmup_epochs);
   need(weight_decay >= 0 && std::isfinite(weight_decay), "weight-decay", ">= 0", weight_decay);
-  need(clip_grad >= 0 && std::isfinite(clip_grad), "clip-grad", ">= 0 (0: off)", clip_grad);
   if (opt != "adamw" && opt != "sgd")
     throw UsageError("--opt must be 'adamw' or 'sgd', got '" + opt + "'");
   need(momentum >= 0 && momentum < 1, "momentum", "in [0, 1)", momentum);
@@ -73,29 +80,17 @@ void TrainOptions::validate() const {
        a.mixup_prob);
   need(a.mixup_switch_prob >= 0 && a.mixup_switch_prob <= 1, "mixup-switch-prob",
        "a probability in [0, 1]", a.mixup_switch_prob);
-  need(model_ema_decay >= 0 && model_ema_decay < 1, "model-ema-decay", "in [0, 1)",
-       model_ema_decay);
-  need(max_steps >= 0, "max-steps", ">= 0 (0: no limit)", static_cast<double>(max_steps));
-  need(log_interval >= 1, "log-interval", "at least 1", static_cast<double>(log_interval));
-  need(val_interval >= 0, "val-interval", ">= 0 (0: only after the last epoch)",
-       static_cast<double>(val_interval));
+  need(loop.valid_every >= 0, "val-interval", ">= 0 (0: only after the last epoch)",
+       static_cast<double>(loop.valid_every));
   need(prefetch >= 1, "prefetch", "at least 1", prefetch);
-  need(profile_every >= 0, "profile-every", ">= 0 (0: only at the end)",
-       static_cast<double>(profile_every));
 }
 
 train::Result train(const TrainOptions& options, std::ostream& log, bool tty,
                     const std::atomic<int>* stop) {
   options.validate();
-  train::Options loop = train::loop_options(options);
+  train::Options loop = options.loop;
   if (loop.output.empty())
     loop.output = default_output(options.finetune.enabled ? "finetune" : "train");
-  loop.valid_unit = train::Every::epochs;
-  loop.valid_every = options.val_interval;
-  loop.model_ema = options.model_ema;
-  loop.model_ema_decay = options.model_ema_decay;
-  loop.lr_option = "--lr";
-  loop.steps = options.steps;
   VitTask task(options);
   return train::Trainer(task, loop, log, tty, stop).run();
 }

@@ -43,20 +43,23 @@ struct FinetuneOptions {
 
 // Named after timm's train.py arguments; validate() names the option at fault as "--name".
 struct TrainOptions {
+  TrainOptions();
+  // The loop's options (common/train/trainer.h), named as timm's: --output (empty means
+  // runs/train-<date>-<time>), --resume, --epochs (30), --steps (the run's length in optimizer
+  // steps instead, vit_jax's total_steps: the warmup and cosine span them), --max-steps, --seed,
+  // --clip-grad, --precision (bf16 keeps f32 master weights, gradients and optimizer state),
+  // --model-ema (decay 0.9998), --log-interval, --val-interval (valid_every: validate after every
+  // N-th epoch and after the last; 0: only after the last), --profile, --profile-every,
+  // --accum-steps, --bucket-mb, --checkpoint-every.
+  train::Options loop;
   std::string data;      // --data: training images (datasets::open_dataset, train split)
   std::string val_data;  // --val-data: empty means the validation split of --data
-  std::string output;    // --output: the run directory; empty means runs/train-<date>-<time>
-  std::string resume;    // --resume: a checkpoint written by a run (usually OUTPUT/last.h5)
 
   VitConfig model;  // num_classes 0 means: the number of classes in the data
   // The model settings given explicitly (keys of to_config_map): a resumed run keeps the
   // checkpoint's model and refuses a given setting that contradicts it.
   std::vector<std::string> model_keys_given;
 
-  int epochs = 30;
-  // --steps: the run's length in optimizer steps instead of whole epochs (vit_jax's total_steps);
-  // the warmup and cosine span them and the run ends validated, as after its last epoch. 0: off.
-  int64_t steps = 0;
   int64_t batch_size = 128;
   float lr = 5e-4f;           // peak learning rate, after warmup
   float min_lr = 1e-5f;       // at the end of the cosine
@@ -72,33 +75,12 @@ struct TrainOptions {
   // --freeze-patch-embed: the run's first steps in which the patch embedding (patch_embed.*: the
   // conv stem and the projection) learns at rate 0 (its optimizer state still accumulates).
   int64_t freeze_patch_embed = 0;
-  float clip_grad = 0.f;             // max global L2 norm of the gradients; 0: no clipping
   float smoothing = 0.1f;            // label smoothing (also folded into Mixup/CutMix targets)
   datasets::AugmentOptions augment;  // --scale --ratio --hflip --reprob --mixup --cutmix ...
   // The augmentation options given (command line or config file, by name: "scale", "no-aug"):
   // a fine-tuning or resumed run takes the others from its checkpoint's record (vit/finetune.h).
   std::set<std::string> augment_given;
-  bool model_ema = false;
-  double model_ema_decay = 0.9998;
-  uint64_t seed = 42;
-  int64_t max_steps = 0;      // stop after this many optimizer steps in all (0: no limit)
-  int64_t log_interval = 50;  // steps between progress lines when not on a terminal
-  // --val-interval: validate after every val_interval-th epoch and always after the run's last
-  // one; 0: only after the last. best.h5 can only come from a validated epoch.
-  int64_t val_interval = 1;
   int prefetch = 3;  // batches the loader prepares ahead
-  // --profile: print where the training steps spend their time (ops::profile, exclusive time
-  // per op and shape) at the end of the run, and every profile_every steps when that is > 0.
-  bool profile = false;
-  int64_t profile_every = 0;
-  // Data parallelism (common/train/trainer.h): --accum-steps micro-batches per rank and step (the
-  // global batch is the same, cut finer); --bucket-mb, the size of the gradient all-reduces.
-  int accum_steps = 1;
-  double bucket_mb = 25;
-  int64_t checkpoint_every = 0;  // --checkpoint-every: last.h5 also after every N-th step
-  // --precision of the matrix products, in training and validation. bf16 keeps f32 master
-  // weights, gradients and optimizer state: checkpoints do not depend on it.
-  ops::Precision precision = ops::Precision::f32;
 
   FinetuneOptions finetune;
 

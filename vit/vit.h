@@ -44,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "common/nn/model_info.h"
 #include "common/nn/nn.h"
 #include "datasets/preprocess.h"
 
@@ -54,37 +55,61 @@ namespace vitk::vit {
 // (vit/checkpoint.h, memory_bytes).
 constexpr int64_t kMaxImageSide = 65536;
 
+// The ViT's settings, one line each: type, name (the [model] key of a config file, --model.NAME
+// and the checkpoint attribute), default, values allowed, help (common/settings.h). vit_schema()
+// adds image_size ("224" or "224x160"), stem_strides and the eval transform's settings
+// (datasets::Preprocess) to these.
+//   stem_channels    a convolutional stem's stages (above); none: the projection sees the pixels
+//   pos_conv_blocks  the blocks (0-based, increasing) followed by a positional convolution
+//   ffn_conv_blocks  the blocks (0-based, increasing) whose MLP convolves its hidden tokens
+//   num_classes      0: no head (timm's num_classes=0): features() only, pool "token"
+//   drop_path        stochastic depth of the last block (block i: i/(N-1) of it)
+//   patch_drop       patch dropout (timm's patch_drop_rate): a training forward keeps a random
+//                    kept_patches() = max(1, floor(N (1 - patch_drop))) of the N patch tokens of
+//                    each image after the positions are added (the class token always), so the
+//                    blocks see fewer tokens; eval keeps all
+//   diag_mask        every token's attention skips the token itself (LSA's diagonal masking, Lee
+//                    et al., 2021; not a timm option): softmax(q_i k_j / sqrt(dh)) over j != i
+//   pos_embed_align_corners  how pos_embed is resampled to another patch grid by default
+//                    (vit/resample.h): false as timm, DeiT and Hugging Face, true as torchvision
+#define VITK_VIT_SETTINGS(X)                                                                  \
+  X(int64_t, patch_size, 16, at_least(1), "patch side")                                       \
+  X(std::vector<int64_t>, stem_channels, {}, between(1, 65536),                               \
+    "convolutional stem: channels of its 3x3 stages, comma-separated (none: the patch "       \
+    "projection sees the pixels)")                                                            \
+  X(std::vector<int64_t>, pos_conv_blocks, {}, at_least(0),                                   \
+    "blocks (from 0, comma-separated) followed by a positional convolution: a depthwise 3x3 " \
+    "convolution of the patch grid added to the tokens, as CPVT's PEG (none: no such)")       \
+  X(std::vector<int64_t>, ffn_conv_blocks, {}, at_least(0),                                   \
+    "blocks (from 0, comma-separated) whose MLP adds a depthwise 3x3 convolution of its "     \
+    "hidden tokens' patch grid to them before GELU, as PVTv2 and CeiT (none: no such)")       \
+  X(int64_t, channels, 3, between(1, 3), "image channels: 1 (grey) or 3 (RGB)")               \
+  X(int64_t, num_classes, 1000, between(0, 1 << 24),                                          \
+    "classes of the head (0: none; training: the data's when not given)")                     \
+  X(int64_t, d_model, 768, between(1, 65536), "width (embedding dim)")                        \
+  X(int64_t, heads, 12, at_least(1), "attention heads")                                       \
+  X(int64_t, d_ff, 3072, between(1, 1 << 20), "MLP hidden width")                             \
+  X(int, layers, 12, between(1, 1000), "encoder blocks (depth)")                              \
+  X(float, norm_eps, 1e-6f, positive(), "LayerNorm epsilon")                                  \
+  X(std::string, pool, "token", one_of("token", "avg"),                                       \
+    "what the head sees: token (class token) or avg (mean of the patch tokens)")              \
+  X(float, dropout, 0.f, fraction(), "dropout after positions, in the MLP and residuals")     \
+  X(float, attention_dropout, 0.f, fraction(), "dropout on attention weights")                \
+  X(float, drop_path, 0.f, fraction(),                                                        \
+    "stochastic depth of the last block, rising linearly from 0 (timm --drop-path)")          \
+  X(float, patch_drop, 0.f, fraction(),                                                       \
+    "patch dropout: share of the patch tokens each training image leaves out (timm "          \
+    "patch_drop_rate)")                                                                       \
+  X(bool, diag_mask, false, any(), "no token attends to itself (LSA's diagonal masking)")     \
+  X(bool, pos_embed_align_corners, false, any(),                                              \
+    "how the positions are resampled to another size by default: false as timm, DeiT and "    \
+    "Hugging Face, true as torchvision")
+
 struct VitConfig {
   int64_t image_height = 224, image_width = 224;  // any size the patch size divides
-  int64_t patch_size = 16;
-  std::vector<int64_t> stem_channels;  // empty: no stem (the projection sees the pixels)
-  std::vector<int64_t> stem_strides;   // each stage's stride, 1 or 2; empty: all 2
-  int64_t channels = 3;
-  int64_t num_classes = 1000;  // 0: no head (timm's num_classes=0): features() only, pool "token"
-  int64_t d_model = 768;
-  int64_t heads = 12;
-  int64_t d_ff = 3072;
-  int layers = 12;
-  float norm_eps = 1e-6f;
-  std::string pool = "token";     // "token" | "avg"
-  float dropout = 0.f;            // after the positions, in the MLP and on the residual branches
-  float attention_dropout = 0.f;  // on the attention weights
-  float drop_path = 0.f;          // stochastic depth of the last block (block i: i/(N−1) of it)
-  // Patch dropout (timm's patch_drop_rate): a training forward keeps a random
-  // kept_patches() = max(1, ⌊N·(1 − patch_drop)⌋) of the N patch tokens of each image after the
-  // positions are added (the class token always), so the blocks see fewer tokens; eval keeps all.
-  float patch_drop = 0.f;
-  // The blocks (0-based, increasing) followed by a positional convolution (above); empty: none.
-  std::vector<int64_t> pos_conv_blocks;
-  // The blocks (0-based, increasing) whose MLP convolves its hidden tokens (above); empty: none.
-  std::vector<int64_t> ffn_conv_blocks;
-  // Every token's attention skips the token itself (LSA's diagonal masking, Lee et al., 2021;
-  // not a timm option): scores softmax(q_i·k_j/√dh) over j ≠ i. No parameters.
-  bool diag_mask = false;
+  std::vector<int64_t> stem_strides;              // each stage's stride, 1 or 2; empty: all 2
+  VITK_VIT_SETTINGS(VITK_SETTING_MEMBER)
   datasets::Preprocess preprocess;  // what eval and classify do to an image file
-  // How pos_embed is resampled to another patch grid by default (vit/resample.h): false as timm,
-  // DeiT and Hugging Face do it, true as torchvision's interpolate_embeddings.
-  bool pos_embed_align_corners = false;
 
   int64_t grid_height() const { return image_height / patch_size; }
   int64_t grid_width() const { return image_width / patch_size; }
@@ -107,15 +132,13 @@ struct VitConfig {
   void validate() const;  // vitk::UsageError naming the model option at fault
 };
 
+// The settings table (VITK_VIT_SETTINGS, image_size, stem_strides and the eval transform's
+// settings) as a schema: the text form of checkpoint attributes and a config file's [model]
+// section, --model.KEY, the ranges and the help all come from it.
+const settings::Schema<VitConfig>& vit_schema();
 // The configuration as text, for checkpoint attributes and the [model] section of a config file:
-// keys "type" (= "vit"), "image_size" ("224" or "224x160", height x width), "patch_size",
-// "channels", "num_classes", "d_model", "heads", "d_ff", "layers", "norm_eps", "pool", "dropout",
-// "attention_dropout", "drop_path", "patch_drop", "stem_channels", "stem_strides",
-// "pos_conv_blocks", "ffn_conv_blocks" (comma-separated, or "none"; a checkpoint without
-// "stem_strides" has stride-2 stages, one without "pos_conv_blocks" or "ffn_conv_blocks" no such
-// convolution), "diag_mask" ("true" | "false"), "resize", "crop_fraction",
-// "interpolation", "mean", "std" (comma-separated), "pos_embed_align_corners"
-// ("true" | "false"). Floats are written so that they read back exactly.
+// "type" = "vit" and every field of vit_schema(). Floats are written so that they read back
+// exactly; lists are comma-separated or "none"; image_size is "224" or "224x160" (height x width).
 std::map<std::string, std::string> to_config_map(const VitConfig& config);
 // The reverse. Missing keys keep their defaults (checkpoints written before a key existed load
 // as they did: no "pos_embed_align_corners" means false, no "stem_channels" no stem); an unknown
@@ -136,6 +159,16 @@ std::vector<int64_t> parse_ffn_conv_blocks(
 std::string pos_conv_blocks_text(const std::vector<int64_t>& blocks);  // "0,2"; "none"
 // "224" -> {224, 224}; "224x160" -> {224, 160}. vitk::UsageError otherwise.
 std::pair<int64_t, int64_t> parse_image_size(const std::string& text);
+
+// Sizes for `vitk info` and `vitk inspect` (common/nn/model_info.h): the whole classifier, and
+// the rows of its embedding (stem, patch embedding, class token and positions) and of its blocks,
+// which a captioner's encoder shares. model_kind() registers the ViT ("vit").
+nn::ModelSize model_size(const VitConfig& config);
+void add_embedding_sizes(nn::ModelSize& size, const VitConfig& config);
+void add_block_sizes(nn::ModelSize& size, const VitConfig& config);
+// "TYPE, d_model 192, 3 heads, d_ff 384, 6 encoder layers"
+std::string encoder_summary(const VitConfig& config, const std::string& type);
+nn::ModelKind model_kind();
 
 class VisionTransformer {
  public:

@@ -1,36 +1,20 @@
 #pragma once
 // Sizes of a model: parameters per block and in total, multiply-adds per token with the attention
-// term (which grows with the sequence length) apart. Block sizes come from building the real layers
-// into a scratch ParamStore (registration only, nothing is allocated), so they cannot drift from
-// the code; embeddings, patch embedding and heads are counted from their shapes.
+// term (which grows with the sequence length) apart, for `vitk info` and `vitk inspect`. Each model
+// sizes itself (vit/, vit/caption/, common/seq2seq/) from the real layers built into a scratch
+// ParamStore (registration only, nothing is allocated), so the counts cannot drift from the code;
+// embeddings, patch embedding and heads are counted from their shapes. The core knows no model by
+// name: a model registers a ModelKind, how its settings read and how a model of them is sized.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "common/nn/nn.h"
+#include "common/settings.h"
 
 namespace vitk::nn {
-
-// The architecture, as the [model] section of a config file and a checkpoint's attributes hold it.
-struct ModelSpec {
-  // "vit" | "transformer" (encoder-decoder) | "encoder" | "caption" (a ViT without its head
-  // whose patch tokens are the memory of a decoder, vit/caption/model.h)
-  std::string type = "transformer";
-  LayerConfig layer;
-  int encoder_layers = 6;
-  int decoder_layers = 6;
-  int64_t sequence_length = 128;  // tokens per sequence (source and target; caption: target)
-  int64_t vocab_size = 0;         // transformer/encoder: shared vocabulary (0: no embeddings)
-  bool tied_embeddings = true;    // source, target and output embeddings share one matrix
-  int64_t image_size = 224, patch_size = 16, channels = 3, num_classes = 1000;  // vit
-  std::vector<int64_t> stem_channels;           // vit: the convolutional stem's stages (vit/vit.h)
-  std::vector<int64_t> stem_strides;            // vit: their strides, 1 or 2 (empty: all 2)
-  int pos_convs = 0;                            // vit: positional convolutions (pos_conv_blocks)
-  int ffn_convs = 0;                            // vit: blocks whose MLP convolves (ffn_conv_blocks)
-  int64_t decoder_heads = 0, decoder_d_ff = 0;  // caption: the decoder's (0: the encoder's)
-  bool memory_class_token = true;               // caption: the class token is a memory token
-};
 
 struct BlockSize {
   std::string name;            // "encoder layer", "patch embedding", ...
@@ -43,15 +27,66 @@ struct BlockSize {
 };
 
 struct ModelSize {
+  std::string summary;   // "vit, d_model 192, 3 heads, d_ff 384, 6 encoder layers, pre-norm"
+  std::string sequence;  // "50 tokens (patches + class token)"
+  std::string unit;      // what one sequence is: "image", "source + target sequence", ...
   std::vector<BlockSize> blocks;
-  int64_t tokens = 0;  // sequence length T (for a ViT and a captioner's encoder: patches + class
-                       // token)
+  int64_t tokens = 0;  // the encoder's sequence length T
   int64_t total_params = 0;
-  double macs_per_sequence = 0;  // one image, one source and one target sequence, or one image and
-                                 // its caption (caption)
+  double macs_per_sequence = 0;  // one unit
   double attention_macs_per_sequence = 0;
+
+  void add(std::string name, int count, int64_t params, int64_t macs, int64_t positions,
+           int64_t attention_macs, std::string note);
+  // Sums the blocks into total_params and the per-sequence figures, plus `extra_macs` counted
+  // outside the blocks (cross-attention keys and values, projected once per memory token).
+  void finish(double extra_macs = 0);
 };
 
-ModelSize model_size(const ModelSpec& spec);
+// The parameters under `prefix` in a scratch store, and the multiply-adds per token of its 2-D
+// ".weight" tensors (a Linear computes out·in per row).
+int64_t count_params(const ParamStore& store, const std::string& prefix);
+int64_t count_linear_macs(const ParamStore& store, const std::string& prefix);
+
+// A model type as `vitk info` and `vitk inspect` know it: its settings (the [model] keys, with the
+// type's defaults) and how a model of given settings is sized. Registered by the model's layer.
+struct ModelKind {
+  std::string type;     // the [model] section's "type"
+  std::string summary;  // one line: what the model is
+  std::vector<settings::FieldInfo> fields;
+  // The sizes of a model of these settings (the given [model] keys as text; the others take the
+  // type's defaults). vitk::UsageError naming the setting at fault.
+  std::function<ModelSize(const std::map<std::string, std::string>& keys)> size;
+};
+
+// The model kinds a program knows, each registered once.
+class ModelRegistry {
+ public:
+  // std::logic_error for an empty or repeated type: a programming mistake.
+  void add(ModelKind kind);
+  const ModelKind* find(const std::string& type) const;  // nullptr when none
+  const std::vector<ModelKind>& all() const { return kinds_; }
+
+ private:
+  std::vector<ModelKind> kinds_;
+};
+
+// The text of `keys` read as settings of `schema` and validated, for a ModelKind's size function:
+// vitk::UsageError "--model.KEY ..." naming the setting at fault. Keys of other kinds are ignored
+// (one [model] section may serve `vitk info` for several).
+template <typename C>
+C settings_for_size(const settings::Schema<C>& schema,
+                    const std::map<std::string, std::string>& keys) {
+  C c;
+  try {
+    for (const auto& [key, value] : keys)
+      if (const settings::Field<C>* f = schema.find(key))
+        f->read(c, SettingReader{"--model." + key}, value);
+    c.validate();
+  } catch (const std::runtime_error& e) {  // vitk::Error from a reader, UsageError from a check
+    throw settings::option_error(e);
+  }
+  return c;
+}
 
 }  // namespace vitk::nn

@@ -21,8 +21,8 @@ uint64_t memory_bytes(const TransformerConfig& c) {
   const int64_t d = c.d_model, f = c.d_ff;
   // The parameters (a lower bound: embeddings and the layers' products), each held three times
   // while a checkpoint loads (values, gradients, the read's copy), and the position table.
-  uint64_t params = sat_product({c.vocab_size, d, c.tie_embeddings ? 1 : 3});
-  params = sat_add(params, sat_product({c.encoder_layers, 4 * d + 2 * f, d}));
+  uint64_t params = sat_product({c.vocab_size, d, c.tied_embeddings ? 1 : 3});
+  params = sat_add(params, sat_product({c.layers, 4 * d + 2 * f, d}));
   params = sat_add(params, sat_product({c.decoder_layers, 8 * d + 2 * f, d}));
   return sat_mul(4, sat_add(sat_mul(3, params), sat_product({c.max_length, d})));
 }
@@ -31,11 +31,11 @@ TransformerConfig stored_config(const std::string& path, const io::CheckpointMet
   io::require_config_keys(path, meta.config, kSizeKeys);
   const TransformerConfig c = from_config_map(meta.config, path);  // within validate()'s limits
   const io::StoredTensors stored = io::list_checkpoint(path);
-  io::check_layer_count(path, meta.config, stored, "encoder.layers.", "layers", c.encoder_layers);
+  io::check_layer_count(path, meta.config, stored, "encoder.layers.", "layers", c.layers);
   io::check_layer_count(path, meta.config, stored, "decoder.layers.", "decoder_layers",
                         c.decoder_layers);
   const std::string embed =
-      c.tie_embeddings ? "embed_tokens.weight" : "encoder.embed_tokens.weight";
+      c.tied_embeddings ? "embed_tokens.weight" : "encoder.embed_tokens.weight";
   io::check_implied_sizes(path, meta.config, stored,
                           {{embed, 1, c.d_model, {"d_model"}},
                            {embed, 0, c.vocab_size, {"vocab_size"}},

@@ -6,7 +6,9 @@
 #include <map>
 #include <string>
 
+#include "common/nn/model_info.h"
 #include "common/nn/nn.h"
+#include "common/settings.h"
 #include "common/vocabulary.h"
 
 namespace vitk::seq2seq {
@@ -17,35 +19,52 @@ constexpr int32_t kUnkId = Vocabulary::kUnk;
 constexpr int32_t kBosId = Vocabulary::kBos;
 constexpr int32_t kEosId = Vocabulary::kEos;
 
+// The translation model's settings, one line each: type, name (the [model] key of a config file,
+// --model.NAME and the checkpoint attribute), default, values allowed, help (common/settings.h).
+// transformer_schema() adds activation (relu | gelu). max_length counts BOS/EOS; tied_embeddings
+// is one matrix for the source embedding, the target embedding and the output projection (the
+// paper, §3.4), whose gradients of its three uses add up.
+#define VITK_TRANSFORMER_SETTINGS(X)                                                               \
+  X(int64_t, vocab_size, 8000, between(5, 1 << 24),                                                \
+    "one vocabulary for source and target (mt-train: the tokenizer's, --vocab-size)")              \
+  X(int64_t, d_model, 512, between(1, 65536), "model width")                                       \
+  X(int64_t, heads, 8, at_least(1), "attention heads")                                             \
+  X(int64_t, d_ff, 2048, between(1, 1 << 20), "feed-forward inner width")                          \
+  X(int, layers, 6, between(1, 1000), "encoder layers")                                            \
+  X(int, decoder_layers, 6, between(1, 1000), "decoder layers")                                    \
+  X(float, dropout, 0.1f, fraction(), "after embeddings, on residual branches and inside the FFN") \
+  X(float, attention_dropout, 0.f, fraction(), "on the attention weights")                         \
+  X(bool, pre_norm, false, any(), "true: pre-norm; false: the paper's post-norm")                  \
+  X(bool, tied_embeddings, true, any(),                                                            \
+    "one matrix for source and target embeddings and the output layer")                            \
+  X(int64_t, max_length, 1024, between(2, 1 << 20),                                                \
+    "longest source or target in tokens, with BOS/EOS")                                            \
+  X(float, norm_eps, 1e-5f, positive(), "layer norm epsilon")
+
 struct TransformerConfig {
-  int64_t vocab_size = 8000;  // one vocabulary for source and target
-  int64_t d_model = 512;
-  int64_t heads = 8;
-  int64_t d_ff = 2048;
-  int encoder_layers = 6;
-  int decoder_layers = 6;
-  float dropout = 0.1f;  // after embeddings + positions, on residual branches and inside the FFN
-  float attention_dropout = 0.f;  // on the attention weights
+  VITK_TRANSFORMER_SETTINGS(VITK_SETTING_MEMBER)
   ops::Activation activation = ops::Activation::relu;
-  bool pre_norm = false;  // false: the paper's post-norm; true: pre-norm with final norms
-  // One matrix for the source embedding, the target embedding and the output projection (the
-  // paper, §3.4): gradients of its three uses add up.
-  bool tie_embeddings = true;
-  int64_t max_length = 1024;  // longest source or target sequence (positions), with BOS/EOS
-  float norm_eps = 1e-5f;
 
   nn::LayerConfig layer_config() const;  // the core's settings of every layer
   void validate() const;                 // vitk::UsageError naming the model option at fault
 };
 
-// The configuration as text, with the keys of the [model] section that `vitk info` also reads:
-// "type" (= "transformer"), "vocab_size", "d_model", "heads", "d_ff", "layers" (encoder layers),
-// "decoder_layers", "dropout", "attention_dropout", "activation" (relu | gelu), "pre_norm",
-// "tied_embeddings", "max_length", "norm_eps". Floats read back exactly.
+// The settings table (VITK_TRANSFORMER_SETTINGS and activation) as a schema.
+const settings::Schema<TransformerConfig>& transformer_schema();
+// The configuration as text, for checkpoint attributes and a config file's [model] section:
+// "type" = "transformer" and every field of transformer_schema(). Floats read back exactly.
 std::map<std::string, std::string> to_config_map(const TransformerConfig& config);
 // The reverse: missing keys keep their defaults; an unknown key, a bad value or a type other than
 // "transformer" throws vitk::Error naming `source` (e.g. the checkpoint path) and the key.
 TransformerConfig from_config_map(const std::map<std::string, std::string>& map,
                                   const std::string& source);
+
+// Sizes for `vitk info` and `vitk inspect` (common/nn/model_info.h) of source and target sequences
+// of sequence_length tokens. model_kind() registers the translation model ("transformer"),
+// encoder_kind() its encoder alone ("encoder"); both also take `vitk info`'s sequence_length and
+// attention score.
+nn::ModelSize model_size(const TransformerConfig& config, int64_t sequence_length);
+nn::ModelKind model_kind();
+nn::ModelKind encoder_kind();
 
 }  // namespace vitk::seq2seq

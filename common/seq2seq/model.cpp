@@ -25,14 +25,14 @@ struct Transformer::Impl {
       : store(params),
         first_param(params.params().size()),
         source_embed(
-            &params.add(c.tie_embeddings ? "embed_tokens.weight" : "encoder.embed_tokens.weight",
+            &params.add(c.tied_embeddings ? "embed_tokens.weight" : "encoder.embed_tokens.weight",
                         {c.vocab_size, c.d_model})),
-        encoder(params, "encoder", c.layer_config(), c.encoder_layers, c.pre_norm),
-        target_embed(c.tie_embeddings
+        encoder(params, "encoder", c.layer_config(), c.layers, c.pre_norm),
+        target_embed(c.tied_embeddings
                          ? source_embed
                          : &params.add("decoder.embed_tokens.weight", {c.vocab_size, c.d_model})),
         decoder(params, "decoder", c.layer_config(), c.decoder_layers, c.pre_norm),
-        output(c.tie_embeddings
+        output(c.tied_embeddings
                    ? source_embed
                    : &params.add("output_projection.weight", {c.vocab_size, c.d_model})),
         end_param(params.params().size()),
@@ -105,7 +105,7 @@ void Transformer::init(ops::Rng& rng) {
     if (&p == m.source_embed || &p == m.target_embed || &p == m.output) {
       const double std = 1.0 / std::sqrt(static_cast<double>(d));
       for (int64_t j = 0; j < p.numel(); ++j) v[j] = static_cast<float>(rng.normal() * std);
-      if (&p != m.output || config_.tie_embeddings)
+      if (&p != m.output || config_.tied_embeddings)
         for (int64_t j = 0; j < d; ++j) v[kPadId * d + j] = 0.f;
     } else if (p.shape.size() == 2) {
       // Xavier-uniform of each [fan_out, fan_in] block: fused projections are q, k, v stacked.

@@ -4,8 +4,8 @@
 // sinusoids, dropout, the two stacks, and a linear output layer over the shared vocabulary.
 //
 // Parameter names, as fairseq's transformer (the layers inside follow the core's names):
-//   tie_embeddings = true:   embed_tokens.weight [V, d]  (source, target and output)
-//   tie_embeddings = false:  encoder.embed_tokens.weight, decoder.embed_tokens.weight [V, d],
+//   tied_embeddings = true:   embed_tokens.weight [V, d]  (source, target and output)
+//   tied_embeddings = false:  encoder.embed_tokens.weight, decoder.embed_tokens.weight [V, d],
 //                            output_projection.weight [V, d]
 //   encoder.layers.<i>.{norm1, attn.qkv, attn.proj, norm2, mlp.fc1, mlp.fc2}
 //   decoder.layers.<i>.{norm1, self_attn.qkv, self_attn.proj, norm2, cross_attn.q, cross_attn.kv,

@@ -14,7 +14,7 @@ TransformerConfig StepBenchOptions::small_model() {
   c.d_model = 256;
   c.heads = 4;
   c.d_ff = 1024;
-  c.encoder_layers = 3;
+  c.layers = 3;
   c.decoder_layers = 3;
   c.dropout = 0.1f;
   c.attention_dropout = 0.f;
@@ -48,7 +48,7 @@ bench::StepResult run_step_bench(const StepBenchOptions& o, std::ostream* log) {
   batch.target_tokens = B * Tt;
 
   TrainOptions options;  // the paper's Adam and label smoothing 0.1, as `vitk mt-train`
-  options.precision = o.precision;
+  options.loop.precision = o.precision;
   TranslationTask task(o.model, options, std::move(batch));
   bench::StepResult r = bench::time_training_steps(task, o.precision, o.timing, log);
   r.parameters = task.params().numel();
@@ -57,15 +57,15 @@ bench::StepResult run_step_bench(const StepBenchOptions& o, std::ostream* log) {
 
 void print_step_bench(std::ostream& out, const StepBenchOptions& o, const bench::StepResult& r) {
   const auto& m = o.model;
-  const std::string model =
-      "d " + std::to_string(m.d_model) + ", " + std::to_string(m.encoder_layers) + "+" +
-      std::to_string(m.decoder_layers) + " layers, " + std::to_string(m.heads) + " heads, d_ff " +
-      std::to_string(m.d_ff) + ", vocabulary " + std::to_string(m.vocab_size);
+  const std::string model = "d " + std::to_string(m.d_model) + ", " + std::to_string(m.layers) +
+                            "+" + std::to_string(m.decoder_layers) + " layers, " +
+                            std::to_string(m.heads) + " heads, d_ff " + std::to_string(m.d_ff) +
+                            ", vocabulary " + std::to_string(m.vocab_size);
   const std::string what =
       model + ", batch " + std::to_string(o.batch) + "x" + std::to_string(o.source_length) + "->" +
       std::to_string(o.target_length) + ", " + ops::precision_name(o.precision);
   bench::print_step_model(
-      out, "mt-step", "Transformer, " + model + (m.tie_embeddings ? " (tied)" : " (untied)"), r);
+      out, "mt-step", "Transformer, " + model + (m.tied_embeddings ? " (tied)" : " (untied)"), r);
   bench::print_step_result(out, "mt-step", what, static_cast<double>(o.batch * o.target_length),
                            "target tokens", r);
 }

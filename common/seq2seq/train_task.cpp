@@ -80,15 +80,15 @@ void TranslationTask::setup(const io::CheckpointMeta* resumed, uint64_t seed,
 // trained on the training text.
 void TranslationTask::make_vocabulary(const io::CheckpointMeta* resumed) {
   if (resumed) {
-    cfg_ = stored_config(o_.resume, *resumed);
+    cfg_ = stored_config(o_.loop.resume, *resumed);
     const auto now = to_config_map(o_.model), then = to_config_map(cfg_);
     for (const std::string& key : o_.model_keys_given) {
       auto a = now.find(key), b = then.find(key);
       if (key != "vocab_size" && a != now.end() && b != then.end() && a->second != b->second)
         throw UsageError("--model." + key + " " + a->second + " differs from the checkpoint's " +
-                         b->second + " (" + o_.resume + "); a resumed run keeps its model");
+                         b->second + " (" + o_.loop.resume + "); a resumed run keeps its model");
     }
-    vocabulary_ = data_->vocabulary_from_bytes(tokenizer_bytes(*resumed, o_.resume));
+    vocabulary_ = data_->vocabulary_from_bytes(tokenizer_bytes(*resumed, o_.loop.resume));
     vocabulary_note_ = "the checkpoint's (" + std::to_string(vocabulary_->size()) + " pieces)";
     return;
   }
@@ -330,15 +330,15 @@ void TranslationTask::log_setup(std::ostream& L) const {
   L << corpus_line(train_, "train") << "\n" << corpus_line(valid_, "valid") << "\n";
   L << "tokenizer: " << vocabulary_note_ << "\n";
   const auto& c = cfg_;
-  L << "model: transformer " << c.encoder_layers << "+" << c.decoder_layers << " layers, d_model "
+  L << "model: transformer " << c.layers << "+" << c.decoder_layers << " layers, d_model "
     << c.d_model << ", " << c.heads << " heads, d_ff " << c.d_ff << ", "
     << (c.pre_norm ? "pre-norm" : "post-norm") << ", vocabulary " << c.vocab_size
-    << (c.tie_embeddings ? " (tied embeddings)" : "") << ", dropout " << format_general(c.dropout)
+    << (c.tied_embeddings ? " (tied embeddings)" : "") << ", dropout " << format_general(c.dropout)
     << ", max_length " << c.max_length << "; " << params_->numel() << " parameters\n";
   L << "optimizer: Adam (0.9, 0.98, eps 1e-9), inverse-sqrt schedule, warmup " << o_.warmup_steps
     << " steps, peak lr " << format_general(schedule().lr(o_.warmup_steps - 1))
     << ", label smoothing " << format_general(o_.label_smoothing) << ", clip-grad "
-    << (o_.clip_grad > 0 ? format_general(o_.clip_grad) : std::string("off"))
+    << (o_.loop.clip_grad > 0 ? format_general(o_.loop.clip_grad) : std::string("off"))
     << ", scheduled sampling " << format_general(o_.scheduled_sampling) << "\n";
   L << std::flush;
 }

@@ -3,6 +3,7 @@
 #include "common/train/trainer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -126,6 +127,28 @@ struct Trainer::Impl {
   std::string best_text() const;
   void print_profile();
 };
+
+void Options::validate() const {
+  auto need = [](bool ok, const char* option, const std::string& what, double got) {
+    if (!ok)
+      throw UsageError(std::string("--") + option + " must be " + what + ", got " +
+                       format_general(got, 6));
+  };
+  need(epochs >= 1, "epochs", "at least 1", epochs);
+  need(steps >= 0, "steps", ">= 0 (0: whole --epochs)", static_cast<double>(steps));
+  need(max_steps >= 0, "max-steps", ">= 0 (0: no limit)", static_cast<double>(max_steps));
+  need(clip_grad >= 0 && std::isfinite(clip_grad), "clip-grad", ">= 0 (0: off)", clip_grad);
+  need(model_ema_decay >= 0 && model_ema_decay < 1, "model-ema-decay", "in [0, 1)",
+       model_ema_decay);
+  need(log_interval >= 1, "log-interval", "at least 1", static_cast<double>(log_interval));
+  need(profile_every >= 0, "profile-every", ">= 0 (0: only at the end)",
+       static_cast<double>(profile_every));
+  need(accum_steps >= 1, "accum-steps", "at least 1", accum_steps);
+  need(checkpoint_every >= 0, "checkpoint-every", ">= 0 (0: off)",
+       static_cast<double>(checkpoint_every));
+  need(early_stopping >= 0, "early-stopping", ">= 0 (0: off)", early_stopping);
+  need(keep_last >= 0, "keep-last", ">= 0", keep_last);
+}
 
 Trainer::Trainer(Task& task, Options options, std::ostream& log, bool tty,
                  const std::atomic<int>* stop)

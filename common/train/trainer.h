@@ -41,6 +41,8 @@ namespace vitk::train {
 
 enum class Every { epochs, steps };
 
+// The loop's options. Every model's training options embed them (TrainOptions::loop), so that
+// they are declared, checked and passed on once.
 struct Options {
   std::string output;  // the run directory
   std::string resume;  // a run's last.h5; empty: a new run
@@ -70,11 +72,13 @@ struct Options {
   int accum_steps = 1;
   size_t bucket_bytes = 25u << 20;
   bool check_final_claims = false;  // tests: StepOptions::check_final_claims
+
+  // vitk::UsageError naming the option at fault as its command line spells it ("--epochs must be
+  // at least 1, got 0").
+  void validate() const;
 };
 
-// The loop's options that every model's training options carry under the same names (--output,
-// --resume, --epochs, --max-steps, --seed, --clip-grad, --precision, --log-interval, --profile,
-// --profile-every, --accum-steps, --bucket-mb, --checkpoint-every); the model sets the rest.
+// TODO(caption): until CaptionTrainOptions embeds train::Options.
 template <typename ModelOptions>
 Options loop_options(const ModelOptions& m) {
   Options o;

@@ -1,6 +1,4 @@
-// The captioning model's size (common/nn/model_info.h) equals the parameters it registers, tied
-// or not, and its decoder's multiply-adds grow with the memory. (Sizes against published figures:
-// common/test_model_info.cpp.)
+// A captioner's sizes (caption::model_size) against the parameters the model registers.
 #include <gtest/gtest.h>
 
 #include "common/error.h"
@@ -11,7 +9,6 @@
 
 using namespace vitk;
 using vitk::test::block;
-using vitk::test::vit_spec;
 
 // A captioning model (vit/caption/model.h): the count equals the parameters the model registers,
 // tied or not; the decoder's multiply-adds grow with the memory by the cross-attention's keys and
@@ -19,25 +16,10 @@ using vitk::test::vit_spec;
 TEST(ModelInfo, CaptionCountsWhatTheModelRegisters) {
   for (bool tied : {true, false}) {
     SCOPED_TRACE(tied ? "tied" : "untied");
-    nn::ModelSpec s = vit_spec(64, 2, 2);
-    s.type = "caption";
-    s.layer.d_ff = 96;
-    s.image_size = 32;
-    s.patch_size = 8;
-    s.channels = 1;
-    s.stem_channels = {8, 16};
-    s.pos_convs = 1;
-    s.decoder_layers = 3;
-    s.decoder_heads = 4;
-    s.decoder_d_ff = 80;
-    s.sequence_length = 12;
-    s.vocab_size = 50;
-    s.tied_embeddings = tied;
     caption::CaptionConfig c;
     c.encoder.image_height = c.encoder.image_width = 32;
     c.encoder.patch_size = 8;
     c.encoder.channels = 1;
-    c.encoder.num_classes = 0;
     c.encoder.d_model = 64;
     c.encoder.heads = 2;
     c.encoder.d_ff = 96;
@@ -52,21 +34,21 @@ TEST(ModelInfo, CaptionCountsWhatTheModelRegisters) {
     c.max_length = 12;
     c.vocab_size = 50;
     c.tie_embeddings = tied;
+    c.validate();
     ParamStore store;
     caption::CaptionModel model(store, c);
-    const nn::ModelSize size = nn::model_size(s);
+    const nn::ModelSize size = caption::model_size(c);
     EXPECT_EQ(size.total_params, store.numel());
     EXPECT_EQ(block(size, "decoder layer").positions, 12);
     EXPECT_EQ(block(size, "output projection").macs, 64 * 50);
 
-    s.memory_class_token = false;  // one memory token fewer: 17 -> 16
-    const nn::ModelSize patches = nn::model_size(s);
+    c.memory_class_token = false;  // one memory token fewer: 17 -> 16
+    const nn::ModelSize patches = caption::model_size(c);
     EXPECT_EQ(patches.total_params, size.total_params);
     EXPECT_DOUBLE_EQ(size.macs_per_sequence - patches.macs_per_sequence,
                      3.0 * (2 * 64 * 64 + 12 * 2 * 64));
   }
-  nn::ModelSpec s = vit_spec(64, 2, 2);
-  s.type = "caption";
-  s.decoder_heads = 3;  // does not divide 64
-  EXPECT_THROW(nn::model_size(s), UsageError);
+  const nn::ModelKind kind = caption::model_kind();
+  EXPECT_THROW(kind.size({{"d_model", "64"}, {"heads", "2"}, {"decoder_heads", "3"}}),
+               UsageError);  // 3 does not divide 64
 }

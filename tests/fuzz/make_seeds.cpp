@@ -246,7 +246,7 @@ void checkpoints(const vitk::datasets::Tokenizer& tok) {
   {
     vitk::seq2seq::TransformerConfig c;
     c.vocab_size = tok.size(), c.d_model = 8, c.heads = 2, c.d_ff = 8;
-    c.encoder_layers = 1, c.decoder_layers = 1, c.max_length = 16;
+    c.layers = 1, c.decoder_layers = 1, c.max_length = 16;
     vitk::ParamStore params;
     vitk::seq2seq::Transformer model(params, c);
     params.finalize();

@@ -28,7 +28,7 @@ struct TinyTranslator {
     c.d_model = 16;
     c.heads = 2;
     c.d_ff = 32;
-    c.encoder_layers = 1;
+    c.layers = 1;
     c.decoder_layers = 2;
     c.dropout = 0;
     c.max_length = 32;

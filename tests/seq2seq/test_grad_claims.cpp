@@ -30,9 +30,9 @@ TEST_P(GradClaimsTranslation, NoGradientChangesAfterItIsDeclaredFinal) {
   c.d_model = 16;
   c.heads = 2;
   c.d_ff = 32;
-  c.encoder_layers = 2;
+  c.layers = 2;
   c.decoder_layers = 3;
-  c.tie_embeddings = GetParam().tied;
+  c.tied_embeddings = GetParam().tied;
   c.pre_norm = GetParam().pre_norm;
   vitk::ops::Rng rng(5);
   const int64_t B = 3, T = 5;
@@ -55,7 +55,7 @@ TEST_P(GradClaimsTranslation, NoGradientChangesAfterItIsDeclaredFinal) {
   vitk::seq2seq::TranslationTask task(c, options, std::move(batch));
   int64_t claims = 0;
   ASSERT_NO_THROW(claims = checked_steps(task));
-  EXPECT_EQ(claims, 2 * (c.encoder_layers + c.decoder_layers));
+  EXPECT_EQ(claims, 2 * (c.layers + c.decoder_layers));
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, GradClaimsTranslation,

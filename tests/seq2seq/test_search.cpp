@@ -36,10 +36,10 @@ struct RandomModel {
     c.d_model = 16;
     c.heads = 2;
     c.d_ff = 32;
-    c.encoder_layers = 1;
+    c.layers = 1;
     c.decoder_layers = 2;
     c.pre_norm = pre_norm;
-    c.tie_embeddings = false;
+    c.tied_embeddings = false;
     c.max_length = 64;
     model = std::make_unique<Transformer>(store, c);
     store.finalize();

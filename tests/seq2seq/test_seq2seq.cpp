@@ -38,12 +38,12 @@ TransformerConfig tiny_config(bool pre_norm, bool tied) {
   c.d_model = 8;
   c.heads = 2;
   c.d_ff = 12;
-  c.encoder_layers = 2;
+  c.layers = 2;
   c.decoder_layers = 2;
   c.dropout = 0.f;
   c.activation = ops::Activation::gelu;  // smooth, for the finite differences
   c.pre_norm = pre_norm;
-  c.tie_embeddings = tied;
+  c.tied_embeddings = tied;
   c.max_length = 16;
   return c;
 }
@@ -109,7 +109,7 @@ TEST(Seq2SeqConfig, TextRoundTripAndErrors) {
   bad["vocab_size"] = "4";
   EXPECT_NE(error_of(bad).find("vocab_size"), std::string::npos);
   // The preset keys `vitk info` reads are the same.
-  EXPECT_EQ(from_config_map({{"layers", "3"}, {"decoder_layers", "1"}}, "x").encoder_layers, 3);
+  EXPECT_EQ(from_config_map({{"layers", "3"}, {"decoder_layers", "1"}}, "x").layers, 3);
 }
 
 // ---- Parameters ----
@@ -150,17 +150,12 @@ TEST(Seq2SeqModel, ParameterCountMatchesVitkInfo) {
     c.d_model = 256;
     c.heads = 4;
     c.d_ff = 1024;
-    c.encoder_layers = c.decoder_layers = 3;
+    c.layers = c.decoder_layers = 3;
     c.pre_norm = pre_norm;
-    c.tie_embeddings = !pre_norm;
+    c.tied_embeddings = !pre_norm;
     ParamStore store;
     Transformer model(store, c);
-    nn::ModelSpec spec;
-    spec.layer = c.layer_config();
-    spec.encoder_layers = spec.decoder_layers = 3;
-    spec.vocab_size = c.vocab_size;
-    spec.tied_embeddings = c.tie_embeddings;
-    EXPECT_EQ(store.numel(), nn::model_size(spec).total_params) << "pre_norm " << pre_norm;
+    EXPECT_EQ(store.numel(), seq2seq::model_size(c, 128).total_params) << "pre_norm " << pre_norm;
     if (!pre_norm) {
       EXPECT_EQ(store.numel(), 7577600);  // configs/transformer-small.ini
     }
@@ -573,7 +568,7 @@ TEST_P(Seq2SeqParity, MatchesPyTorch) {
   const Tensor want_logits = f.read_f32("output/logits");
   if (precision != ops::Precision::f32) {
     const int products =
-        6 * static_cast<int>(c.encoder_layers) + 11 * static_cast<int>(c.decoder_layers) + 1;
+        6 * static_cast<int>(c.layers) + 11 * static_cast<int>(c.decoder_layers) + 1;
     const test::OutputDiff d = test::output_diff(logits, want_logits);
     const double bound = 2 * test::kBf16Roundoff * products * d.scale;
     std::printf("[ bf16 ] %s logits: max |diff| %.3g (bound %.3g), relative L2 %.3g\n",
@@ -673,11 +668,11 @@ int train_task(bool reverse, bool pre_norm, bool tied) {
   c.d_model = 32;
   c.heads = 4;
   c.d_ff = 64;
-  c.encoder_layers = 2;
+  c.layers = 2;
   c.decoder_layers = 2;
   c.dropout = 0.f;
   c.pre_norm = pre_norm;
-  c.tie_embeddings = tied;
+  c.tied_embeddings = tied;
   c.max_length = 64;
   ParamStore store;
   Transformer model(store, c);
@@ -738,7 +733,7 @@ std::vector<double> copy_losses(ops::Precision precision, int steps) {
   c.d_model = 64;
   c.heads = 1;
   c.d_ff = 128;
-  c.encoder_layers = 2;
+  c.layers = 2;
   c.decoder_layers = 2;
   c.dropout = 0.f;
   c.max_length = 32;

@@ -92,10 +92,10 @@ TEST(Recipes, FinetuneDefaultsComeFromTheRecipeAndGivenOptionsWin) {
   EXPECT_FLOAT_EQ(t.lr, 0.0075f);
   EXPECT_EQ(t.min_lr, 0.f);
   EXPECT_EQ(t.weight_decay, 0.f);
-  EXPECT_EQ(t.clip_grad, 1.f);
+  EXPECT_EQ(t.loop.clip_grad, 1.f);
   EXPECT_EQ(t.smoothing, 0.f);
   EXPECT_EQ(t.augment.smoothing, 0.f);
-  EXPECT_EQ(t.epochs, 10);
+  EXPECT_EQ(t.loop.epochs, 10);
   EXPECT_FLOAT_EQ(t.warmup_epochs, 0.5f);
   EXPECT_EQ(t.momentum, 0.9f);
   EXPECT_EQ(t.layer_decay, 1.f);
@@ -110,9 +110,9 @@ TEST(Recipes, FinetuneDefaultsComeFromTheRecipeAndGivenOptionsWin) {
     EXPECT_FLOAT_EQ(t.lr, 6.25e-7f);
     EXPECT_EQ(t.min_lr, t.lr);
     EXPECT_EQ(t.weight_decay, 1e-8f);
-    EXPECT_EQ(t.clip_grad, 0.f);
+    EXPECT_EQ(t.loop.clip_grad, 0.f);
     EXPECT_FLOAT_EQ(t.smoothing, 0.1f);
-    EXPECT_EQ(t.epochs, 30);
+    EXPECT_EQ(t.loop.epochs, 30);
     EXPECT_FLOAT_EQ(t.warmup_epochs, 5.f);
   }
 
@@ -129,7 +129,7 @@ TEST(Recipes, FinetuneDefaultsComeFromTheRecipeAndGivenOptionsWin) {
   EXPECT_EQ(t.finetune.image_width, 256);
   EXPECT_EQ(t.finetune.align_corners, std::optional<bool>(true));
   EXPECT_EQ(t.finetune.num_classes, 10);
-  EXPECT_EQ(t.clip_grad, 2.f);
+  EXPECT_EQ(t.loop.clip_grad, 2.f);
   EXPECT_FALSE(parse_finetune({"--align-corners=false"}).finetune.align_corners.value());
 
   EXPECT_THROW(parse_finetune({"--num-classes", "0"}), po::error);
@@ -139,7 +139,7 @@ TEST(Recipes, FinetuneDefaultsComeFromTheRecipeAndGivenOptionsWin) {
 
 TEST(Recipes, StepsSetTheRunsLengthAndTheRecipesWarmupIsAShareOfThem) {
   vit::TrainOptions t = parse_finetune({"--from", "a.h5", "--steps", "350", "-b", "64"});
-  EXPECT_EQ(t.steps, 350);
+  EXPECT_EQ(t.loop.steps, 350);
   EXPECT_FLOAT_EQ(t.warmup_share, static_cast<float>(vit::recipe("vit").warmup_fraction));
   t.data = "imgs";
   EXPECT_NO_THROW(t.validate());
@@ -148,9 +148,9 @@ TEST(Recipes, StepsSetTheRunsLengthAndTheRecipesWarmupIsAShareOfThem) {
   EXPECT_EQ(t.warmup_share, 0.f);
   EXPECT_FLOAT_EQ(t.warmup_epochs, 0.02f);
   t = parse_train(tools::TrainCommand::train, {"--steps", "100", "--warmup-epochs", "0.5"});
-  EXPECT_EQ(t.steps, 100);
+  EXPECT_EQ(t.loop.steps, 100);
   EXPECT_EQ(t.warmup_share, 0.f);
-  EXPECT_EQ(parse_train(tools::TrainCommand::train, {}).steps, 0);
+  EXPECT_EQ(parse_train(tools::TrainCommand::train, {}).loop.steps, 0);
   // Both lengths at once is a mistake; so is a run of no steps.
   try {
     parse_finetune({"--steps", "350", "--epochs", "2"});
@@ -235,9 +235,9 @@ TEST(Recipes, TrainKeepsItsDefaults) {
   EXPECT_FLOAT_EQ(t.lr, 5e-4f);
   EXPECT_FLOAT_EQ(t.min_lr, 1e-5f);
   EXPECT_FLOAT_EQ(t.weight_decay, 0.05f);
-  EXPECT_EQ(t.clip_grad, 0.f);
+  EXPECT_EQ(t.loop.clip_grad, 0.f);
   EXPECT_FLOAT_EQ(t.smoothing, 0.1f);
-  EXPECT_EQ(t.epochs, 30);
+  EXPECT_EQ(t.loop.epochs, 30);
   EXPECT_EQ(t.warmup_epochs, 5.f);
   EXPECT_EQ(t.layer_decay, 1.f);
   EXPECT_EQ(t.model.d_model, 768);

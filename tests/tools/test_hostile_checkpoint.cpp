@@ -137,11 +137,12 @@ TEST_F(Hostile, SizesThatDisagreeWithTheTensorsNameTheKey) {
     const char* value;
     const char* said;
   };
-  for (const Case& c : {Case{"config.image_size", "20000", "config.image_size = 20000"},
-                        Case{"config.d_model", "805306368", "d_model must be at most"},
-                        Case{"config.d_model", "384", "config.d_model = 384"},
-                        Case{"config.num_classes", "11", "config.num_classes = 11"},
-                        Case{"config.layers", "7", "config.layers = 7"}}) {
+  for (const Case& c :
+       {Case{"config.image_size", "20000", "config.image_size = 20000"},
+        Case{"config.d_model", "805306368", "d_model must be in [1, 65536], got 805306368"},
+        Case{"config.d_model", "384", "config.d_model = 384"},
+        Case{"config.num_classes", "11", "config.num_classes = 11"},
+        Case{"config.layers", "7", "config.layers = 7"}}) {
     const std::string model = vit_copy();
     Edit(model).set_attr(c.key, c.value);
     const ProcessResult r = run({"classify", "--model", model, "/dev/null"});

@@ -134,7 +134,7 @@ TEST(TranslationCheckpoint, RoundTripsWeightsConfigTokenizerAndState) {
   fs::create_directories(dir);
   vitk::seq2seq::TransformerConfig c;
   c.vocab_size = 11, c.d_model = 8, c.heads = 2, c.d_ff = 16;
-  c.encoder_layers = 1, c.decoder_layers = 2, c.dropout = 0.25f, c.max_length = 17;
+  c.layers = 1, c.decoder_layers = 2, c.dropout = 0.25f, c.max_length = 17;
   vitk::ParamStore params;
   vitk::seq2seq::Transformer model(params, c);
   params.finalize();

@@ -197,7 +197,7 @@ TEST_F(PlotCli, TranslateDrawsOneAlignmentPerTranslatedLine) {
   c.d_model = 16;
   c.heads = 2;
   c.d_ff = 32;
-  c.encoder_layers = 1;
+  c.layers = 1;
   c.decoder_layers = 2;
   c.dropout = 0;
   c.max_length = 32;

@@ -53,7 +53,7 @@ struct TinyTranslation {
 
   TinyTranslation() {
     config.vocab_size = 16, config.d_model = 8, config.heads = 2, config.d_ff = 16;
-    config.encoder_layers = 1, config.decoder_layers = 1, config.max_length = 32;
+    config.layers = 1, config.decoder_layers = 1, config.max_length = 32;
     model = std::make_unique<seq2seq::Transformer>(params, config);
     params.finalize();
     ops::Rng rng(1);

@@ -41,18 +41,35 @@
 
 namespace vitk::caption {
 
+// The captioner's own settings, one line each: type, name (the [model] key, --model.NAME, the
+// checkpoint attribute), default, values allowed, help (common/settings.h). caption_schema()
+// adds the encoder's: every ViT setting but num_classes.
+#define VITK_CAPTION_SETTINGS(X)                                                             \
+  X(int64_t, vocab_size, 1000, between(5, 1 << 24),                                          \
+    "vocabulary size (caption-train: the SentencePiece model's, --vocab-size)")              \
+  X(int64_t, max_length, 40, between(2, 4096), "target positions (BOS included)")            \
+  X(int, decoder_layers, 2, between(1, 1000), "decoder layers")                              \
+  X(int64_t, decoder_heads, 4, at_least(1), "decoder attention heads")                       \
+  X(int64_t, decoder_d_ff, 0, between(0, 1 << 20),                                           \
+    "decoder feed-forward width (0: the encoder's)")                                         \
+  X(float, decoder_dropout, 0.1f, fraction(),                                                \
+    "decoder dropout: after embeddings + positions, residual branches, FFN")                 \
+  X(float, decoder_attention_dropout, 0.f, fraction(), "dropout on the decoder's attention") \
+  X(bool, tie_embeddings, true, any(), "the output layer is the token embedding matrix")     \
+  X(bool, memory_class_token, true, any(),                                                   \
+    "the class token's row is one of the decoder's memory tokens")                           \
+  X(bool, memory_positions, false, any(), "add the patch grid's 2-D sine-cosine code to the memory")
+
+// A ViT without a head, as a captioner's encoder.
+inline vit::VitConfig headless_vit() {
+  vit::VitConfig c;
+  c.num_classes = 0;
+  return c;
+}
+
 struct CaptionConfig {
-  vit::VitConfig encoder;  // num_classes 0 and pool "token" (set by validate's caller)
-  int64_t vocab_size = 1000;
-  int64_t max_length = 40;  // target positions (BOS included)
-  int decoder_layers = 2;
-  int64_t decoder_heads = 4;
-  int64_t decoder_d_ff = 0;      // 0: the encoder's d_ff
-  float decoder_dropout = 0.1f;  // after embeddings + positions, residual branches, FFN
-  float decoder_attention_dropout = 0.f;
-  bool tie_embeddings = true;      // output layer = token embedding matrix
-  bool memory_class_token = true;  // the class token's row is part of the decoder's memory
-  bool memory_positions = false;   // add the patch grid's 2-D sine-cosine code to the memory
+  vit::VitConfig encoder = headless_vit();  // num_classes 0, pool "token"
+  VITK_CAPTION_SETTINGS(VITK_SETTING_MEMBER)
 
   int64_t d_model() const { return encoder.d_model; }
   int64_t d_ff() const { return decoder_d_ff > 0 ? decoder_d_ff : encoder.d_ff; }
@@ -61,16 +78,20 @@ struct CaptionConfig {
   void validate() const;  // vitk::UsageError naming the model option at fault
 };
 
-// As text, for checkpoint attributes and a config file's [model] section: "type" = "caption",
-// every key of the ViT's configuration but "type" and "num_classes" (the encoder's), and
-// "vocab_size", "max_length", "decoder_layers", "decoder_heads", "decoder_d_ff",
-// "decoder_dropout", "decoder_attention_dropout", "tie_embeddings", "memory_class_token",
-// "memory_positions".
+// The settings table as a schema (VITK_CAPTION_SETTINGS and the encoder's).
+const settings::Schema<CaptionConfig>& caption_schema();
+// As text, for checkpoint attributes and a config file's [model] section: "type" = "caption" and
+// every field of caption_schema().
 std::map<std::string, std::string> to_config_map(const CaptionConfig& config);
 // The reverse; vitk::Error naming `source` and the key for an unknown key, a bad value or a type
 // other than "caption". Missing keys keep their defaults.
 CaptionConfig caption_config_from_map(const std::map<std::string, std::string>& map,
                                       const std::string& source);
+
+// Sizes for `vitk info` and `vitk inspect` (common/nn/model_info.h); model_kind() registers the
+// captioner ("caption").
+nn::ModelSize model_size(const CaptionConfig& config);
+nn::ModelKind model_kind();
 
 class CaptionModel {
  public:
