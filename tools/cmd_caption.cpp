@@ -189,8 +189,7 @@ caption::CaptionTrainOptions caption_train_options(const po::variables_map& vm) 
   t.data = str(vm, "data");
   t.paths = {str(vm, "train-captions"), str(vm, "train-images"), str(vm, "val-captions"),
              str(vm, "val-images")};
-  t.output = str(vm, "output");
-  t.resume = str(vm, "resume");
+  read_loop_options(vm, t.loop);
   t.spm = str(vm, "spm");
   t.vocab_size = vm["vocab-size"].as<int>();
   t.phrases = caption_phrases(str(vm, "phrases"));
@@ -198,33 +197,26 @@ caption::CaptionTrainOptions caption_train_options(const po::variables_map& vm) 
   t.encoder_lr_scale = vm["encoder-lr-scale"].as<float>();
   t.model = settings_from(vm, caption::caption_schema(), caption::CaptionConfig{});
   t.model_keys_given = given_setting_keys(vm);
-  t.epochs = vm["epochs"].as<int>();
-  t.steps = vm["steps"].as<int64_t>();
-  if (option_given(vm, "steps") && option_given(vm, "epochs") && t.steps > 0)
+  t.loop.epochs = vm["epochs"].as<int>();
+  t.loop.steps = vm["steps"].as<int64_t>();
+  if (option_given(vm, "steps") && option_given(vm, "epochs") && t.loop.steps > 0)
     throw UsageError("give --epochs or --steps, not both");
   t.batch_size = vm["batch-size"].as<int64_t>();
   t.lr = vm["lr"].as<float>();
   t.min_lr = vm["min-lr"].as<float>();
   t.warmup_epochs = vm["warmup-epochs"].as<float>();
   t.weight_decay = vm["weight-decay"].as<float>();
-  t.clip_grad = vm["clip-grad"].as<float>();
+  t.loop.clip_grad = vm["clip-grad"].as<float>();
   t.smoothing = vm["label-smoothing"].as<float>();
   t.attention_penalty = vm["attention-penalty"].as<float>();
   t.references = vm["references"].as<std::string>();
   t.hflip = vm["hflip"].as<float>();
   t.hflip_swap = hflip_swaps(vm["hflip-swap"].as<std::string>());
-  t.model_ema = vm["model-ema"].as<bool>();
-  t.model_ema_decay = vm["model-ema-decay"].as<double>();
-  t.seed = vm["seed"].as<uint64_t>();
-  t.max_steps = vm["max-steps"].as<int64_t>();
-  t.val_interval = vm["val-interval"].as<int64_t>();
+  t.loop.model_ema = vm["model-ema"].as<bool>();
+  t.loop.model_ema_decay = vm["model-ema-decay"].as<double>();
+  t.loop.valid_every = vm["val-interval"].as<int64_t>();
   t.val_images = vm["val-images-max"].as<int64_t>();
-  t.log_interval = vm["log-interval"].as<int64_t>();
   t.prefetch = vm["prefetch"].as<int>();
-  t.profile_every = profile_every(vm, &t.profile);
-  read_parallel_options(vm, &t.accum_steps, &t.bucket_mb);
-  t.checkpoint_every = read_checkpoint_every(vm);
-  t.precision = precision_from(vm, /*training=*/true);
   return t;
 }
 

@@ -85,6 +85,26 @@ void add_finetune_options(po::options_description& o) {
   o.add(f);
 }
 
+int64_t read_checkpoint_every(const po::variables_map& vm) {
+  const int64_t n = vm["checkpoint-every"].as<int64_t>();
+  if (n < 0)
+    throw UsageError("--checkpoint-every must be 0 (off) or more, got " + std::to_string(n));
+  return n;
+}
+
+void read_parallel_options(const po::variables_map& vm, int* accum_steps, double* bucket_mb) {
+  *accum_steps = vm["accum-steps"].as<int>();
+  *bucket_mb = vm["bucket-mb"].as<double>();
+  if (!(*bucket_mb >= 0.001 && *bucket_mb <= 4096))
+    throw UsageError("--bucket-mb must be in 0.001..4096, got " + format_general(*bucket_mb));
+}
+
+int64_t profile_every(const po::variables_map& vm, bool* profile) {
+  const int64_t every = vm["profile-every"].as<int64_t>();
+  *profile = vm["profile"].as<bool>() || every > 0;
+  return every;
+}
+
 }  // namespace
 
 void add_train_options(po::options_description& o, TrainCommand command) {
@@ -305,13 +325,6 @@ void add_checkpoint_every_option(po::options_description& o) {
        "steps (0: only at each metrics row)");
 }
 
-int64_t read_checkpoint_every(const po::variables_map& vm) {
-  const int64_t n = vm["checkpoint-every"].as<int64_t>();
-  if (n < 0)
-    throw UsageError("--checkpoint-every must be 0 (off) or more, got " + std::to_string(n));
-  return n;
-}
-
 void read_loop_options(const po::variables_map& vm, train::Options& loop) {
   auto text = [&](const char* name) {
     return vm.count(name) ? vm[name].as<std::string>() : std::string();
@@ -327,19 +340,6 @@ void read_loop_options(const po::variables_map& vm, train::Options& loop) {
   loop.bucket_bytes = static_cast<size_t>(bucket_mb * 1048576.0);
   loop.checkpoint_every = read_checkpoint_every(vm);
   loop.precision = precision_from(vm, /*training=*/true);
-}
-
-void read_parallel_options(const po::variables_map& vm, int* accum_steps, double* bucket_mb) {
-  *accum_steps = vm["accum-steps"].as<int>();
-  *bucket_mb = vm["bucket-mb"].as<double>();
-  if (!(*bucket_mb >= 0.001 && *bucket_mb <= 4096))
-    throw UsageError("--bucket-mb must be in 0.001..4096, got " + format_general(*bucket_mb));
-}
-
-int64_t profile_every(const po::variables_map& vm, bool* profile) {
-  const int64_t every = vm["profile-every"].as<int64_t>();
-  *profile = vm["profile"].as<bool>() || every > 0;
-  return every;
 }
 
 const std::atomic<int>& install_stop_flag() {

@@ -26,26 +26,21 @@ vit::TrainOptions train_options(const po::variables_map& vm, TrainCommand comman
 // interrupted (the checkpoint is saved).
 int run_training(const vit::TrainOptions& options);
 
-// --profile and --profile-every N of the trainers (`vitk train`, `vitk finetune`, `vitk mt-train`),
-// and their values: returns N and sets *profile (--profile-every implies --profile). A negative N
-// is left to the trainer's validate().
+// --profile and --profile-every N of the trainers (--profile-every implies --profile).
 void add_profile_options(po::options_description& options);
-int64_t profile_every(const po::variables_map& vm, bool* profile);
 
-// --accum-steps K and --bucket-mb MB of the trainers (data parallelism, common/train/trainer.h),
-// checked: UsageError naming the option.
+// --accum-steps K and --bucket-mb MB of the trainers (data parallelism, common/train/trainer.h).
 void add_parallel_options(po::options_description& options);
-void read_parallel_options(const po::variables_map& vm, int* accum_steps, double* bucket_mb);
 
 // The loop's options every trainer declares under these names (common/train/trainer.h): --output,
 // --resume, --seed, --max-steps, --log-interval, --profile, --profile-every, --accum-steps,
-// --bucket-mb, --checkpoint-every and --precision (training's). The trainer sets the others
+// --bucket-mb (checked here: 0.001..4096), --checkpoint-every and --precision (training's). The
+// trainer sets the others
 // (--epochs, --steps, --clip-grad, --model-ema, validation), whose defaults and recipes differ.
 void read_loop_options(const po::variables_map& vm, train::Options& loop);
 
-// --checkpoint-every N of the trainers: last.h5 after every N-th step too (0: off); checked.
+// --checkpoint-every N of the trainers: last.h5 after every N-th step too (0: off).
 void add_checkpoint_every_option(po::options_description& options);
-int64_t read_checkpoint_every(const po::variables_map& vm);
 
 // Installs the SIGINT/SIGTERM handlers of run_training (the first signal asks the run to save a
 // checkpoint and stop; a second one kills at once) and returns the flag they set to the signal.

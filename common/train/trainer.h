@@ -78,26 +78,6 @@ struct Options {
   void validate() const;
 };
 
-// TODO(caption): until CaptionTrainOptions embeds train::Options.
-template <typename ModelOptions>
-Options loop_options(const ModelOptions& m) {
-  Options o;
-  o.output = m.output;
-  o.resume = m.resume;
-  o.epochs = m.epochs;
-  o.max_steps = m.max_steps;
-  o.seed = m.seed;
-  o.clip_grad = m.clip_grad;
-  o.precision = m.precision;
-  o.log_interval = m.log_interval;
-  o.profile = m.profile;
-  o.profile_every = m.profile_every;
-  o.accum_steps = m.accum_steps;
-  o.bucket_bytes = static_cast<size_t>(m.bucket_mb * 1048576.0);
-  o.checkpoint_every = m.checkpoint_every;
-  return o;
-}
-
 enum class End { finished, max_steps, early_stopped, interrupted };
 
 struct Result {

@@ -47,7 +47,7 @@ caption::CaptionTrainOptions learning_options(const TinyScenes& s, const std::st
   o.model.encoder.d_model = 64;
   o.model.encoder.d_ff = 128;
   o.model.encoder.layers = 2;
-  o.epochs = epochs;
+  o.loop.epochs = epochs;
   return o;
 }
 
@@ -390,7 +390,7 @@ TEST(CaptionTrain, PhrasesAreOnePieceOfTheRunsTokenizer) {
   std::ostringstream log;
   caption::CaptionTrainOptions o = s.options(out);
   o.phrases = {"to the left of", "to the right of"};
-  o.max_steps = 1;
+  o.loop.max_steps = 1;
   caption::train_captions(o, log);
   caption::LoadedCaptioner m = caption::load_captioner(out + "/last.h5");
   const std::vector<int> ids = m.tokenizer.encode("a bag to the left of a coat");
@@ -483,22 +483,22 @@ class RecordingExtension : public caption::TaskExtension {
 TEST(CaptionTrain, TheGeneralTaskTrainsWithoutAnExtension) {
   TinyScenes s;
   caption::CaptionTrainOptions o = s.options((s.dir / "general").string());
-  o.epochs = 5;  // 10 steps
+  o.loop.epochs = 5;  // 10 steps
   o.attention_penalty = 0.1f;
   std::ostringstream log;
   const train::Result r = caption::train_captions(o, log);
   ASSERT_EQ(r.end, train::End::finished) << log.str();
   EXPECT_EQ(r.steps, 10);
-  const std::vector<double> losses = train_losses(o.output);
+  const std::vector<double> losses = train_losses(o.loop.output);
   ASSERT_EQ(losses.size(), 5u) << log.str();
   EXPECT_LT(losses.back(), losses.front()) << log.str();
   EXPECT_TRUE(test::contains(log.str(), "attention penalty 0.1; references")) << log.str();
   for (const char* scene : {"guided attention", "article loss", "teacher", "article"})
     EXPECT_FALSE(test::contains(log.str(), scene)) << scene << "\n" << log.str();
-  const io::CheckpointMeta meta = io::read_checkpoint_meta(o.output + "/last.h5");
+  const io::CheckpointMeta meta = io::read_checkpoint_meta(o.loop.output + "/last.h5");
   for (const char* key : {"guided-attention", "article-loss", "article-flip", "teacher"})
     EXPECT_EQ(meta.recipe.count(key), 0u) << key;
-  caption::LoadedCaptioner m = caption::load_captioner(o.output + "/last.h5");
+  caption::LoadedCaptioner m = caption::load_captioner(o.loop.output + "/last.h5");
   const datasets::CaptionSet train =
       datasets::read_captions(s.root + "/captions_train.json", s.root + "/images/train");
   for (const auto& g : caption::caption_set(*m.model, m.tokenizer, train, greedy_options()))
@@ -512,9 +512,9 @@ TEST(CaptionTrain, TheGeneralTaskTrainsWithoutAnExtension) {
 TEST(CaptionTrain, AnExtensionsHooksAreCalledAndItsLossIsReported) {
   TinyScenes s;
   caption::CaptionTrainOptions zero = s.options((s.dir / "zero").string());
-  zero.epochs = 2;  // 2 batches of 4 images an epoch: 4 steps
+  zero.loop.epochs = 2;  // 2 batches of 4 images an epoch: 4 steps
   caption::CaptionTrainOptions quarter = zero;
-  quarter.output = (s.dir / "quarter").string();
+  quarter.loop.output = (s.dir / "quarter").string();
   RecordingExtension adds_zero(0.0), adds_quarter(0.25);
   std::ostringstream log;
   ASSERT_EQ(caption::train_captions(zero, {&adds_zero}, log).end, train::End::finished)
@@ -538,15 +538,16 @@ TEST(CaptionTrain, AnExtensionsHooksAreCalledAndItsLossIsReported) {
   EXPECT_TRUE(test::contains(log.str(), "attention penalty off, recorded term 0.25; references"))
       << log.str();
   EXPECT_TRUE(test::contains(log.str(), "recording: 1 setup\n")) << log.str();
-  EXPECT_EQ(io::read_checkpoint_meta(quarter.output + "/last.h5").recipe.at("recorded"), "yes");
+  EXPECT_EQ(io::read_checkpoint_meta(quarter.loop.output + "/last.h5").recipe.at("recorded"),
+            "yes");
   // The term has no gradient: the runs train alike, and each report's loss is the term more.
-  const std::vector<double> with = train_losses(quarter.output),
-                            without = train_losses(zero.output);
+  const std::vector<double> with = train_losses(quarter.loop.output),
+                            without = train_losses(zero.loop.output);
   ASSERT_EQ(with.size(), 2u);
   ASSERT_EQ(without.size(), 2u);
   for (size_t k = 0; k < with.size(); ++k) EXPECT_NEAR(with[k] - without[k], 0.25, 2e-6) << k;
-  caption::LoadedCaptioner a = caption::load_captioner(zero.output + "/last.h5"),
-                           b = caption::load_captioner(quarter.output + "/last.h5");
+  caption::LoadedCaptioner a = caption::load_captioner(zero.loop.output + "/last.h5"),
+                           b = caption::load_captioner(quarter.loop.output + "/last.h5");
   for (size_t i = 0; i < a.params->params().size(); ++i) {
     const Parameter& p = a.params->params()[i];
     const Parameter& q = b.params->params()[i];
@@ -561,7 +562,7 @@ TEST(CaptionTrain, AResumedRunIsTheUninterruptedOne) {
   for (const std::string references : {"random", "likeliest"}) {
     SCOPED_TRACE(references);
     caption::CaptionTrainOptions whole = s.options((s.dir / ("whole-" + references)).string());
-    whole.epochs = 3;
+    whole.loop.epochs = 3;
     whole.attention_penalty = 0.1f;  // the penalty's path too
     whole.references = references;
     caption::scenes::SceneTrainOptions so;
@@ -577,13 +578,13 @@ TEST(CaptionTrain, AResumedRunIsTheUninterruptedOne) {
         << log.str();
 
     caption::CaptionTrainOptions first = whole;
-    first.output = (s.dir / ("parts-" + references)).string();
-    first.max_steps = 3;  // an epoch is 2 steps of 4 scenes: stopped inside the second
+    first.loop.output = (s.dir / ("parts-" + references)).string();
+    first.loop.max_steps = 3;  // an epoch is 2 steps of 4 scenes: stopped inside the second
     ASSERT_EQ(caption::scenes::train_captions(first, so, log).end, train::End::max_steps)
         << log.str();
     caption::CaptionTrainOptions rest = whole;
-    rest.output = first.output;
-    rest.resume = first.output + "/last.h5";
+    rest.loop.output = first.loop.output;
+    rest.loop.resume = first.loop.output + "/last.h5";
     // A resumed run keeps its tokenizer: phrases it does not hold as pieces are refused.
     caption::CaptionTrainOptions other = rest;
     other.phrases = {"to the left of"};
@@ -591,14 +592,14 @@ TEST(CaptionTrain, AResumedRunIsTheUninterruptedOne) {
     ASSERT_EQ(caption::scenes::train_captions(rest, so, log).end, train::End::finished)
         << log.str();
 
-    const io::CheckpointMeta meta = io::read_checkpoint_meta(whole.output + "/last.h5");
+    const io::CheckpointMeta meta = io::read_checkpoint_meta(whole.loop.output + "/last.h5");
     const caption::CaptionConfig c = caption::caption_config_from_map(meta.config, "whole");
     ParamStore a, b;
     caption::CaptionModel ma(a, c), mb(b, c);
     a.finalize();
     b.finalize();
-    io::load_checkpoint(whole.output + "/last.h5", a);
-    io::load_checkpoint(rest.output + "/last.h5", b);
+    io::load_checkpoint(whole.loop.output + "/last.h5", a);
+    io::load_checkpoint(rest.loop.output + "/last.h5", b);
     for (size_t i = 0; i < a.params().size(); ++i) {
       const Parameter& p = a.params()[i];
       const Parameter& q = b.params()[i];
@@ -629,11 +630,11 @@ TEST(CaptionTrain, AFrozenEncoderFromAClassifierStaysAsLoaded) {
 
   o.encoder_from = classifier_path;
   o.encoder_lr_scale = 0.f;
-  o.epochs = 2;
+  o.loop.epochs = 2;
   std::ostringstream log;
   ASSERT_EQ(caption::train_captions(o, log).end, train::End::finished) << log.str();
   EXPECT_TRUE(test::contains(log.str(), "from " + classifier_path + ", frozen")) << log.str();
-  caption::LoadedCaptioner m = caption::load_captioner(o.output + "/last.h5");
+  caption::LoadedCaptioner m = caption::load_captioner(o.loop.output + "/last.h5");
   for (const Parameter& p : m.params->params()) {
     if (p.name.rfind("decoder.", 0) == 0 || p.name == "output_projection.weight") continue;
     const Parameter* src = vstore.find(p.name == "norm.weight" ? "fc_norm.weight"

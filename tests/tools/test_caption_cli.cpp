@@ -30,7 +30,7 @@ TEST(CaptionCli, CaptionEvalAndTheirErrors) {
   const std::string out = (s.dir / "run").string();
   std::ostringstream log;
   caption::CaptionTrainOptions o = s.options(out);
-  o.epochs = 10;
+  o.loop.epochs = 10;
   ASSERT_EQ(caption::train_captions(o, log).end, train::End::finished) << log.str();
   const std::string model = out + "/last.h5";
   const std::string image = s.root + "/images/test/000001.png";

@@ -38,7 +38,7 @@ struct TinyScenes {
   caption::CaptionTrainOptions options(const std::string& output) const {
     caption::CaptionTrainOptions t;
     t.data = root;
-    t.output = output;
+    t.loop.output = output;
     t.vocab_size = 40;
     caption::CaptionConfig& c = t.model;
     c.encoder.image_height = c.encoder.image_width = 84;
@@ -58,13 +58,13 @@ struct TinyScenes {
     c.decoder_heads = 2;
     c.decoder_d_ff = 64;
     c.decoder_dropout = 0.f;
-    t.epochs = 150;
+    t.loop.epochs = 150;
     t.batch_size = 4;
     t.lr = 3e-3f;
     t.warmup_epochs = 2.f;
     t.smoothing = 0.f;
-    t.val_interval = 0;  // only at the end
-    t.log_interval = 1000;
+    t.loop.valid_every = 0;  // only at the end
+    t.loop.log_interval = 1000;
     return t;
   }
 };

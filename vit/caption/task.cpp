@@ -60,18 +60,23 @@ std::string word_swaps_text(const WordSwaps& swaps) {
   return text;
 }
 
+CaptionTrainOptions::CaptionTrainOptions() {
+  loop.epochs = 10;
+  loop.clip_grad = 1.f;
+  loop.model_ema_decay = 0.999;
+  loop.valid_unit = train::Every::epochs;
+}
+
 void CaptionTrainOptions::validate() const {
   auto need = [](bool ok, const std::string& what) {
     if (!ok) throw UsageError(what);
   };
-  need(epochs >= 1, "--epochs must be at least 1, got " + std::to_string(epochs));
-  need(steps >= 0, "--steps must be >= 0");
+  loop.validate();
   need(batch_size >= 1 && batch_size <= (1 << 20), "--batch-size must be in [1, 1048576]");
   need(std::isfinite(lr) && lr > 0.f, "--lr must be positive");
   need(std::isfinite(min_lr) && min_lr >= 0.f && min_lr <= lr, "--min-lr must be in [0, --lr]");
   need(std::isfinite(warmup_epochs) && warmup_epochs >= 0.f, "--warmup-epochs must be >= 0");
   need(std::isfinite(weight_decay) && weight_decay >= 0.f, "--weight-decay must be >= 0");
-  need(std::isfinite(clip_grad) && clip_grad >= 0.f, "--clip-grad must be >= 0");
   need(smoothing >= 0.f && smoothing < 1.f, "--label-smoothing must be in [0, 1)");
   need(std::isfinite(encoder_lr_scale) && encoder_lr_scale >= 0.f,
        "--encoder-lr-scale must be >= 0 (0 freezes the encoder)");
@@ -89,10 +94,9 @@ void CaptionTrainOptions::validate() const {
              datasets::normalize_caption(b) == b,
          "--hflip-swap takes pairs of two different lower-case words, WORD:WORD, got '" + a + ":" +
              b + "'");
-  need(model_ema_decay > 0 && model_ema_decay < 1, "--model-ema-decay must be in (0, 1)");
-  need(val_interval >= 0, "--val-interval must be >= 0");
+  need(loop.model_ema_decay > 0, "--model-ema-decay must be in (0, 1)");
+  need(loop.valid_every >= 0, "--val-interval must be >= 0");
   need(val_images >= 0, "--val-images-max must be >= 0");
-  need(max_steps >= 0, "--max-steps must be >= 0");
   need(prefetch >= 1 && prefetch <= 64, "--prefetch must be in [1, 64]");
 }
 
@@ -124,14 +128,14 @@ void CaptionTask::setup(const io::CheckpointMeta* resumed, uint64_t seed,
   if (resumed) {
     const auto spm = resumed->files.find(kCaptionTokenizerFile);
     if (spm == resumed->files.end())
-      throw Error(o_.resume + ": the checkpoint has no tokenizer (files/" +
+      throw Error(o_.loop.resume + ": the checkpoint has no tokenizer (files/" +
                   std::string(kCaptionTokenizerFile) + ")");
     tokenizer_ = datasets::Tokenizer::from_bytes(spm->second);
     // A resumed run keeps its tokenizer: --phrases (say, from the preset) must describe it.
     for (const std::string& phrase : o_.phrases)
       if (tokenizer_.encode(phrase).size() != 1)
         throw UsageError("--phrases: '" + phrase + "' is not one piece of the tokenizer of " +
-                         o_.resume + "; a resumed run keeps its tokenizer");
+                         o_.loop.resume + "; a resumed run keeps its tokenizer");
   } else if (!o_.spm.empty()) {
     tokenizer_ = datasets::Tokenizer::load(o_.spm);
   } else {
@@ -183,13 +187,13 @@ void CaptionTask::open_data() {
 
 void CaptionTask::build_model(const io::CheckpointMeta* resumed, uint64_t seed) {
   if (resumed) {
-    cfg_ = caption_stored_config(o_.resume, *resumed);
+    cfg_ = caption_stored_config(o_.loop.resume, *resumed);
     const auto now = to_config_map(o_.model), then = to_config_map(cfg_);
     for (const std::string& key : o_.model_keys_given) {
       auto a = now.find(key), b = then.find(key);
       if (a != now.end() && b != then.end() && a->second != b->second)
         throw UsageError("--model." + key + " " + a->second + " differs from the checkpoint's " +
-                         b->second + " (" + o_.resume + "); a resumed run keeps its model");
+                         b->second + " (" + o_.loop.resume + "); a resumed run keeps its model");
     }
   } else {
     cfg_ = o_.model;
@@ -270,7 +274,7 @@ std::unique_ptr<optim::Optimizer> CaptionTask::make_optimizer() {
 }
 
 int64_t CaptionTask::total_steps() const {
-  return o_.steps > 0 ? o_.steps : static_cast<int64_t>(o_.epochs) * bpe_;
+  return o_.loop.steps > 0 ? o_.loop.steps : static_cast<int64_t>(o_.loop.epochs) * bpe_;
 }
 
 std::unique_ptr<optim::Schedule> CaptionTask::make_schedule() {
@@ -383,7 +387,7 @@ void CaptionTask::choose_likeliest() {
   ops::profile::Scope scope("choose the likeliest references");
   choice_arena_.reset();
   nn::Context ctx{false, &choice_arena_, nullptr};
-  ctx.precision = o_.precision;
+  ctx.precision = o_.loop.precision;
   const std::vector<double> log_prob = caption_log_probs(*model_, ctx, batch_.images, refs, row_of);
   std::vector<double> best(static_cast<size_t>(B), -INFINITY);
   for (int64_t r = 0; r < R; ++r) {
@@ -556,8 +560,8 @@ io::CheckpointMeta CaptionTask::checkpoint_meta() const {
   m.files[kCaptionTokenizerFile] = tokenizer_.bytes();
   m.recipe["batch-size"] = std::to_string(o_.batch_size);
   m.recipe["lr"] = format_general(o_.lr);
-  m.recipe[o_.steps > 0 ? "steps" : "epochs"] =
-      std::to_string(o_.steps > 0 ? o_.steps : static_cast<int64_t>(o_.epochs));
+  m.recipe[o_.loop.steps > 0 ? "steps" : "epochs"] =
+      std::to_string(o_.loop.steps > 0 ? o_.loop.steps : static_cast<int64_t>(o_.loop.epochs));
   m.recipe["attention-penalty"] = format_general(o_.attention_penalty);
   m.recipe["encoder-lr-scale"] = format_general(o_.encoder_lr_scale);
   if (!o_.encoder_from.empty()) m.recipe["encoder-from"] = o_.encoder_from;
@@ -606,7 +610,7 @@ void CaptionTask::log_setup(std::ostream& L) const {
   L << "optimizer: AdamW, lr " << format_general(o_.lr) << ", cosine to "
     << format_general(o_.min_lr) << " at step " << total_steps() << ", weight decay "
     << format_general(o_.weight_decay) << ", clip-grad "
-    << (o_.clip_grad > 0 ? format_general(o_.clip_grad) : std::string("off")) << "\n";
+    << (o_.loop.clip_grad > 0 ? format_general(o_.loop.clip_grad) : std::string("off")) << "\n";
   L << "loss: cross-entropy, label smoothing " << format_general(o_.smoothing)
     << ", attention penalty "
     << (o_.attention_penalty > 0 ? format_general(o_.attention_penalty) : std::string("off"));
@@ -628,13 +632,7 @@ train::Result train_captions(const CaptionTrainOptions& options,
                              bool tty, const std::atomic<int>* stop) {
   options.validate();
   CaptionTask task(options, extensions);
-  train::Options lo = train::loop_options(options);
-  lo.steps = options.steps;
-  lo.valid_every = options.val_interval;
-  lo.model_ema = options.model_ema;
-  lo.model_ema_decay = options.model_ema_decay;
-  train::Trainer trainer(task, lo, log, tty, stop);
-  return trainer.run();
+  return train::Trainer(task, options.loop, log, tty, stop).run();
 }
 
 train::Result train_captions(const CaptionTrainOptions& options, std::ostream& log, bool tty,

@@ -44,11 +44,17 @@ std::string word_swaps_text(const WordSwaps& swaps);
 
 // Named after the options; validate() names the option at fault as "--name".
 struct CaptionTrainOptions {
+  CaptionTrainOptions();
+  // The loop's options (common/train/trainer.h): --output, --resume, --epochs (10), --steps (the
+  // run's length in optimizer steps instead), --max-steps, --seed, --clip-grad (1), --precision,
+  // --model-ema (decay 0.999), --val-interval (valid_every: epochs between validations; 0: only
+  // the last), --log-interval, --profile, --profile-every, --accum-steps, --bucket-mb,
+  // --checkpoint-every.
+  train::Options loop;
   std::string data;        // --data DIR (above)
   CaptionDataPaths paths;  // --train-captions, --train-images, --val-captions, --val-images
-  std::string output, resume;
-  std::string spm;        // --spm: a SentencePiece .model; empty: train one on the captions
-  int vocab_size = 1000;  // --vocab-size of the SentencePiece model trained
+  std::string spm;         // --spm: a SentencePiece .model; empty: train one on the captions
+  int vocab_size = 1000;   // --vocab-size of the SentencePiece model trained
   // --phrases: phrases the trained SentencePiece model keeps as one piece each
   // (datasets::TokenizerOptions::phrases), normalised as the captions are.
   std::vector<std::string> phrases;
@@ -71,28 +77,13 @@ struct CaptionTrainOptions {
   float hflip = 0.f;
   WordSwaps hflip_swap{{"left", "right"}};
 
-  int epochs = 10;
-  int64_t steps = 0;  // --steps: the run's length in optimizer steps instead of epochs
   int64_t batch_size = 64;
   float lr = 5e-4f, min_lr = 1e-5f;
   float warmup_epochs = 1.f;
   float weight_decay = 0.05f;
-  float clip_grad = 1.f;
   float smoothing = 0.1f;  // --label-smoothing
-  bool model_ema = false;
-  double model_ema_decay = 0.999;
-  uint64_t seed = 42;
-  int64_t max_steps = 0;
-  int64_t log_interval = 50;
-  int64_t val_interval = 1;  // epochs between validations (0: only the last)
-  int64_t val_images = 0;    // --val-images-max: validate on the first N images only (0: all)
+  int64_t val_images = 0;  // --val-images-max: validate on the first N images only (0: all)
   int prefetch = 3;
-  bool profile = false;
-  int64_t profile_every = 0;
-  int accum_steps = 1;
-  double bucket_mb = 25;
-  int64_t checkpoint_every = 0;
-  ops::Precision precision = ops::Precision::f32;
 
   void validate() const;
 };
