@@ -22,9 +22,13 @@ compiles() {
     vit) roots=(vit data core) ;;
     caption) roots=(caption vit data core) ;;
     caption_scenes) roots=(caption_scenes caption vit data core) ;;
+    api) roots=(api caption vit data translation core) ;;
+    public) roots=() ;;  # a program that links libvitk: the installed headers alone
   esac
   local flags=()
   for r in "${roots[@]}"; do flags+=("-I$layers/$r"); done
+  # The public API's include root (<vitk/vitk.h>), beside the layers' in the build tree.
+  [[ $layer == api || $layer == public ]] && flags+=("-I$layers/../include")
   printf '#include "%s"\n' "$header" >"$probe/probe.cpp"
   if "$cxx" -std=c++17 -fsyntax-only -fopenmp "${flags[@]}" "${system[@]}" "$probe/probe.cpp" \
       >"$probe/out.txt" 2>&1; then
@@ -69,5 +73,13 @@ compiles caption_scenes vit/caption/task.h ok
 compiles caption_scenes datasets/scenes.h ok
 compiles caption_scenes common/seq2seq/model.h refused
 compiles caption_scenes tools/cli.h refused
+compiles api tools/api/internal.h ok
+compiles api vitk/vitk.h ok
+compiles api tools/cli.h refused
+compiles api vit/caption/scenes/extras.h refused
+compiles public vitk/vitk.h ok
+compiles public vitk/opencv.h ok
+compiles public common/tensor.h refused
+compiles public tools/api/internal.h refused
 
 ((failures == 0)) || { echo "$failures case(s) wrong" >&2; exit 1; }

@@ -4,7 +4,8 @@
 # the core and itself; common/seq2seq/ (translation) the core and itself; vit/ the core, datasets/
 # and itself but not vit/caption/; vit/caption/ (captioning) the core, datasets/, vit/ and itself
 # but not vit/caption/scenes/; vit/caption/scenes/ (the generated scenes' extras of captioning)
-# those and itself. tools/ and tests/ sit on top. Prints each include that points up and exits 1 if
+# those and itself; tools/api/ (the public API, <vitk/vitk.h>) the models but not the scenes'
+# extras, and not the rest of tools/. tools/ and tests/ sit on top. Prints each include that points up and exits 1 if
 # there is one.
 #
 #   bash tools/check_layers.sh [SOURCE_ROOT]
@@ -47,6 +48,7 @@ check common/seq2seq "" common/ common/seq2seq/
 check vit vit/caption common/ datasets/ vit/
 check vit/caption vit/caption/scenes common/ datasets/ vit/ vit/caption/
 check vit/caption/scenes "" common/ datasets/ vit/ vit/caption/ vit/caption/scenes/
+check tools/api "" common/ datasets/ vit/ vit/caption/ common/seq2seq/ tools/api/ vitk/
 
 if ((bad)); then
   echo "check_layers.sh: includes that point up a layer (CMakeLists.txt lists the layers)" >&2

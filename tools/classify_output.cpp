@@ -44,7 +44,7 @@ class TableWriter : public ResultWriter {
       line += "  " + pad("label " + std::to_string(i), label_width_) + "    prob";
     out_ << trimmed(line) << "\n";
   }
-  void write(const vit::ImageResult& r) override {
+  void write(const Classification& r) override {
     if (!r.ok()) return;
     std::string line = pad(r.path, path_width_);
     for (size_t i = 0; i < r.classes.size(); ++i) {
@@ -80,7 +80,7 @@ class JsonWriter : public ResultWriter {
   JsonWriter(std::ostream& out, const std::vector<std::string>& labels)
       : out_(out), labels_(labels) {}
   void begin() override { out_ << "{"; }
-  void write(const vit::ImageResult& r) override {
+  void write(const Classification& r) override {
     EntryJson entry = EntryJson::object();
     if (!r.ok()) {
       entry["error"] = r.error;
@@ -123,7 +123,7 @@ class CsvWriter : public ResultWriter {
     for (int i = 1; i <= k_; ++i) out_ << ",label_" << i << ",probability_" << i;
     out_ << ",error\n";
   }
-  void write(const vit::ImageResult& r) override {
+  void write(const Classification& r) override {
     out_ << csv_field(r.path);
     for (int i = 0; i < k_; ++i) {
       if (r.ok() && i < static_cast<int>(r.classes.size()))

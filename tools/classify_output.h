@@ -6,16 +6,16 @@
 #include <string>
 #include <vector>
 
-#include "vit/classify.h"
+#include "vitk/vitk.h"
 
 namespace vitk::tools {
 
 class ResultWriter {
  public:
   virtual ~ResultWriter() = default;
-  virtual void begin() = 0;                           // header, opening brace
-  virtual void write(const vit::ImageResult& r) = 0;  // one file, in input order
-  virtual void end() = 0;                             // closing brace
+  virtual void begin() = 0;                         // header, opening brace
+  virtual void write(const Classification& r) = 0;  // one file, in input order
+  virtual void end() = 0;                           // closing brace
 };
 
 // "image  label 1  prob  label 2  prob ..." with the path column as wide as the longest path (up

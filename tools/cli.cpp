@@ -24,6 +24,7 @@
 #include "common/error.h"
 #include "common/io/checkpoint.h"
 #include "common/ops/ops.h"
+#include "tools/api/internal.h"
 
 namespace vitk::tools {
 
@@ -618,15 +619,9 @@ ops::Precision precision_from(const po::variables_map& vm, bool training) {
 }
 
 ops::Precision precision_from(const po::variables_map& vm, const std::string& checkpoint) {
-  const ops::Precision given = precision_from(vm);
-  const std::string quantization = io::read_checkpoint_meta(checkpoint).quantization;
-  if (quantization.empty()) return given;
-  if (vm["precision"].defaulted()) return ops::Precision::int8;
-  if (given != ops::Precision::int8)
-    throw UsageError("--precision " + std::string(ops::precision_name(given)) + ": " + checkpoint +
-                     " is quantised to " + quantization + " (vitk quantize) and runs at " +
-                     "--precision int8 only; run the f32 checkpoint it was made from instead");
-  return given;
+  precision_from(vm);
+  return api::resolve_precision(
+      vm["precision"].defaulted() ? "" : vm["precision"].as<std::string>(), checkpoint);
 }
 
 int run_cli(const Registry& registry, int argc, const char* const* argv) {

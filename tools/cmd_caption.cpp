@@ -17,6 +17,7 @@
 #include "common/io/atomic_file.h"
 #include "common/plot/plot.h"
 #include "common/progress.h"
+#include "tools/api/internal.h"
 #include "tools/cli.h"
 #include "tools/image_inputs.h"
 #include "tools/search_options.h"
@@ -260,18 +261,38 @@ std::string model_path(const po::variables_map& vm) {
   return path;
 }
 
-// A quantised checkpoint (vitk quantize) runs at int8 unless another precision is asked for,
-// which is refused.
-caption::CaptionRunOptions run_options(const po::variables_map& vm, const std::string& model,
-                                       bool attention) {
-  caption::CaptionRunOptions o;
-  o.search = search_options(vm);
-  o.search.max_length = vm["max-length"].as<int64_t>();
-  o.precision = o.search.precision = precision_from(vm, model);
+// The run's options: the search (each option checked by name before anything is loaded) and, for
+// attention pictures, which layer and head. The precision is the captioner's: a quantised
+// checkpoint (vitk quantize) runs at int8 unless another precision is asked for, which is refused.
+struct RunRequest {
+  SearchOptions search;
+  bool attention = false;
+  int attention_layer = -1, attention_head = -1;
+};
+
+RunRequest run_request(const po::variables_map& vm, bool attention) {
+  RunRequest r;
+  r.search = search_options(vm);
+  r.search.max_length = vm["max-length"].as<int64_t>();
+  r.attention = attention;
+  r.attention_layer = attention_index(vm, "attention-layer", "last");
+  r.attention_head = attention_index(vm, "attention-head", "mean");
+  return r;
+}
+
+// The captioner of --model, --precision and --batch-size, through the API.
+Captioner load_captioner(const po::variables_map& vm, const std::string& model) {
+  CaptionerOptions o;
+  o.precision = precision_option(vm);
   o.batch_size = vm["batch-size"].as<int64_t>();
-  o.attention = attention;
-  o.attention_layer = attention_index(vm, "attention-layer", "last");
-  o.attention_head = attention_index(vm, "attention-head", "mean");
+  return Captioner(model, o);
+}
+
+caption::CaptionRunOptions run_options(const Captioner& captioner, const RunRequest& r) {
+  caption::CaptionRunOptions o = captioner.impl().run_options(r.search);
+  o.attention = r.attention;
+  o.attention_layer = r.attention_layer;
+  o.attention_head = r.attention_head;
   return o;
 }
 
@@ -314,27 +335,26 @@ int run_caption(const po::variables_map& vm) {
     throw UsageError(
         "no images given: name image files, '-' to read paths from standard input, or --dir DIR");
   const std::string model = model_path(vm);
-  const caption::CaptionRunOptions ro = run_options(vm, model, vm.count("attention-dir") > 0);
+  const RunRequest request = run_request(vm, vm.count("attention-dir") > 0);
   const std::string pictures = attention_dir(vm);
   std::set<std::string> picture_names;
-  caption::LoadedCaptioner m = caption::load_captioner(model);
-  datasets::CaptionSet set;
-  set.source = "the command line";
-  for (const std::string& p : paths) {
-    datasets::CaptionedImage image;
-    image.file_name = image.path = p;
-    set.images.push_back(std::move(image));
-  }
-  const std::vector<caption::CaptionResult> results =
-      caption::caption_set(*m.model, m.tokenizer, set, ro);
+  const Captioner captioner = load_captioner(vm, model);
+  Captioner::Impl& api = captioner.impl();
+  const caption::CaptionRunOptions ro = run_options(captioner, request);
+  const caption::LoadedCaptioner& m = api.loaded;
+  std::vector<std::string> errors;
+  const std::vector<caption::CaptionResult> results = api.run_files(paths, ro, errors);
   const bool json = vm["json"].as<bool>();
   const bool nbest = ro.search.nbest > 1;
   nlohmann::json out = nlohmann::json::array();
   int failed = 0;
   for (const caption::CaptionResult& r : results) {
-    const std::string& path = set.images[static_cast<size_t>(r.image)].path;
+    const std::string& path = paths[static_cast<size_t>(r.image)];
     if (!r.read) {
       ++failed;
+      std::cout.flush();
+      std::cerr << "vitk: error: " << path << ": " << errors[static_cast<size_t>(r.image)]
+                << std::endl;
       continue;
     }
     if (json) {
@@ -379,8 +399,10 @@ int run_caption(const po::variables_map& vm) {
 int run_caption_eval(const po::variables_map& vm) {
   check_input_file("--captions", vm["captions"].as<std::string>());
   const std::string model = model_path(vm);
-  const caption::CaptionRunOptions ro = run_options(vm, model, /*attention=*/true);
-  caption::LoadedCaptioner m = caption::load_captioner(model);
+  const RunRequest request = run_request(vm, /*attention=*/true);
+  const Captioner captioner = load_captioner(vm, model);
+  const caption::CaptionRunOptions ro = run_options(captioner, request);
+  caption::LoadedCaptioner& m = captioner.impl().loaded;
   const std::string captions = vm["captions"].as<std::string>();
   const std::string images = vm.count("images") ? vm["images"].as<std::string>()
                                                 : fs::path(captions).parent_path().string();

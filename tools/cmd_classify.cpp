@@ -19,6 +19,7 @@
 #include "common/ops/profile.h"
 #include "common/plot/plot.h"
 #include "common/progress.h"
+#include "tools/api/internal.h"
 #include "tools/classify_output.h"
 #include "tools/cli.h"
 #include "tools/image_inputs.h"
@@ -74,22 +75,6 @@ std::vector<float> parse_floats(const std::string& option, const std::string& te
   return out;
 }
 
-// The checkpoint's eval transform with any of the five flags put in.
-datasets::Preprocess preprocess_from(const po::variables_map& vm, datasets::Preprocess p,
-                                     int channels) {
-  if (vm.count("resize")) p.resize = vm["resize"].as<std::string>();
-  if (vm.count("crop-fraction")) p.crop_fraction = vm["crop-fraction"].as<float>();
-  if (vm.count("interpolation")) p.interpolation = vm["interpolation"].as<std::string>();
-  if (vm.count("mean")) p.mean = parse_floats("mean", vm["mean"].as<std::string>());
-  if (vm.count("std")) p.std = parse_floats("std", vm["std"].as<std::string>());
-  try {
-    p.validate(channels);
-  } catch (const UsageError& e) {
-    throw UsageError(std::string("preprocessing: ") + e.what());
-  }
-  return p;
-}
-
 // A randomly initialised model of the --model.* options (a [model] section): throughput does not
 // depend on the weights, so any preset can be timed without a checkpoint.
 vit::LoadedVit random_model(const po::variables_map& vm) {
@@ -113,14 +98,34 @@ std::string describe(const vit::VitConfig& c) {
 
 // What `vitk classify` settles from its options before it loads anything.
 struct ClassifyRequest {
-  vit::ClassifyOptions options;
+  ClassifierOptions options;
   bool json = false, csv = false, benchmark = false, random_weights = false;
   double benchmark_seconds = 0;
   vit::HeadFusion fusion = vit::HeadFusion::mean;
   std::vector<std::string> paths;  // the images
   std::string model_path;          // or "random weights"
-  Resolution res;
 };
+
+// --resize, --crop-fraction, --interpolation, --mean and --std: the checkpoint's eval transform
+// with these put in (checked when the model is loaded).
+void read_preprocess(const po::variables_map& vm, ClassifierOptions& o) {
+  if (vm.count("resize")) o.resize = vm["resize"].as<std::string>();
+  if (vm.count("crop-fraction")) {
+    o.crop_fraction = vm["crop-fraction"].as<float>();
+    if (o.crop_fraction == 0) {  // the API's "not given": the transform's own message for it
+      datasets::Preprocess p;
+      p.crop_fraction = 0;
+      try {
+        p.validate(static_cast<int>(p.mean.size()));
+      } catch (const UsageError& e) {
+        throw UsageError(std::string("preprocessing: ") + e.what());
+      }
+    }
+  }
+  if (vm.count("interpolation")) o.interpolation = vm["interpolation"].as<std::string>();
+  if (vm.count("mean")) o.mean = parse_floats("mean", vm["mean"].as<std::string>());
+  if (vm.count("std")) o.std = parse_floats("std", vm["std"].as<std::string>());
+}
 
 // The options, checked before anything is loaded (usage errors first).
 ClassifyRequest read_request(const po::variables_map& vm) {
@@ -128,14 +133,14 @@ ClassifyRequest read_request(const po::variables_map& vm) {
   rq.json = vm["json"].as<bool>(), rq.csv = vm["csv"].as<bool>();
   rq.benchmark = vm["benchmark"].as<bool>();
   if (rq.json && rq.csv) throw UsageError("--json and --csv exclude each other");
-  vit::ClassifyOptions& options = rq.options;
-  options.precision = precision_from(vm);
+  ClassifierOptions& options = rq.options;
+  precision_from(vm);  // a bad value or bf16 on this CPU, before anything is read
+  options.precision = vm["precision"].defaulted() ? "" : vm["precision"].as<std::string>();
   options.packed_weights = !vm["plain-weights"].as<bool>();
   options.batch_size = vm["batch-size"].as<int64_t>();
   options.top_k = vm["top-k"].as<int>();
-  options.decode.max_pixels = vm["max-pixels"].as<int64_t>();
-  options.decode.quiet = true;  // codec chatter would break the one-line-per-file errors
-  if (options.decode.max_pixels < 1) throw UsageError("--max-pixels must be at least 1");
+  options.max_pixels = vm["max-pixels"].as<int64_t>();
+  if (options.max_pixels < 1) throw UsageError("--max-pixels must be at least 1");
   rq.benchmark_seconds = vm["benchmark-seconds"].as<double>();
   if (!(rq.benchmark_seconds > 0)) throw UsageError("--benchmark-seconds must be positive");
 
@@ -155,42 +160,37 @@ ClassifyRequest read_request(const po::variables_map& vm) {
   rq.model_path = rq.random_weights   ? "random weights"
                   : vm.count("model") ? vm["model"].as<std::string>()
                                       : bundled_file(kBundledModel);
-  if (!rq.random_weights) options.precision = precision_from(vm, rq.model_path);
-  rq.res = resolution_from(vm);
-  if (rq.random_weights && rq.res.height > 0)
+  const Resolution res = resolution_from(vm);
+  if (rq.random_weights && res.height > 0)
     throw UsageError(
         "--image-size is for a checkpoint; with --random-weights use --model.image_size");
+  options.image_height = res.height, options.image_width = res.width;
+  if (res.align_corners) options.align_corners = *res.align_corners ? 1 : 0;
+  if (vm.count("pos-interpolation"))
+    options.pos_interpolation = vm["pos-interpolation"].as<std::string>();
+  read_preprocess(vm, options);
   return rq;
 }
 
-// The checkpoint at the asked image size, or a random model of the --model.* options.
-vit::LoadedVit load_model(const po::variables_map& vm, const ClassifyRequest& rq) {
-  const Resolution& res = rq.res;
-  try {
-    return rq.random_weights ? random_model(vm)
-                             : vit::load_vit(rq.model_path, res.height, res.width,
-                                             res.align_corners, res.pos_interpolation);
-  } catch (const UsageError& e) {  // load_vit's only one: a size it cannot run at
-    if (res.height <= 0) throw;
-    throw UsageError("--image-size " + std::to_string(res.height) + "x" +
-                     std::to_string(res.width) + ": " + e.what());
-  }
-}
-
-// The class names: --labels, else the checkpoint's, else the class numbers.
-std::vector<std::string> class_labels(const po::variables_map& vm, const vit::LoadedVit& loaded) {
-  const vit::VitConfig& config = loaded.config;
-  std::vector<std::string> labels = loaded.meta.class_names;
-  if (vm.count("labels")) labels = read_labels(vm["labels"].as<std::string>(), config.num_classes);
-  if (labels.empty())
-    for (int64_t i = 0; i < config.num_classes; ++i) labels.push_back(std::to_string(i));
-  return labels;
+// The checkpoint through the API, or a random model of the --model.* options; with --labels,
+// their class names.
+Classifier load_classifier(const po::variables_map& vm, const ClassifyRequest& rq) {
+  Classifier clf =
+      rq.random_weights
+          ? Classifier(Classifier::Impl::make(rq.model_path, random_model(vm), rq.options))
+          : Classifier(rq.model_path, rq.options);
+  if (rq.random_weights) clf.impl().options.precision = precision_from(vm);
+  if (vm.count("labels"))
+    clf.impl().labels =
+        read_labels(vm["labels"].as<std::string>(), clf.impl().loaded.config.num_classes);
+  return clf;
 }
 
 // --benchmark without images: times the model alone on random batches and prints images/s (with
 // --profile, also where a batch spends its time).
-int benchmark_model(const ClassifyRequest& rq, const vit::LoadedVit& loaded, bool profile) {
-  const vit::ClassifyOptions& options = rq.options;
+int benchmark_model(const ClassifyRequest& rq, Classifier& clf, bool profile) {
+  const vit::ClassifyOptions& options = clf.impl().options;
+  const vit::LoadedVit& loaded = clf.impl().loaded;
   std::optional<ops::profile::StepProfile> batches;
   if (profile) batches.emplace("batch");
   const vit::Throughput t = vit::measure_throughput(
@@ -265,13 +265,19 @@ std::unique_ptr<Progress> progress_bar(int64_t images) {
   return std::make_unique<Progress>(std::cerr, "classify", images, bar);
 }
 
-// Classifies the images, writing their results as they come (and their pictures); then, on
-// stderr, the --benchmark speed and the pictures written. Exit 1 when an image failed.
-int classify_images(const po::variables_map& vm, const ClassifyRequest& rq, vit::LoadedVit& loaded,
-                    const std::vector<std::string>& labels) {
-  const vit::ClassifyOptions& options = rq.options;
-  AttentionPictures pictures(attention_dir(vm), *loaded.model, loaded.config, labels, rq.fusion);
-  const int k = static_cast<int>(std::min<int64_t>(options.top_k, loaded.config.num_classes));
+// Classifies the images through the API, writing their results as they come (and their
+// pictures); then, on stderr, the --benchmark speed and the pictures written. Exit 1 when an image
+// failed.
+int classify_images(const po::variables_map& vm, const ClassifyRequest& rq, Classifier& clf) {
+  Classifier::Impl& m = clf.impl();
+  const std::vector<std::string>& labels = clf.classes();
+  AttentionPictures pictures(attention_dir(vm), *m.loaded.model, m.loaded.config, labels,
+                             rq.fusion);
+  if (!pictures.dir().empty())
+    m.observer = [&](const vit::ImageResult& r) {
+      if (r.ok()) pictures.draw(r);
+    };
+  const int k = static_cast<int>(std::min<int64_t>(m.options.top_k, m.loaded.config.num_classes));
   std::unique_ptr<ResultWriter> writer = rq.json ? make_json_writer(std::cout, labels)
                                          : rq.csv
                                              ? make_csv_writer(std::cout, labels, k)
@@ -283,29 +289,28 @@ int classify_images(const po::variables_map& vm, const ClassifyRequest& rq, vit:
   // capture (DecodeOptions::quiet). An error line waits for it; a progress redraw is skipped
   // rather than make the model wait for a decode.
   std::mutex& stderr_mutex = datasets::codec_output_mutex();
-  const vit::ClassifyStats stats =
-      vit::classify_files(*loaded.model, rq.paths, options, [&](const vit::ImageResult& r) {
-        writer->write(r);
-        if (r.ok() && !pictures.dir().empty()) pictures.draw(r);
-        ++done;
-        classified += r.ok();
-        if (!r.ok()) {
-          std::lock_guard<std::mutex> lock(stderr_mutex);
-          if (progress) progress->finish();
-          std::cout.flush();
-          std::cerr << "vitk: error: " << r.path << ": " << r.error << std::endl;
-        }
-        if (progress) {
-          std::unique_lock<std::mutex> lock(stderr_mutex, std::try_to_lock);
-          if (lock.owns_lock()) progress->update(done, classified, "");
-        }
-      });
+  clf.classify(rq.paths, [&](const Classification& r) {
+    writer->write(r);
+    ++done;
+    classified += r.ok();
+    if (!r.ok()) {
+      std::lock_guard<std::mutex> lock(stderr_mutex);
+      if (progress) progress->finish();
+      std::cout.flush();
+      std::cerr << "vitk: error: " << r.path << ": " << r.error << std::endl;
+    }
+    if (progress) {
+      std::unique_lock<std::mutex> lock(stderr_mutex, std::try_to_lock);
+      if (lock.owns_lock()) progress->update(done, classified, "");
+    }
+  });
   if (progress) {
     std::lock_guard<std::mutex> lock(stderr_mutex);
     progress->finish();
   }
   writer->end();
   std::cout.flush();
+  const vit::ClassifyStats& stats = m.stats;
   if (rq.benchmark) {
     std::lock_guard<std::mutex> lock(datasets::codec_output_mutex());
     std::fprintf(stderr,
@@ -325,23 +330,20 @@ int classify_images(const po::variables_map& vm, const ClassifyRequest& rq, vit:
 }
 
 int run_classify(const po::variables_map& vm) {
-  ClassifyRequest rq = read_request(vm);
-  vit::LoadedVit loaded = load_model(vm, rq);
-  const vit::VitConfig& config = loaded.config;
+  const ClassifyRequest rq = read_request(vm);
+  Classifier clf = load_classifier(vm, rq);
   const bool model_alone = rq.benchmark && rq.paths.empty();
   const int64_t batch_size = rq.options.batch_size;
   const int64_t at_once = model_alone
                               ? batch_size
                               : std::min<int64_t>(batch_size, std::max<size_t>(1, rq.paths.size()));
-  vit::check_batch_memory(config, at_once, "--batch-size " + std::to_string(batch_size));
-  rq.options.preprocess = preprocess_from(vm, config.preprocess, static_cast<int>(config.channels));
-  const std::vector<std::string> labels = class_labels(vm, loaded);
-
+  vit::check_batch_memory(clf.impl().loaded.config, at_once,
+                          "--batch-size " + std::to_string(batch_size));
   const bool profile = vm["profile"].as<bool>();
   if (profile && !model_alone)
     throw UsageError("--profile is for --benchmark without images (the model alone)");
-  if (model_alone) return benchmark_model(rq, loaded, profile);
-  return classify_images(vm, rq, loaded, labels);
+  if (model_alone) return benchmark_model(rq, clf, profile);
+  return classify_images(vm, rq, clf);
 }
 
 }  // namespace

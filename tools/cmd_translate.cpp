@@ -29,6 +29,7 @@
 #include "common/seq2seq/translator.h"
 #include "common/timer.h"
 #include "datasets/tokenizer.h"
+#include "tools/api/internal.h"
 #include "tools/cli.h"
 #include "tools/search_options.h"
 
@@ -71,8 +72,8 @@ T get(const po::variables_map& vm, const char* name) {
 }
 
 // The search the options ask for (tools/search_options.h), with translation's length limit.
-decode::SearchOptions translation_search(const po::variables_map& vm) {
-  decode::SearchOptions o = search_options(vm);
+SearchOptions translation_search(const po::variables_map& vm) {
+  SearchOptions o = search_options(vm);
   o.max_length_offset = get<int64_t>(vm, "max-length-offset");
   return o;
 }
@@ -82,7 +83,6 @@ seq2seq::AlignmentOptions alignment_options(const po::variables_map& vm) {
   seq2seq::AlignmentOptions o;
   o.layer = attention_index(vm, "attention-layer", "last");
   o.head = attention_index(vm, "attention-head", "mean");
-  o.precision = precision_from(vm);
   return o;
 }
 
@@ -137,33 +137,34 @@ int64_t write_alignments(const std::string& dir, const std::string& input_name,
 int run_translate(const po::variables_map& vm) {
   const std::string model_path = get<std::string>(vm, "model");
   const std::string input = get<std::string>(vm, "input"), output = get<std::string>(vm, "output");
-  const int64_t batch_size = get<int64_t>(vm, "batch-size");
   check_input_file("--input", input);
-  decode::SearchOptions search = translation_search(vm);
+  const SearchOptions asked = translation_search(vm);
   const bool nbest = !vm["nbest"].defaulted();
   const std::string pictures =
       vm.count("attention-dir") ? get<std::string>(vm, "attention-dir") : "";
   seq2seq::AlignmentOptions alignment = alignment_options(vm);
-  search.precision = alignment.precision = precision_from(vm, model_path);
   if (pictures.empty() && (!vm["attention-layer"].defaulted() || !vm["attention-head"].defaulted()))
     throw UsageError("--attention-layer and --attention-head need --attention-dir");
 
-  seq2seq::LoadedTranslation loaded = seq2seq::load_translation(model_path);
-  const std::string shortfall = memory_shortfall(seq2seq::search_bytes(loaded.meta.config, search));
-  if (!shortfall.empty())
-    throw UsageError("--beam-size " + std::to_string(search.beam_size) + ": the search of one " +
-                     "sentence " + shortfall);
-  const datasets::Tokenizer tokenizer = [&] {
-    try {
-      return datasets::Tokenizer::from_bytes(loaded.meta.tokenizer);
-    } catch (const Error& e) {
-      throw Error(model_path + ": " + e.what());
-    }
-  }();
+  {  // a search the machine cannot hold is a usage error, found before the model is loaded
+    const seq2seq::TransformerConfig config = seq2seq::read_translation_meta(model_path).config;
+    Translator::Impl::check_memory(
+        config, api::to_search(asked, ops::Precision::f32, config.vocab_size));
+  }
+  TranslatorOptions options;
+  options.precision = precision_option(vm);
+  options.batch_size = get<int64_t>(vm, "batch-size");
+  const Translator api(model_path, options);
+  Translator::Impl& translator = api.impl();
+  const decode::SearchOptions search =
+      api::to_search(asked, translator.precision, translator.loaded.meta.config.vocab_size);
+  alignment.precision = translator.precision;
+  seq2seq::Transformer& model = *translator.loaded.model;
+  const datasets::Tokenizer& tokenizer = translator.tokenizer;
   const std::vector<std::string> lines = read_lines(input);
   const std::string input_name = input == "-" ? "standard input" : input;
   if (!pictures.empty()) {
-    seq2seq::describe(*loaded.model, alignment);  // a layer or head the model lacks: fail now
+    seq2seq::describe(model, alignment);  // a layer or head the model lacks: fail now
     std::error_code ec;
     std::filesystem::create_directories(pictures, ec);
     if (!std::filesystem::is_directory(pictures))
@@ -171,7 +172,6 @@ int run_translate(const po::variables_map& vm) {
                   (ec ? " (" + ec.message() + ")" : std::string()));
   }
 
-  seq2seq::Translator translator(*loaded.model, tokenizer, search, batch_size);
   std::unique_ptr<Progress> progress;
   if (is_terminal(STDERR_FILENO) && !is_terminal(STDOUT_FILENO) && !lines.empty()) {
     ProgressOptions bar;
@@ -185,7 +185,7 @@ int run_translate(const po::variables_map& vm) {
   if (get<bool>(vm, "profile")) profile.emplace("run", 0, 0);
   Timer timer;
   if (profile) profile->begin();
-  const std::vector<seq2seq::Translation> results = translator.translate(lines, progress.get());
+  const std::vector<seq2seq::Translation> results = translator.run(lines, search, progress.get());
   if (profile) profile->end();
   const double seconds = timer.seconds();
   if (progress) progress->finish();
@@ -198,8 +198,8 @@ int run_translate(const po::variables_map& vm) {
     if (r.truncated) {
       ++truncated;
       std::cerr << "vitk: warning: " << input_name << ":" << i + 1 << ": " << r.source_tokens
-                << " pieces, more than the model's limit of " << translator.max_source_pieces()
-                << "; translated the first " << translator.max_source_pieces() << std::endl;
+                << " pieces, more than the model's limit of " << api.max_source_tokens()
+                << "; translated the first " << api.max_source_tokens() << std::endl;
     }
     if (r.hypotheses.empty()) ++empty;
     if (!nbest) {
@@ -215,7 +215,7 @@ int run_translate(const po::variables_map& vm) {
   write_output(output, text.str());
   if (!pictures.empty()) {
     const int64_t n =
-        write_alignments(pictures, input_name, *loaded.model, tokenizer, lines, results, alignment);
+        write_alignments(pictures, input_name, model, tokenizer, lines, results, alignment);
     std::fprintf(stderr, "vitk: wrote %lld alignment picture%s to %s\n", static_cast<long long>(n),
                  n == 1 ? "" : "s", pictures.c_str());
   }

@@ -1,6 +1,8 @@
 // The image files a command reads, its pictures' names and folder, the bundled models.
 #include "tools/image_inputs.h"
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
@@ -97,6 +99,15 @@ std::string bundled_file(const std::string& relative) {
     candidates.push_back((dir / relative).string());
     candidates.push_back(
         (dir.parent_path() / "share/vitk/models" / fs::path(relative).filename()).string());
+  }
+  // Installed beside the library that holds this code (P/lib/libvitk.so: P/share/vitk/models),
+  // for a program that links it or Python that imports it.
+  Dl_info library;
+  if (dladdr(reinterpret_cast<void*>(&bundled_file), &library) && library.dli_fname) {
+    const fs::path dir = fs::absolute(library.dli_fname, ec).parent_path();
+    if (!ec)
+      candidates.push_back(
+          (dir.parent_path() / "share/vitk/models" / fs::path(relative).filename()).string());
   }
 #ifdef VITK_SOURCE_DIR
   candidates.push_back((fs::path(VITK_SOURCE_DIR) / relative).string());

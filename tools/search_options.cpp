@@ -25,28 +25,28 @@ void add_search_options(po::options_description& o) {
   add_precision_option(o);
 }
 
-decode::SearchOptions search_options(const po::variables_map& vm) {
+SearchOptions search_options(const po::variables_map& vm) {
   const bool greedy = vm["greedy"].as<bool>(), sample = vm["sample"].as<bool>();
   if (greedy && sample) throw UsageError("--greedy and --sample exclude each other");
   for (const char* name : {"temperature", "top-k", "seed"})
     if (!vm[name].defaulted() && !sample)
       throw UsageError(std::string("--") + name + " needs --sample");
-  decode::SearchOptions o;
-  o.method = sample   ? decode::SearchMethod::sample
-             : greedy ? decode::SearchMethod::greedy
-                      : decode::SearchMethod::beam;
+  SearchOptions o;
+  o.method = sample   ? SearchOptions::Method::sample
+             : greedy ? SearchOptions::Method::greedy
+                      : SearchOptions::Method::beam;
   o.beam_size = vm["beam-size"].as<int>();
   o.nbest = vm["nbest"].as<int>();
   o.length_penalty = vm["length-penalty"].as<float>();
   o.temperature = vm["temperature"].as<float>();
   o.top_k = vm["top-k"].as<int64_t>();
   o.seed = vm["seed"].as<uint64_t>();
-  o.precision = precision_from(vm);
+  precision_from(vm);  // a bad value or bf16 on this CPU, before anything is read
   auto need = [](bool ok, const std::string& what) {
     if (!ok) throw UsageError(what);
   };
   need(o.beam_size >= 1, "--beam-size must be at least 1, got " + std::to_string(o.beam_size));
-  need(o.nbest == 1 || o.method == decode::SearchMethod::beam,
+  need(o.nbest == 1 || o.method == SearchOptions::Method::beam,
        "--nbest needs beam search (not --greedy or --sample)");
   need(o.nbest <= o.beam_size, "--nbest " + std::to_string(o.nbest) + " is more than --beam-size " +
                                    std::to_string(o.beam_size));
@@ -54,6 +54,10 @@ decode::SearchOptions search_options(const po::variables_map& vm) {
        "--length-penalty must be finite and >= 0");
   need(o.temperature >= 0 && std::isfinite(o.temperature), "--temperature must be >= 0");
   return o;
+}
+
+std::string precision_option(const po::variables_map& vm) {
+  return vm["precision"].defaulted() ? "" : vm["precision"].as<std::string>();
 }
 
 int attention_index(const po::variables_map& vm, const char* option, const char* word) {

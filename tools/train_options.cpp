@@ -31,6 +31,8 @@ extern "C" void on_stop_signal(int sig) {
 }
 
 void install_stop_signals() {
+  // A run in a process that ran one before (vitk.main from Python) starts unstopped.
+  g_stop_signal.store(0);
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);

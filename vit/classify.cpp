@@ -172,27 +172,60 @@ void top_k(const float* logits, int64_t classes, int k, std::vector<int>& indice
   for (int i = 0; i < k; ++i) probabilities[i] = static_cast<float>(p[indices[i]]);
 }
 
-ClassifyStats classify_files(VisionTransformer& model, const std::vector<std::string>& paths,
-                             const ClassifyOptions& options,
-                             const std::function<void(const ImageResult&)>& on_result) {
-  const VitConfig& config = model.config();
+namespace {
+
+// How classification runs the model: inference on `arena`, one copy of the weights.
+nn::Context inference_context(Arena& arena, ops::Precision precision, bool packed_weights) {
+  nn::Context ctx;
+  ctx.training = false;
+  ctx.arena = &arena;
+  nn::set_inference_precision(ctx, precision);
+  ctx.one_copy_of_weights = true;
+  ctx.free_block_activations = true;
+  ctx.packed_weights = packed_weights;
+  return ctx;
+}
+
+void check_options(const VitConfig& config, const ClassifyOptions& options) {
   if (options.batch_size < 1) throw UsageError("--batch-size must be at least 1");
   if (options.top_k < 1) throw UsageError("--top-k must be at least 1");
   if (options.prefetch < 1) throw UsageError("prefetch must be at least 1");
   if (options.decode.max_pixels < 1) throw UsageError("--max-pixels must be at least 1");
   options.preprocess.validate(static_cast<int>(config.channels));
+}
+
+}  // namespace
+
+Tensor classify_logits(VisionTransformer& model, const Tensor& images,
+                       const ClassifyOptions& options, Arena& arena) {
+  const VitConfig& config = model.config();
+  check_options(config, options);
+  const int64_t n = images.dim(0);
+  Tensor out({n, config.num_classes});
+  nn::Context ctx = inference_context(arena, options.precision, options.packed_weights);
+  for (int64_t start = 0; start < n; start += options.batch_size) {
+    const int64_t end = std::min(n, start + options.batch_size);
+    arena.reset();
+    const Tensor logits = model.forward(ctx, images.rows(start, end));  // [rows, classes]
+    for (int64_t row = start; row < end; ++row)
+      require_finite_logits(logits.rows(row - start, row - start + 1),
+                            "image " + std::to_string(row));
+    std::copy_n(logits.f32(), logits.numel(), out.f32() + start * config.num_classes);
+  }
+  return out;
+}
+
+ClassifyStats classify_files(VisionTransformer& model, const std::vector<std::string>& paths,
+                             const ClassifyOptions& options,
+                             const std::function<void(const ImageResult&)>& on_result) {
+  const VitConfig& config = model.config();
+  check_options(config, options);
 
   ClassifyStats stats;
   Timer wall;
   const int64_t classes = config.num_classes;
   Arena arena;
-  nn::Context ctx;
-  ctx.training = false;
-  ctx.arena = &arena;
-  nn::set_inference_precision(ctx, options.precision);
-  ctx.one_copy_of_weights = true;
-  ctx.free_block_activations = true;
-  ctx.packed_weights = options.packed_weights;
+  nn::Context ctx = inference_context(arena, options.precision, options.packed_weights);
   Pipeline pipeline(paths, options, config.channels, config.image_height, config.image_width);
   while (Slot* s = pipeline.next()) {
     Timer timer;
@@ -236,13 +269,7 @@ Throughput measure_throughput(VisionTransformer& model, int64_t batch_size, doub
   float* x = images.f32();
   for (int64_t i = 0; i < images.numel(); ++i) x[i] = 4.f * rng.uniform() - 2.f;
   Arena arena;
-  nn::Context ctx;
-  ctx.training = false;
-  ctx.arena = &arena;
-  nn::set_inference_precision(ctx, precision);
-  ctx.one_copy_of_weights = true;
-  ctx.free_block_activations = true;
-  ctx.packed_weights = packed_weights;
+  nn::Context ctx = inference_context(arena, precision, packed_weights);
   auto batch = [&] {
     if (profile) profile->begin();
     arena.reset();

@@ -56,6 +56,13 @@ ClassifyStats classify_files(VisionTransformer& model, const std::vector<std::st
                              const ClassifyOptions& options,
                              const std::function<void(const ImageResult&)>& on_result);
 
+// The logits of images already preprocessed, f32 [N, C, H, W] at the model's size, run in batches
+// of options.batch_size as classify_files runs them: f32 [N, classes]. The activations come from
+// `arena` (kept by a caller that calls again, so that its pages are not faulted in anew each time).
+// vitk::Error naming "image I" when one's logits are not finite.
+Tensor classify_logits(VisionTransformer& model, const Tensor& images,
+                       const ClassifyOptions& options, Arena& arena);
+
 // vitk::Error "WHAT: the model's logits are not finite ..." when logits hold a NaN or an
 // infinity (weights that overflow on this input): no class or score is given for it.
 void require_finite_logits(const Tensor& logits, const std::string& what);

@@ -81,7 +81,7 @@ TEST(ClassifyOutput, JsonDocumentIsWrittenAsItGoes) {
   std::ostringstream out;
   auto writer = vitk::tools::make_json_writer(out, labels);
   writer->begin();
-  vitk::vit::ImageResult good;
+  vitk::Classification good;
   good.path = "a.png";
   good.classes = {1, 0};
   good.probabilities = {0.7f, 0.3f};
@@ -90,11 +90,11 @@ TEST(ClassifyOutput, JsonDocumentIsWrittenAsItGoes) {
             "{\n  \"a.png\": {\"labels\":[\"dog \\\"big\\\"\",\"cat\"],\"probabilities\":[0.7,0.3],"
             "\"classes\":[1,0]}")
       << "each entry is out before the next image is classified";
-  vitk::vit::ImageResult bad;
+  vitk::Classification bad;
   bad.path = "b\xFF.png";
   bad.error = "not an image";
   writer->write(bad);
-  vitk::vit::ImageResult odd;
+  vitk::Classification odd;
   odd.path = "c.png";
   odd.classes = {0};
   odd.probabilities = {std::nanf("")};

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 
 #include "common/error.h"
@@ -163,6 +164,82 @@ std::vector<int64_t> word_of_pieces(const Vocabulary& tokenizer, const std::vect
   return words;
 }
 
+namespace {
+
+// Captions one batch of preprocessed images (rows of `images`, f32 [B, C, H, W]) into
+// results[first + b] for each row b (or results[ids[b]] when ids is given).
+class BatchCaptioner {
+ public:
+  BatchCaptioner(CaptionModel& model, const Vocabulary& tokenizer, const CaptionRunOptions& options)
+      : model_(model),
+        tokenizer_(tokenizer),
+        options_(options),
+        step_model_(model),
+        searcher_(step_model_, search_of(options)) {}
+
+  void run(const Tensor& images, const std::function<CaptionResult&(int64_t)>& result_of) {
+    const CaptionConfig& c = model_.config();
+    const int64_t B = images.dim(0);
+    nn::Context ctx = searcher_.encode_context();
+    const Tensor memory = model_.encode(ctx, images);  // [B, Tm, d]
+    Tensor lengths({B}, DType::i32);
+    for (int64_t b = 0; b < B; ++b) lengths.i32()[b] = static_cast<int32_t>(memory.dim(1));
+    std::vector<std::vector<decode::Hypothesis>> found = searcher_.search(memory, lengths);
+    const int64_t image_floats =
+        c.encoder.channels * c.encoder.image_height * c.encoder.image_width;
+    for (int64_t b = 0; b < B; ++b) {
+      CaptionResult& r = result_of(b);
+      r.read = true;
+      r.hypotheses = std::move(found[static_cast<size_t>(b)]);
+      for (const decode::Hypothesis& h : r.hypotheses)
+        r.texts.push_back(tokenizer_.decode(std::vector<int>(h.tokens.begin(), h.tokens.end())));
+      if (!options_.attention || r.hypotheses.empty()) continue;
+      r.input = Tensor({c.encoder.channels, c.encoder.image_height, c.encoder.image_width});
+      std::copy_n(images.f32() + b * image_floats, image_floats, r.input.f32());
+      attend(r);
+    }
+  }
+
+ private:
+  static decode::SearchOptions search_of(const CaptionRunOptions& options) {
+    decode::SearchOptions so = options.search;
+    so.precision = options.precision;
+    return so;
+  }
+
+  // The cross-attention of r's best caption over its image.
+  void attend(CaptionResult& r) {
+    const CaptionConfig& c = model_.config();
+    attention_arena_.reset();
+    nn::Context actx{false, &attention_arena_, nullptr};
+    nn::set_inference_precision(actx, options_.precision);
+    const decode::Hypothesis& best = r.hypotheses.front();
+    // The tokens the decoder read: as many as fit its positions.
+    std::vector<int32_t> tokens = best.tokens;
+    bool with_eos = best.finished;
+    if (static_cast<int64_t>(tokens.size()) + (with_eos ? 1 : 0) > c.max_length) {
+      tokens.resize(static_cast<size_t>(c.max_length));
+      with_eos = false;
+    }
+    if (tokens.empty() && !with_eos) return;
+    r.attention =
+        model_
+            .cross_attention(actx,
+                             r.input.reshaped({1, r.input.dim(0), r.input.dim(1), r.input.dim(2)}),
+                             tokens, with_eos, options_.attention_layer, options_.attention_head)
+            .clone();
+  }
+
+  CaptionModel& model_;
+  const Vocabulary& tokenizer_;
+  const CaptionRunOptions& options_;
+  CaptionStepModel step_model_;
+  decode::Searcher searcher_;
+  Arena attention_arena_;
+};
+
+}  // namespace
+
 std::vector<CaptionResult> caption_set(CaptionModel& model, const Vocabulary& tokenizer,
                                        const datasets::CaptionSet& set,
                                        const CaptionRunOptions& options, Progress* progress) {
@@ -175,53 +252,34 @@ std::vector<CaptionResult> caption_set(CaptionModel& model, const Vocabulary& to
       vit::eval_loader_options(c.encoder, options.batch_size, options.prefetch);
   lo.num_classes = images->size();
   datasets::Loader loader(*images, lo);
-  CaptionStepModel step_model(model);
-  decode::SearchOptions so = options.search;
-  so.precision = options.precision;
-  decode::Searcher searcher(step_model, so);
-  const int64_t image_floats = c.encoder.channels * c.encoder.image_height * c.encoder.image_width;
-  Arena attention_arena;
+  BatchCaptioner captioner(model, tokenizer, options);
   loader.start_epoch(0);
   datasets::Batch batch;
   int64_t done = 0;
   while (loader.next(batch)) {
     const int64_t B = batch.labels.numel();
     if (B == 0) continue;
-    nn::Context ctx = searcher.encode_context();
-    const Tensor memory = model.encode(ctx, batch.images);  // [B, Tm, d]
-    Tensor lengths({B}, DType::i32);
-    for (int64_t b = 0; b < B; ++b) lengths.i32()[b] = static_cast<int32_t>(memory.dim(1));
-    std::vector<std::vector<decode::Hypothesis>> found = searcher.search(memory, lengths);
-    for (int64_t b = 0; b < B; ++b) {
-      CaptionResult& r = results[static_cast<size_t>(batch.labels.i32()[b])];
-      r.read = true;
-      r.hypotheses = std::move(found[static_cast<size_t>(b)]);
-      for (const decode::Hypothesis& h : r.hypotheses)
-        r.texts.push_back(tokenizer.decode(std::vector<int>(h.tokens.begin(), h.tokens.end())));
-      if (!options.attention || r.hypotheses.empty()) continue;
-      r.input = Tensor({c.encoder.channels, c.encoder.image_height, c.encoder.image_width});
-      std::copy_n(batch.images.f32() + b * image_floats, image_floats, r.input.f32());
-      attention_arena.reset();
-      nn::Context actx{false, &attention_arena, nullptr};
-      nn::set_inference_precision(actx, options.precision);
-      const decode::Hypothesis& best = r.hypotheses.front();
-      // The tokens the decoder read: as many as fit its positions.
-      std::vector<int32_t> tokens = best.tokens;
-      bool with_eos = best.finished;
-      if (static_cast<int64_t>(tokens.size()) + (with_eos ? 1 : 0) > c.max_length) {
-        tokens.resize(static_cast<size_t>(c.max_length));
-        with_eos = false;
-      }
-      if (tokens.empty() && !with_eos) continue;
-      r.attention =
-          model
-              .cross_attention(
-                  actx, r.input.reshaped({1, r.input.dim(0), r.input.dim(1), r.input.dim(2)}),
-                  tokens, with_eos, options.attention_layer, options.attention_head)
-              .clone();
-    }
+    captioner.run(batch.images, [&](int64_t b) -> CaptionResult& {
+      return results[static_cast<size_t>(batch.labels.i32()[b])];
+    });
     done += B;
     if (progress) progress->update(done, done, "");
+  }
+  return results;
+}
+
+std::vector<CaptionResult> caption_images(CaptionModel& model, const Vocabulary& tokenizer,
+                                          const Tensor& images, const CaptionRunOptions& options) {
+  const int64_t n = images.dim(0);
+  std::vector<CaptionResult> results(static_cast<size_t>(n));
+  BatchCaptioner captioner(model, tokenizer, options);
+  for (int64_t start = 0; start < n; start += options.batch_size) {
+    const int64_t end = std::min(n, start + options.batch_size);
+    captioner.run(images.rows(start, end), [&](int64_t b) -> CaptionResult& {
+      CaptionResult& r = results[static_cast<size_t>(start + b)];
+      r.image = start + b;
+      return r;
+    });
   }
   return results;
 }

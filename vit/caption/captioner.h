@@ -97,6 +97,11 @@ std::vector<CaptionResult> caption_set(CaptionModel& model, const Vocabulary& to
                                        const CaptionRunOptions& options,
                                        Progress* progress = nullptr);
 
+// The same for images already preprocessed, f32 [N, C, H, W] at the encoder's size, in batches of
+// options.batch_size: result i is row i's.
+std::vector<CaptionResult> caption_images(CaptionModel& model, const Vocabulary& tokenizer,
+                                          const Tensor& images, const CaptionRunOptions& options);
+
 struct CaptionScores {
   int64_t images = 0;       // scored: read and with references
   decode::BleuResult bleu;  // corpus BLEU-4 (sacreBLEU's), every reference of each image
