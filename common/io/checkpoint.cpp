@@ -531,6 +531,13 @@ CheckpointMeta load_checkpoint(const std::string& path, ParamStore& params,
     const auto root_links = list_links(f.root.get(), "the root group", path);
     std::vector<TensorData> datasets =
         check_tensors(f.root.get(), root_links, "", params, path, int8);
+    // save_checkpoint marks a file int8 only when it writes an int8 matrix: a mark without one is
+    // a damaged or hand-made file that would run at f32 under an int8 name.
+    if (!meta.quantization.empty() && std::none_of(datasets.begin(), datasets.end(),
+                                                   [](const TensorData& d) { return d.int8(); }))
+      fail(path, "is marked quantization=" + quoted(meta.quantization) +
+                     " but holds no int8 matrix (no i8 tensor with its NAME_scale): the file is "
+                     "damaged; quantize its f32 checkpoint again with vitk quantize");
 
     OptimizerFile opt;
     if (optimizer) opt = check_optimizer_state(f, root_links, *optimizer, params, path);

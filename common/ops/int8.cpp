@@ -67,6 +67,10 @@ float quantize_row(const float* row, int64_t k, int levels, int offset, Code* ou
     return finite ? 0.f : std::numeric_limits<float>::quiet_NaN();
   }
   const float s = amax / static_cast<float>(levels);
+  if (s == 0) {  // a row of denormals too small for any step: zeros, as an all-zero row
+    std::fill(out, out + k, static_cast<Code>(offset));
+    return 0.f;
+  }
 #pragma omp simd
   for (int64_t i = 0; i < k; ++i)
     out[i] = static_cast<Code>(static_cast<int>(std::nearbyint(row[i] / s)) + offset);
@@ -198,12 +202,20 @@ QuantizedWeight quantized_weight(Tensor q, Tensor scales) {
                    ", not a finite number >= 0");
     const int8_t* row = q.s8() + r * w.k;
     int32_t sum = 0;
+    int64_t nonzero = -1;  // the first non-zero entry of the row
     for (int64_t i = 0; i < w.k; ++i) {
       if (row[i] == -128)
         fail(op, "q[" + std::to_string(r) + ", " + std::to_string(i) +
                      "] is -128, outside the symmetric range [-127, 127]");
+      if (row[i] != 0 && nonzero < 0) nonzero = i;
       sum += row[i];
     }
+    // quantize_weight gives scale 0 to an all-zero row only, and stores it as all zeros: a zero
+    // scale over a row that holds values would silently turn it into zeros (damaged scales).
+    if (s == 0 && nonzero >= 0)
+      fail(op, "scale " + std::to_string(r) + " is 0 but row " + std::to_string(r) +
+                   " is not all zero (q[" + std::to_string(r) + ", " + std::to_string(nonzero) +
+                   "] = " + std::to_string(row[nonzero]) + "): the scales are damaged");
     w.sums.i32()[r] = sum;
   }
   w.values = std::move(q);

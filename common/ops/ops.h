@@ -162,11 +162,15 @@ struct QuantizedWeight {
   QuantizedWeight(const QuantizedWeight&) = delete;
   QuantizedWeight& operator=(const QuantizedWeight&) = delete;
 };
-// w f32 [N, K] (rank 2, non-empty); vitk::Error naming the op and the shape otherwise.
+// w f32 [N, K] (rank 2, non-empty); vitk::Error naming the op and the shape otherwise. Per row,
+// scale = max |w| / 127; an all-zero row gets scale 0 and q all zero (quantized_weight takes a
+// zero scale for such a row only).
 QuantizedWeight quantize_weight(const Tensor& w);
 // A weight quantised before (a checkpoint of `vitk quantize`): q s8 [N, K] in [-127, 127] and
 // scales f32 [N], finite and >= 0, taken as they are (the row sums computed); vitk::Error saying
-// which condition fails, and where, otherwise.
+// which condition fails, and where, otherwise. A scale of 0 is taken only for a row of q that is
+// all zero, as quantize_weight writes an all-zero row of w: over any other row it would zero
+// values the file holds, so it is damage.
 QuantizedWeight quantized_weight(Tensor q, Tensor scales);
 
 // Activations are quantised per row m: x[m, k] ≈ s[m] · q[m, k], s[m] = max_k |x[m, k]| / L,
