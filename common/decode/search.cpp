@@ -38,12 +38,41 @@ const char* search_method_name(SearchMethod method) {
   return "?";
 }
 
-uint64_t search_bytes(int64_t vocab_size, int64_t decoder_layers, int64_t d_model,
-                      const SearchOptions& o) {
-  const int64_t rows = o.method == SearchMethod::beam ? int64_t{o.beam_size} + 1 : 1;
-  const uint64_t per_row =
-      sat_add(sat_product({2, vocab_size}), sat_product({decoder_layers, 4, d_model}));
-  return sat_mul(4, sat_mul(sat_product({rows}), per_row));
+int64_t target_limit(int64_t memory_length, const SearchOptions& o, int64_t model_max_length) {
+  int64_t limit = memory_length + o.max_length_offset;
+  if (o.max_length > 0) limit = std::min(limit, o.max_length);
+  return std::max<int64_t>(1, std::min(limit, model_max_length));
+}
+
+uint64_t search_bytes(const SearchSizes& z, const SearchOptions& o, int64_t inputs) {
+  const bool beam = o.method == SearchMethod::beam;
+  const int64_t K = o.beam_size, rows_per_input = beam ? K + (o.keep_greedy ? 1 : 0) : 1;
+  const int64_t L = z.decoder_layers, d = z.d_model;
+  // Floats per row: logits and log-probabilities; self-attention keys and values and the spare
+  // buffers reorder() gathers them into; cross-attention keys and values; a step's activations
+  // (q, k, v, context, residuals and norms, the feed-forward's hidden layer) in every layer.
+  uint64_t per_row = sat_product({2, z.vocab_size});
+  per_row = sat_add(per_row, sat_product({4, L, z.target_length, d}));
+  per_row = sat_add(per_row, sat_product({2, L, z.memory_length, d}));
+  per_row = sat_add(
+      per_row, sat_mul(sat_product({L}), sat_add(sat_product({8, d}), sat_product({2, z.d_ff}))));
+  uint64_t bytes = sat_mul(4, sat_mul(sat_product({inputs, rows_per_input}), per_row));
+  if (beam) {
+    // Each input's K prefixes and their next copies (i32 tokens), and the candidates of one
+    // input's step: (score, origin, token), 16 bytes each.
+    bytes = sat_add(bytes, sat_mul(8, sat_product({inputs, K, z.target_length})));
+    bytes = sat_add(bytes, sat_mul(16, sat_product({K, std::min<int64_t>(2 * K, z.vocab_size)})));
+  }
+  return bytes;
+}
+
+int fitting_beam_size(const SearchSizes& sizes, const SearchOptions& options, int64_t inputs) {
+  SearchOptions o = options;
+  for (o.beam_size = options.beam_size / 2; o.beam_size >= 1; o.beam_size /= 2) {
+    o.nbest = std::min(o.nbest, o.beam_size);
+    if (memory_shortfall(search_bytes(sizes, o, inputs)).empty()) return o.beam_size;
+  }
+  return 0;
 }
 
 void SearchOptions::validate(int64_t vocab_size) const {
@@ -195,9 +224,7 @@ Searcher::Prepared Searcher::prepare(const Tensor& memory, const Tensor& memory_
   Prepared p;
   p.batch = B;
   for (int64_t b = 0; b < B; ++b) {
-    int64_t limit = lengths.i32()[b] + o.max_length_offset;
-    if (o.max_length > 0) limit = std::min(limit, o.max_length);
-    limit = std::max<int64_t>(1, std::min(limit, model_.max_length()));
+    const int64_t limit = target_limit(lengths.i32()[b], o, model_.max_length());
     p.limit.push_back(limit);
     p.capacity = std::max(p.capacity, limit);
   }

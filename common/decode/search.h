@@ -78,13 +78,31 @@ struct Hypothesis {
 // ((5 + length) / 6)^α
 double length_penalty(int64_t length, float alpha);
 
-// The least memory a search with these options takes for one input (a lower bound: each row of
-// the search, K + 1 for beam search and 1 otherwise, holds its logits and log-probabilities and
-// the decoder's caches, keys and values of self- and cross-attention, for one position, over
-// `decoder_layers` layers of width d_model); saturates instead of overflowing. `vitk translate`
-// weighs it against the machine's before it translates.
-uint64_t search_bytes(int64_t vocab_size, int64_t decoder_layers, int64_t d_model,
-                      const SearchOptions& options);
+// The most target tokens (EOS included) a search allows an input whose memory has memory_length
+// positions, for a model with positions for model_max_length: memory_length +
+// max_length_offset, at most options.max_length (when set) and model_max_length, at least 1.
+int64_t target_limit(int64_t memory_length, const SearchOptions& options, int64_t model_max_length);
+
+// The sizes of a model's decoder that the memory of its search depends on.
+struct SearchSizes {
+  int64_t vocab_size = 0, decoder_layers = 0, d_model = 0, d_ff = 0;
+  int64_t memory_length = 1;  // Tm: positions of an input's memory (the encoder's output)
+  int64_t target_length = 1;  // positions the self-attention caches are made for (the capacity)
+};
+
+// The least memory a search with these options takes for `inputs` inputs searched at once: a
+// lower bound that saturates instead of overflowing. Each row of the search (K + 1 per input
+// for beam search, 1 otherwise) holds its logits and log-probabilities, its self-attention keys
+// and values for target_length positions and the copies reordering them, its cross-attention
+// keys and values for memory_length positions, and one step's activations, over decoder_layers
+// layers; beam search adds each input's prefixes and one input's candidates (K times min(2K,
+// V)). The commands weigh it against the machine's memory (memory_shortfall) before they search.
+uint64_t search_bytes(const SearchSizes& sizes, const SearchOptions& options, int64_t inputs = 1);
+
+// The largest of beam_size / 2, beam_size / 4, ... down to 1 at which a beam search of `inputs`
+// inputs fits the machine (memory_shortfall), or 0 when none does; the n-best list is cut to
+// the beam.
+int fitting_beam_size(const SearchSizes& sizes, const SearchOptions& options, int64_t inputs = 1);
 
 // The settings a model decodes with: inference on `arena`, the products at `precision`, weights
 // read packed (the model does not change during a search) and, at int8, in one copy only.

@@ -19,8 +19,20 @@ std::vector<std::vector<decode::Hypothesis>> search_source(Transformer& model,
   return searcher.search(memory, source_lengths);
 }
 
+decode::SearchSizes search_sizes(const TransformerConfig& config,
+                                 const decode::SearchOptions& options) {
+  decode::SearchSizes z;
+  z.vocab_size = config.vocab_size;
+  z.decoder_layers = config.decoder_layers;
+  z.d_model = config.d_model;
+  z.d_ff = config.d_ff;
+  z.memory_length = 1;  // the shortest sentence: its EOS
+  z.target_length = decode::target_limit(1, options, config.max_length);
+  return z;
+}
+
 uint64_t search_bytes(const TransformerConfig& config, const decode::SearchOptions& options) {
-  return decode::search_bytes(config.vocab_size, config.decoder_layers, config.d_model, options);
+  return decode::search_bytes(search_sizes(config, options), options);
 }
 
 std::vector<std::pair<double, double>> score_targets(

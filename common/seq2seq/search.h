@@ -20,7 +20,11 @@ std::vector<std::vector<decode::Hypothesis>> search_source(Transformer& model,
                                                            const Tensor& source,
                                                            const Tensor& source_lengths);
 
-// decode::search_bytes for this model's decoder.
+// The sizes of this model's search of one sentence of the least length (one token, its EOS):
+// what any sentence's search needs at least.
+decode::SearchSizes search_sizes(const TransformerConfig& config,
+                                 const decode::SearchOptions& options);
+// decode::search_bytes of one such sentence.
 uint64_t search_bytes(const TransformerConfig& config, const decode::SearchOptions& options);
 
 // Forced decoding: log p(target + EOS | source) of each sentence (targets without BOS and EOS),

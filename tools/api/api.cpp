@@ -2,9 +2,12 @@
 // search's options and images in memory.
 #include <omp.h>
 
+#include <algorithm>
+
 #include <opencv2/imgproc.hpp>
 
 #include "common/io/checkpoint.h"
+#include "common/memory.h"
 #include "tools/api/internal.h"
 
 namespace vitk {
@@ -79,6 +82,31 @@ decode::SearchOptions to_search(const SearchOptions& s, ops::Precision precision
   o.precision = precision;
   o.validate(vocab_size);
   return o;
+}
+
+void check_search_memory(const decode::SearchSizes& sizes, const decode::SearchOptions& search,
+                         int64_t inputs, int64_t batch_size, const std::string& unit) {
+  auto shortfall = [&](int64_t n) {
+    return memory_shortfall(decode::search_bytes(sizes, search, n));
+  };
+  inputs = std::max<int64_t>(inputs, 1);
+  const bool beam = search.method == decode::SearchMethod::beam;
+  const std::string beam_option = "--beam-size " + std::to_string(search.beam_size);
+  const std::string one = shortfall(1);
+  if (!one.empty()) {
+    const int fits = beam ? decode::fitting_beam_size(sizes, search, 1) : 0;
+    throw UsageError((beam ? beam_option + ": " : std::string()) + "the search of one " + unit +
+                     " " + one +
+                     (fits > 0 ? "; a beam of " + std::to_string(fits) + " would fit." : "."));
+  }
+  const std::string all = shortfall(inputs);
+  if (all.empty()) return;
+  int64_t fits = inputs / 2;  // one input fits, so some batch down to one does
+  while (fits > 1 && !shortfall(fits).empty()) fits /= 2;
+  throw UsageError("--batch-size " + std::to_string(batch_size) +
+                   (beam ? " with " + beam_option : std::string()) + ": a search of " +
+                   std::to_string(inputs) + " " + unit + "s at once " + all + "; a batch of " +
+                   std::to_string(std::max<int64_t>(fits, 1)) + " would fit.");
 }
 
 Hypothesis to_hypothesis(const decode::Hypothesis& h, std::string text) {

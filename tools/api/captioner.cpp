@@ -56,8 +56,16 @@ caption::CaptionRunOptions Captioner::Impl::run_options(const SearchOptions& sea
   return o;
 }
 
+void Captioner::Impl::check_memory(const caption::CaptionRunOptions& options,
+                                   int64_t images) const {
+  api::check_search_memory(caption::caption_search_sizes(loaded.config, options.search),
+                           options.search, std::min(images, options.batch_size), options.batch_size,
+                           "image");
+}
+
 std::vector<caption::CaptionResult> Captioner::Impl::run(
     const Tensor& images, const caption::CaptionRunOptions& options) {
+  check_memory(options, images.dim(0));
   std::lock_guard<std::mutex> lock(api::compute_mutex());
   api::ThreadScope scope(threads);
   return caption::caption_images(*loaded.model, loaded.tokenizer, images, options);
@@ -68,6 +76,7 @@ std::vector<caption::CaptionResult> Captioner::Impl::run_files(
     std::vector<std::string>& errors) {
   const vit::VitConfig& c = loaded.config.encoder;
   const int64_t n = static_cast<int64_t>(paths.size());
+  check_memory(options, n);  // before any image is read
   std::vector<caption::CaptionResult> results(paths.size());
   errors.assign(paths.size(), std::string());
   datasets::DecodeOptions decode;

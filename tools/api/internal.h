@@ -67,6 +67,16 @@ decode::SearchOptions to_search(const SearchOptions& s, ops::Precision precision
                                 int64_t vocab_size);
 Hypothesis to_hypothesis(const decode::Hypothesis& h, std::string text);
 
+// vitk::UsageError when a search of `inputs` inputs at once (each a `unit`: "sentence", "image";
+// at most batch_size) needs more memory than the machine has (decode::search_bytes and
+// memory_shortfall: a lower bound, so a search refused could never run), saying what would fit:
+// "--beam-size 100000: the search of one image needs at least 37.6 GiB (...), more than the 23.4
+// GiB of memory this machine has; a beam of 50000 would fit." or, when one input fits but not all
+// at once, "--batch-size 32 with --beam-size 1024: a search of 20 images at once needs at least
+// ...; a batch of 5 would fit."
+void check_search_memory(const decode::SearchSizes& sizes, const decode::SearchOptions& search,
+                         int64_t inputs, int64_t batch_size, const std::string& unit);
+
 // Images in memory as the model reads them: each converted to `channels` (alpha on white, colour
 // to grey as Pillow does), then the eval transform p to height x width; f32 [N, C, H, W].
 // vitk::UsageError naming the image's index for a null pointer, a size of 0, 2 or more than 4
@@ -108,6 +118,10 @@ struct Translator::Impl : api::RunSettings {
 
 struct Captioner::Impl : api::RunSettings {
   caption::LoadedCaptioner loaded;
+
+  // vitk::UsageError when the machine lacks the memory for the search of `images` images at
+  // once (at most the batch size) with these options (api::check_search_memory).
+  void check_memory(const caption::CaptionRunOptions& options, int64_t images) const;
 
   // The options of a run: the search checked, this captioner's precision and batch size.
   caption::CaptionRunOptions run_options(const SearchOptions& search) const;

@@ -1,6 +1,5 @@
 // vitk::Translator: a translation checkpoint and its SentencePiece model, searched in batches by
 // common/seq2seq/translator.
-#include "common/memory.h"
 #include "common/seq2seq/search.h"
 #include "tools/api/internal.h"
 
@@ -35,10 +34,7 @@ int64_t Translator::max_source_tokens() const {
 
 void Translator::Impl::check_memory(const seq2seq::TransformerConfig& config,
                                     const decode::SearchOptions& search) {
-  const std::string shortfall = memory_shortfall(seq2seq::search_bytes(config, search));
-  if (!shortfall.empty())
-    throw UsageError("--beam-size " + std::to_string(search.beam_size) + ": the search of one " +
-                     "sentence " + shortfall);
+  api::check_search_memory(seq2seq::search_sizes(config, search), search, 1, 1, "sentence");
 }
 
 std::vector<seq2seq::Translation> Translator::Impl::run(const std::vector<std::string>& sentences,

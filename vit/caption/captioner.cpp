@@ -36,6 +36,18 @@ uint64_t caption_memory_bytes(const CaptionConfig& c) {
   return sat_add(vit::memory_bytes(c.encoder, 1), sat_mul(12, params));
 }
 
+decode::SearchSizes caption_search_sizes(const CaptionConfig& c,
+                                         const decode::SearchOptions& search) {
+  decode::SearchSizes z;
+  z.vocab_size = c.vocab_size;
+  z.decoder_layers = c.decoder_layers;
+  z.d_model = c.d_model();
+  z.d_ff = c.d_ff();
+  z.memory_length = c.memory_tokens();
+  z.target_length = decode::target_limit(z.memory_length, search, c.max_length);
+  return z;
+}
+
 CaptionConfig caption_stored_config(const std::string& path, const io::CheckpointMeta& meta) {
   io::require_config_keys(path, meta.config, kCaptionSizeKeys);
   const CaptionConfig c = caption_config_from_map(meta.config, path);  // validate()'s limits

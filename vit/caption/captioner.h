@@ -56,6 +56,11 @@ CaptionConfig caption_stored_config(const std::string& path, const io::Checkpoin
 // encoder's and its decoder's parameters, three copies each) and one image's inference.
 uint64_t caption_memory_bytes(const CaptionConfig& config);
 
+// The sizes of this model's search of one image (decode::search_bytes): the memory tokens and
+// as many target positions as the search allows.
+decode::SearchSizes caption_search_sizes(const CaptionConfig& config,
+                                         const decode::SearchOptions& search);
+
 struct LoadedCaptioner {
   CaptionConfig config;
   io::CheckpointMeta meta;
