@@ -103,6 +103,7 @@ void keep_images(std::vector<CaptionedImage>& all, const CaptionReadOptions& opt
         if (!options.skip_missing_images)
           throw Error(image.path + ": " + problem + " (" + where(i) + ")");
         ++set.missing_images;
+        if (set.missing_examples.size() < 3) set.missing_examples.push_back(image.path);
         continue;
       }
     }

@@ -81,8 +81,9 @@ struct CaptionSet {
   std::string image_dir;
   std::vector<CaptionedImage> images;  // those with at least one caption, in file order
   // Counted skips, reported by the commands that read a set.
-  int64_t unknown_image_captions = 0;  // annotations whose image_id no image entry has
-  int64_t missing_images = 0;          // image entries whose file is not in the folder
+  int64_t unknown_image_captions = 0;         // annotations whose image_id no image entry has
+  int64_t missing_images = 0;                 // image entries whose file is not in the folder
+  std::vector<std::string> missing_examples;  // the paths of the first few (at most 3) of them
   int64_t images_without_captions = 0;
   int64_t captions() const;  // in all images
 };

@@ -17,6 +17,7 @@
 #include "common/io/atomic_file.h"
 #include "common/plot/plot.h"
 #include "common/progress.h"
+#include "common/quoted_name.h"
 #include "tools/api/internal.h"
 #include "tools/cli.h"
 #include "tools/image_inputs.h"
@@ -386,7 +387,9 @@ int run_caption(const po::variables_map& vm) {
       plot::write_png((fs::path(pictures) / picture_name(path, picture_names)).string(), picture);
     }
   }
-  if (json) std::cout << out.dump(2) << "\n";
+  // File names may hold bytes that are not UTF-8: they become U+FFFD (as in classify --json), so
+  // that the document is written and stays valid.
+  if (json) std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   std::cout << std::flush;
   if (failed > 0) {
     std::cerr << "vitk caption: " << failed << " of " << results.size()
@@ -394,6 +397,29 @@ int run_caption(const po::variables_map& vm) {
     return kExitFailure;
   }
   return kExitOk;
+}
+
+// caption-eval's set has no image to score (vitk::Error, exit 1): which folder was looked in and
+// the first images missing from it, or that the file lists no captioned image.
+void require_images(const datasets::CaptionSet& set) {
+  if (!set.images.empty()) return;
+  std::string why;
+  if (set.missing_images > 0) {
+    const std::string folder = set.image_dir.empty() ? "." : set.image_dir;
+    std::error_code ec;
+    why = "none of its " + std::to_string(set.missing_images) + " captioned images is in " +
+          quoted_name(folder) +
+          (fs::is_directory(folder, ec) ? ""
+                                        : " (no such folder; --images names the images' folder)");
+    for (size_t i = 0; i < set.missing_examples.size(); ++i)
+      why += (i ? ", " : "; missing: ") + quoted_name(set.missing_examples[i]);
+    if (set.missing_images > static_cast<int64_t>(set.missing_examples.size())) why += ", ...";
+  } else {
+    why = "it lists no image with a caption (" + std::to_string(set.images_without_captions) +
+          " images without captions, " + std::to_string(set.unknown_image_captions) +
+          " captions of unknown images)";
+  }
+  throw Error(set.source + ": no image was found to score: " + why);
 }
 
 int run_caption_eval(const po::variables_map& vm) {
@@ -410,6 +436,8 @@ int run_caption_eval(const po::variables_map& vm) {
   if (vm["limit"].as<int64_t>() > 0 &&
       static_cast<int64_t>(set.images.size()) > vm["limit"].as<int64_t>())
     set.images.resize(static_cast<size_t>(vm["limit"].as<int64_t>()));
+  captioner.impl().check_memory(ro, static_cast<int64_t>(set.images.size()));
+  require_images(set);
   ProgressOptions po;
   po.tty = is_terminal(STDERR_FILENO);
   po.unit = "image";
@@ -418,6 +446,9 @@ int run_caption_eval(const po::variables_map& vm) {
       caption::caption_set(*m.model, m.tokenizer, set, ro, &progress);
   progress.finish();
   const caption::CaptionScores s = caption::score_captions(m.config, m.tokenizer, set, results);
+  if (s.images == 0)
+    throw Error(set.source + ": no image was scored: none of its " +
+                std::to_string(set.images.size()) + " images could be read");
   std::cout << set.source << ": " << s.images << " images, " << set.captions()
             << " reference captions";
   if (set.missing_images + set.unknown_image_captions > 0)
