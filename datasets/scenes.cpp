@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -11,11 +12,16 @@
 #include <string>
 #include <vector>
 
+#include <signal.h>
+#include <sys/types.h>
+#include <unistd.h>
+
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
 
 #include "common/error.h"
 #include "common/io/atomic_file.h"
+#include "common/io/folder_lock.h"
 #include "common/io/json.h"
 #include "common/ops/ops.h"
 #include "datasets/augment.h"
@@ -60,17 +66,68 @@ void check_options(const SceneOptions& o) {
 }
 
 // The output folder must be new or empty: scenes of another run left beside these would be read
-// back as part of this set.
+// back as part of this set. Checked once this run holds it (its lock file does not count).
 void check_output(const std::string& output) {
+  std::error_code ec;
+  for (fs::directory_iterator it(output, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().filename() != io::FolderLock::kFileName)
+      throw UsageError("--out " + output + ": the folder is not empty; give a new or empty one");
+  if (ec) throw Error("--out " + output + ": " + ec.message());
+}
+
+// A folder given as --out that is not one.
+void check_not_a_file(const std::string& output) {
   std::error_code ec;
   const fs::file_status st = fs::status(output, ec);
   if (ec && ec != std::errc::no_such_file_or_directory)
     throw Error("--out " + output + ": " + ec.message());
-  if (!fs::exists(st)) return;
-  if (!fs::is_directory(st)) throw UsageError("--out " + output + ": exists and is not a folder");
-  if (fs::directory_iterator(output, ec) != fs::directory_iterator())
-    throw UsageError("--out " + output + ": the folder is not empty; give a new or empty one");
-  if (ec) throw Error("--out " + output + ": " + ec.message());
+  if (fs::exists(st) && !fs::is_directory(st))
+    throw UsageError("--out " + output + ": exists and is not a folder");
+}
+
+// The scenes are written into OUT.tmp-PID beside the output folder and renamed onto it at the
+// end, so that an interrupted run leaves no half-made set in OUT. The folders of that kind that a
+// dead process left (a kill -9, a full disk) are removed first.
+fs::path temporary_beside(const fs::path& out) {
+  return out.parent_path() / (out.filename().string() + ".tmp-" + std::to_string(::getpid()));
+}
+
+void remove_stale_temporaries_of(const fs::path& out) {
+  const std::string prefix = out.filename().string() + ".tmp-";
+  const fs::path parent = out.parent_path().empty() ? fs::path(".") : out.parent_path();
+  std::error_code ec;
+  for (fs::directory_iterator it(parent, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(prefix, 0) != 0 || !it->is_directory(ec)) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.empty() || digits.size() > 9 ||
+        digits.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(digits));
+    if (pid == ::getpid() || (::kill(pid, 0) != 0 && errno == ESRCH)) {
+      std::error_code ignored;  // only clutter when it stays
+      fs::remove_all(it->path(), ignored);
+    }
+  }
+}
+
+// Puts the finished set `tmp` in place as `out` (an empty folder, or none): one rename, or, when
+// `out` cannot be replaced (a mount point), each entry moved into it.
+void move_into_place(const fs::path& tmp, const fs::path& out) {
+  if (::rename(tmp.c_str(), out.c_str()) == 0) return;
+  const int error = errno;
+  const std::string kept = "; the scenes are in " + tmp.string();
+  if (error == ENOTEMPTY || error == EEXIST)
+    throw Error("--out " + out.string() + ": another run wrote into it meanwhile" + kept);
+  std::error_code ec;
+  for (fs::directory_iterator it(tmp, ec), end; !ec && it != end; it.increment(ec)) {
+    fs::rename(it->path(), out / it->path().filename(), ec);
+    if (ec) break;
+  }
+  if (ec)
+    throw Error("--out " + out.string() + ": cannot move the scenes into it (" + ec.message() +
+                ")" + kept);
+  fs::remove(tmp, ec);
 }
 
 // ---- Random draws ------------------------------------------------------------------------------
@@ -347,6 +404,13 @@ const std::vector<std::string>& scene_nouns() {
 
 void make_scenes(const SceneOptions& options) {
   check_options(options);
+  check_not_a_file(options.output);
+  // One run per folder; a folder left empty by a refused run goes with the lock.
+  fs::path out = fs::path(options.output).lexically_normal();
+  if (!out.has_filename()) out = out.parent_path();  // "data/scenes/"
+  std::error_code ec;
+  if (fs::is_symlink(out, ec)) out = fs::canonical(out);  // the rename replaces the folder itself
+  io::FolderLock lock(out.string(), "--out");
   check_output(options.output);
 
   // Read everything before creating anything, so that bad data leaves no half-made folder.
@@ -369,10 +433,21 @@ void make_scenes(const SceneOptions& options) {
   for (const Dataset* data : {train_file.get(), test_file.get()})
     if (data) load_article(*data, 0);  // the size check, before any folder is made
 
+  remove_stale_temporaries_of(out);
+  SceneOptions into = options;
+  const fs::path tmp = temporary_beside(out);
+  into.output = tmp.string();
   const SplitPlan plans[] = {{"train", 0, options.train, &train_range},
                              {"val", 1, options.val, &val_range},
                              {"test", 2, options.test, &test_range}};
-  for (const SplitPlan& plan : plans) write_split(options, plan);
+  try {
+    for (const SplitPlan& plan : plans) write_split(into, plan);
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  lock.remove_file();
+  move_into_place(tmp, out);
 }
 
 SceneCaptionCheck check_scene_caption(const std::string& caption,

@@ -36,9 +36,12 @@ struct SceneOptions {
 };
 
 // Writes output/captions_{train,val,test}.json and output/images/{train,val,test}/NNNNNN.png,
-// each file atomically; the same options give the same bytes. Each object of an image's
-// "vitk_scene" also gives "article", its index in the Fashion-MNIST file the split draws from.
-// vitk::UsageError for bad options, vitk::Error for unreadable Fashion-MNIST files.
+// each file atomically; the same options give the same bytes. The set is made in OUTPUT.tmp-PID
+// beside the folder and renamed onto it when whole, so an interrupted run leaves no half-made set
+// (the next run removes a dead run's temporary folder), and the folder is locked meanwhile
+// (io::FolderLock: another run into it is a vitk::UsageError naming its pid). Each object of an
+// image's "vitk_scene" also gives "article", its index in the Fashion-MNIST file the split draws
+// from. vitk::UsageError for bad options, vitk::Error for unreadable Fashion-MNIST files.
 void make_scenes(const SceneOptions& options);
 
 // Throws vitk::Error naming the article and its box when a box of `objects` is not inside a

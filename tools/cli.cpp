@@ -575,6 +575,17 @@ void check_input_file(const std::string& option, const std::string& path) {
     throw Error(option + " " + path + ": is a directory, expected a file");
 }
 
+void refuse_output_over_input(const std::string& out, const std::vector<std::string>& inputs,
+                              const std::string& what) {
+  for (const std::string& input : inputs) {
+    std::error_code ec;
+    if (std::filesystem::equivalent(input, out, ec))
+      throw UsageError("--out " + out + " is " + what +
+                       (inputs.size() > 1 ? " (" + input + ")" : std::string()) +
+                       "; name a new file");
+  }
+}
+
 std::string printable(const std::string& text) {
   std::string out;
   for (size_t i = 0; i < text.size(); ++i) {

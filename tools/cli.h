@@ -112,6 +112,12 @@ bool option_given(const po::variables_map& vm, const std::string& name);
 // "--train DIR: is a directory, expected a file" otherwise ("-", standard input, passes).
 void check_input_file(const std::string& option, const std::string& path);
 
+// vitk::UsageError "--out OUT is WHAT; name a new file" when the file `out` is one of `inputs`
+// (the same file by std::filesystem::equivalent, whatever the path to it): writing it would
+// replace an input. Nothing when `out` does not exist yet.
+void refuse_output_over_input(const std::string& out, const std::vector<std::string>& inputs,
+                              const std::string& what);
+
 // `text` with control characters (but newlines and tabs), DEL and U+FEFF (a byte-order mark)
 // written as \xNN or \uFEFF, so that a message quoting it neither hides nor cuts anything.
 std::string printable(const std::string& text);

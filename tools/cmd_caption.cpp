@@ -337,7 +337,8 @@ int run_caption(const po::variables_map& vm) {
         "no images given: name image files, '-' to read paths from standard input, or --dir DIR");
   const std::string model = model_path(vm);
   const RunRequest request = run_request(vm, vm.count("attention-dir") > 0);
-  const std::string pictures = attention_dir(vm);
+  const PicturesDir pictures_dir = attention_dir(vm);
+  const std::string& pictures = pictures_dir.path;
   std::set<std::string> picture_names;
   const Captioner captioner = load_captioner(vm, model);
   Captioner::Impl& api = captioner.impl();

@@ -271,7 +271,8 @@ std::unique_ptr<Progress> progress_bar(int64_t images) {
 int classify_images(const po::variables_map& vm, const ClassifyRequest& rq, Classifier& clf) {
   Classifier::Impl& m = clf.impl();
   const std::vector<std::string>& labels = clf.classes();
-  AttentionPictures pictures(attention_dir(vm), *m.loaded.model, m.loaded.config, labels,
+  const PicturesDir pictures_dir = attention_dir(vm);
+  AttentionPictures pictures(pictures_dir.path, *m.loaded.model, m.loaded.config, labels,
                              rq.fusion);
   if (!pictures.dir().empty())
     m.observer = [&](const vit::ImageResult& r) {

@@ -36,9 +36,7 @@ void release_int8_weights(Forward forward) {
 int run_quantize(const po::variables_map& vm) {
   const std::string path = vm["checkpoint"].as<std::string>();
   const std::string out = vm["out"].as<std::string>();
-  std::error_code ec;
-  if (fs::equivalent(path, out, ec))
-    throw UsageError("--out " + out + " is the checkpoint being quantised; name a new file");
+  refuse_output_over_input(out, {path}, "the checkpoint being quantised");
   io::CheckpointMeta meta = io::read_checkpoint_meta(path);
   if (!meta.quantization.empty())
     throw UsageError(path + ": is already quantised to " + meta.quantization);
@@ -93,6 +91,7 @@ int run_quantize(const po::variables_map& vm) {
   meta.rng_state.clear();
   meta.optimizer.clear();
   io::save_checkpoint(out, *params, meta);
+  std::error_code ec;
   std::cout << "quantised " << matrices << " matrices of the " << kind << " (" << int8_values
             << " of " << params->numel()
             << " parameters) to int8, one scale per output row: " << out << ", "

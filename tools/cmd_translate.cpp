@@ -19,6 +19,7 @@
 #include "common/decode/search.h"
 #include "common/error.h"
 #include "common/io/atomic_file.h"
+#include "common/io/folder_lock.h"
 #include "common/io/input_file.h"
 #include "common/memory.h"
 #include "common/ops/profile.h"
@@ -148,8 +149,8 @@ int run_translate(const po::variables_map& vm) {
 
   {  // a search the machine cannot hold is a usage error, found before the model is loaded
     const seq2seq::TransformerConfig config = seq2seq::read_translation_meta(model_path).config;
-    Translator::Impl::check_memory(
-        config, api::to_search(asked, ops::Precision::f32, config.vocab_size));
+    Translator::Impl::check_memory(config,
+                                   api::to_search(asked, ops::Precision::f32, config.vocab_size));
   }
   TranslatorOptions options;
   options.precision = precision_option(vm);
@@ -163,13 +164,10 @@ int run_translate(const po::variables_map& vm) {
   const datasets::Tokenizer& tokenizer = translator.tokenizer;
   const std::vector<std::string> lines = read_lines(input);
   const std::string input_name = input == "-" ? "standard input" : input;
+  io::FolderLock pictures_lock;  // one run writes into --attention-dir at a time
   if (!pictures.empty()) {
     seq2seq::describe(model, alignment);  // a layer or head the model lacks: fail now
-    std::error_code ec;
-    std::filesystem::create_directories(pictures, ec);
-    if (!std::filesystem::is_directory(pictures))
-      throw Error("--attention-dir " + pictures + ": cannot create the directory" +
-                  (ec ? " (" + ec.message() + ")" : std::string()));
+    pictures_lock = io::FolderLock(pictures, "--attention-dir");
   }
 
   std::unique_ptr<Progress> progress;
@@ -239,6 +237,7 @@ int run_translate(const po::variables_map& vm) {
 int run_average(const po::variables_map& vm) {
   const auto inputs = get<std::vector<std::string>>(vm, "checkpoints");
   const std::string out = get<std::string>(vm, "out");
+  refuse_output_over_input(out, inputs, "one of the checkpoints being averaged");
   const int64_t n = seq2seq::average_checkpoints(inputs, out);
   std::cout << "averaged " << inputs.size() << " checkpoints (" << n << " parameters) into " << out
             << "\n";

@@ -77,16 +77,11 @@ std::string picture_name(const std::string& image_path, std::set<std::string>& u
   return name;
 }
 
-std::string attention_dir(const po::variables_map& vm) {
-  if (!vm.count("attention-dir")) return "";
+PicturesDir attention_dir(const po::variables_map& vm) {
+  if (!vm.count("attention-dir")) return {};
   const std::string dir = vm["attention-dir"].as<std::string>();
   if (dir.empty()) throw UsageError("--attention-dir: empty path");
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (!fs::is_directory(dir))
-    throw Error("--attention-dir " + dir + ": cannot create the directory" +
-                (ec ? " (" + ec.message() + ")" : std::string()));
-  return dir;
+  return {dir, io::FolderLock(dir, "--attention-dir")};
 }
 
 std::string bundled_file(const std::string& relative) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/io/folder_lock.h"
 #include "tools/cli.h"
 
 namespace vitk::tools {
@@ -21,9 +22,14 @@ std::vector<std::string> input_paths(const po::variables_map& vm, const std::str
 // share a stem.
 std::string picture_name(const std::string& image_path, std::set<std::string>& used);
 
-// Where --attention-dir pictures go, created if missing ("" when the option is not given);
-// vitk::Error naming it when it cannot be created.
-std::string attention_dir(const po::variables_map& vm);
+// Where --attention-dir pictures go ("" when the option is not given), created if missing and
+// locked for as long as `lock` lives (io::FolderLock): vitk::Error naming it when it cannot be
+// created, vitk::UsageError when another vitk run is writing pictures there.
+struct PicturesDir {
+  std::string path;
+  io::FolderLock lock;
+};
+PicturesDir attention_dir(const po::variables_map& vm);
 
 // A bundled model (a path relative to the source tree, "vit/models/fmnist-vit.h5"): beside a
 // build directory inside the source tree (build/vitk), beside the executable, installed under

@@ -21,7 +21,9 @@ namespace {
 std::atomic<int> g_stop_signal{0};
 
 extern "C" void on_stop_signal(int sig) {
-  g_stop_signal.store(sig);
+  // SIGUSR1 is the stop request that Open MPI's mpirun passes on to every rank at once (it passes
+  // SIGTERM on only as part of killing the job, which then exits 1): the same stop as SIGTERM.
+  g_stop_signal.store(sig == SIGUSR1 ? SIGTERM : sig);
   // Only async-signal-safe calls here. SA_RESETHAND made the next signal fatal again.
   const char msg[] =
       "\nvitk: stopping after the current step and saving a checkpoint (press Ctrl-C again to "
@@ -39,6 +41,7 @@ void install_stop_signals() {
   sa.sa_flags = SA_RESETHAND | SA_RESTART;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGUSR1, &sa, nullptr);
 }
 
 // "0.5 1", "0.5,1" (one config-file value) or two command-line words -> two numbers.

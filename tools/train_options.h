@@ -44,6 +44,7 @@ void add_checkpoint_every_option(po::options_description& options);
 
 // Installs the SIGINT/SIGTERM handlers of run_training (the first signal asks the run to save a
 // checkpoint and stop; a second one kills at once) and returns the flag they set to the signal.
+// SIGUSR1, which mpirun passes on to every rank, stops the run as SIGTERM does (flag SIGTERM).
 // For other training subcommands (`vitk mt-train`).
 const std::atomic<int>& install_stop_flag();
 

@@ -11,7 +11,8 @@ namespace vitk::train {
 
 namespace fs = std::filesystem;
 
-RunDir::RunDir(std::string dir, const std::string& resume) : dir_(std::move(dir)) {
+RunDir::RunDir(std::string dir, const std::string& resume, bool lock) : dir_(std::move(dir)) {
+  if (lock) lock_ = io::FolderLock(dir_, "--output");
   const std::string last_h5 = last();
   std::error_code ec;
   resumes_here_ = !resume.empty() && fs::equivalent(resume, last_h5, ec);

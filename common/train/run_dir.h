@@ -6,15 +6,18 @@
 #include <string>
 #include <vector>
 
+#include "common/io/folder_lock.h"
 #include "common/metrics_csv.h"
 
 namespace vitk::train {
 
 class RunDir {
  public:
-  // Only checks: vitk::UsageError when `dir` holds another run (its last.h5) that `resume` is
-  // not.
-  RunDir(std::string dir, const std::string& resume);
+  // With `lock` (rank 0, the one that writes), first locks the directory for this object's life
+  // (io::FolderLock, creating it; a directory left empty goes with the lock): vitk::UsageError
+  // when another run holds it. Then vitk::UsageError when `dir` holds another run (its last.h5)
+  // that `resume` is not.
+  RunDir(std::string dir, const std::string& resume, bool lock);
   // Creates the directory and metrics.csv with `header`. A run resumed from this directory's
   // last.h5 keeps the rows up to its step (keep_upto); any other starts the file afresh. First
   // removes the temporary files that a killed run left (stale_removed() names them).
@@ -32,6 +35,7 @@ class RunDir {
 
  private:
   std::string dir_;
+  io::FolderLock lock_;
   bool resumes_here_ = false;
   std::unique_ptr<MetricsCsv> csv_;
   std::vector<std::string> stale_removed_;

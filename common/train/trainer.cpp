@@ -168,7 +168,8 @@ Result Trainer::run() {
 // ---- Set-up -------------------------------------------------------------------------------------
 
 void Trainer::Impl::prepare() {
-  dir.emplace(o.output, o.resume);  // refuses another run's directory before any work
+  // Refuses a directory that another run holds or has written, before any work.
+  dir.emplace(o.output, o.resume, root());
   if (!o.resume.empty()) {
     resumed = io::read_checkpoint_meta(o.resume);
     state = read_train_state(*resumed, o.resume);
