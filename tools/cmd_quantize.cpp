@@ -36,6 +36,7 @@ void release_int8_weights(Forward forward) {
 int run_quantize(const po::variables_map& vm) {
   const std::string path = vm["checkpoint"].as<std::string>();
   const std::string out = vm["out"].as<std::string>();
+  if (out.empty()) throw UsageError("--out is empty: name the int8 file to write");
   std::error_code ec;
   if (fs::equivalent(path, out, ec))
     throw UsageError("--out " + out + " is the checkpoint being quantised; name a new file");
