@@ -123,6 +123,13 @@ std::string size_text(int64_t w, int64_t h) {
   return std::to_string(w) + "x" + std::to_string(h);
 }
 
+// "--max-pixels 1000", or "the limit of 178956970 pixels" for a command without the option.
+std::string limit_text(const DecodeOptions& options) {
+  return options.max_pixels_option.empty()
+             ? "the limit of " + std::to_string(options.max_pixels) + " pixels"
+             : options.max_pixels_option + " " + std::to_string(options.max_pixels);
+}
+
 }  // namespace
 
 std::mutex& codec_output_mutex() {
@@ -140,8 +147,7 @@ bool decode_image(const std::vector<uint8_t>& bytes, cv::Mat& image, std::string
   if (!read_image_header(bytes.data(), bytes.size(), h, error)) return false;
   const int64_t pixels = h.width * h.height;
   if (pixels > options.max_pixels) {
-    error = "image of " + size_text(h.width, h.height) + " pixels exceeds --max-pixels " +
-            std::to_string(options.max_pixels);
+    error = "image of " + size_text(h.width, h.height) + " pixels exceeds " + limit_text(options);
     return false;
   }
   if (h.width > kOpenCvMaxSide || h.height > kOpenCvMaxSide || pixels > kOpenCvMaxPixels) {
@@ -192,8 +198,8 @@ bool decode_image_file(const std::string& path, cv::Mat& image, std::string& err
   } else if (st.st_size / 8 > options.max_pixels + (int64_t(8) << 20)) {
     // No image within the pixel limit needs this many bytes (16-bit RGBA uncompressed is 8 a
     // pixel, plus room for metadata); do not read it at all.
-    error = "file of " + std::to_string(st.st_size) + " bytes is too large for --max-pixels " +
-            std::to_string(options.max_pixels);
+    error =
+        "file of " + std::to_string(st.st_size) + " bytes is too large for " + limit_text(options);
   } else {
     ok = true;
     bytes.resize(static_cast<size_t>(st.st_size));

@@ -14,6 +14,9 @@ namespace vitk::datasets {
 struct DecodeOptions {
   // Images with more pixels than this are refused before decoding (from the header's size).
   int64_t max_pixels = 178'956'970;  // Pillow's default decompression-bomb limit
+  // The option that sets max_pixels, named in the refusal ("exceeds --max-pixels 1000"); empty
+  // for a command without one ("exceeds the limit of 178956970 pixels").
+  std::string max_pixels_option;
   // libpng, libjpeg and OpenCV print their warnings and errors straight to the process's stderr
   // ("libpng error: ...", "Corrupt JPEG data: ..."). When set, fd 2 is redirected while the codec
   // runs, its words only feed the reason of a failure, and decoding is serialised on
@@ -27,8 +30,8 @@ struct DecodeOptions {
 // PNG files as a viewer shows them (OpenCV's IMREAD_UNCHANGED does not). Returns false and sets
 // error ("file not found", "is a directory, not an image", "empty file", "not an image
 // (unrecognised format)", "unsupported image format (GIF)", "truncated PNG (no IEND chunk)",
-// "image of 30000x30000 pixels exceeds --max-pixels 178956970", ...) on failure; never throws
-// for bad data. Only regular files are read (a FIFO or a device would block or never end).
+// "image of 30000x30000 pixels exceeds the limit of 178956970 pixels", ...) on failure; never
+// throws for bad data. Only regular files are read (a FIFO or a device would block or never end).
 bool decode_image_file(const std::string& path, cv::Mat& image, std::string& error,
                        const DecodeOptions& options = {});
 

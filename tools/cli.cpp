@@ -30,6 +30,13 @@ namespace vitk::tools {
 
 namespace {
 
+// The options the running command was given on its command line (not from --config), per thread
+// as the library may run commands on several.
+std::set<std::string>& given_on_command_line_names() {
+  thread_local std::set<std::string> names;
+  return names;
+}
+
 // The message of a Boost.Program_options error. Boost fills its template's placeholders
 // (%value%, %option%, ...) by replacing each until none is left, so a value or option name that
 // itself holds the placeholder ("--top-k x%value%", found by fuzzing the INI reader) makes what()
@@ -334,7 +341,11 @@ int run_command(const Registry& registry, const Subcommand& cmd,
   const std::string see_help = " (see 'vitk " + cmd.name + " --help')";
   po::variables_map vm;
   try {
-    po::store(parse_command_line(args, cmdline_options, positional), vm);
+    const po::parsed_options parsed = parse_command_line(args, cmdline_options, positional);
+    given_on_command_line_names().clear();
+    for (const po::option& o : parsed.options)
+      if (o.position_key < 0) given_on_command_line_names().insert(o.string_key);
+    po::store(parsed, vm);
   } catch (const po::unknown_option& e) {
     throw UsageError("unknown option '" + e.get_option_name() + "'" + see_help);
   } catch (const po::too_many_positional_options_error&) {
@@ -567,6 +578,10 @@ void check_in_range(const std::string& option, long long value, long long lo, lo
 
 bool option_given(const po::variables_map& vm, const std::string& name) {
   return vm.count(name) && !vm[name].defaulted();
+}
+
+bool given_on_command_line(const po::variables_map& vm, const std::string& name) {
+  return option_given(vm, name) && given_on_command_line_names().count(name);
 }
 
 void check_input_file(const std::string& option, const std::string& path) {

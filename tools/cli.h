@@ -107,6 +107,9 @@ constexpr int64_t kMaxVocabulary = 1'000'000;  // --vocab-size, --top-k of trans
 
 // Whether `name` was given on the command line or in a config file (not left at its default).
 bool option_given(const po::variables_map& vm, const std::string& name);
+// Whether `name` was given on the running command's own command line, not by its --config file
+// (a preset's value may be shortened by a command-line --steps; one given with it may not).
+bool given_on_command_line(const po::variables_map& vm, const std::string& name);
 
 // A path given to `option` must be a file to read, not a directory: vitk::Error
 // "--train DIR: is a directory, expected a file" otherwise ("-", standard input, passes).

@@ -116,7 +116,7 @@ void add_caption_train_options(po::options_description& o) {
       ("distillation-alpha", po::value<float>()->default_value(0.5f, "0.5")->value_name("A"),
        "the teacher's share of the article loss, in [0, 1]")  //
       ("distillation-tau", po::value<float>()->default_value(1.f, "1")->value_name("T"),
-       "the temperature of soft distillation (the loss is scaled by T^2)")  //
+       "the temperature of soft distillation, in (0, 100] (the loss is scaled by T^2)")  //
       ("references", po::value<std::string>()->default_value("random")->value_name("HOW"),
        "which of an image's reference captions a step trains on: random (one per image and "
        "epoch) or likeliest (the one the model scores highest before the step: it settles on "
@@ -207,6 +207,7 @@ caption::CaptionTrainOptions caption_train_options(const po::variables_map& vm) 
   t.lr = vm["lr"].as<float>();
   t.min_lr = vm["min-lr"].as<float>();
   t.warmup_epochs = vm["warmup-epochs"].as<float>();
+  t.warmup_epochs_given = given_on_command_line(vm, "warmup-epochs");
   t.weight_decay = vm["weight-decay"].as<float>();
   t.loop.clip_grad = vm["clip-grad"].as<float>();
   t.smoothing = vm["label-smoothing"].as<float>();

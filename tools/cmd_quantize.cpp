@@ -36,6 +36,7 @@ void release_int8_weights(Forward forward) {
 int run_quantize(const po::variables_map& vm) {
   const std::string path = vm["checkpoint"].as<std::string>();
   const std::string out = vm["out"].as<std::string>();
+  if (out.empty()) throw UsageError("--out is empty: name the int8 file to write");
   refuse_output_over_input(out, {path}, "the checkpoint being quantised");
   io::CheckpointMeta meta = io::read_checkpoint_meta(path);
   if (!meta.quantization.empty())

@@ -256,6 +256,7 @@ vit::TrainOptions train_options(const po::variables_map& vm, TrainCommand comman
   t.lr = value_or<float>(vm, "lr", r.lr(t.batch_size));
   t.min_lr = value_or<float>(vm, "min-lr", r.min_lr(t.lr));
   t.warmup_epochs = value_or<float>(vm, "warmup-epochs", r.warmup_epochs(t.loop.epochs));
+  t.warmup_epochs_given = given_on_command_line(vm, "warmup-epochs");
   // A fine-tuning run in steps warms up for the recipe's share of them.
   if (ft && t.loop.steps > 0 && !option_given(vm, "warmup-epochs"))
     t.warmup_share = static_cast<float>(r.warmup_fraction);

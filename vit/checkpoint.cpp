@@ -45,6 +45,8 @@ uint64_t memory_bytes(const VitConfig& c, int64_t images) {
 }
 
 VitConfig stored_config(const std::string& path, const io::CheckpointMeta& meta) {
+  io::require_model_type(path, meta.config, "vit", "ViT",
+                         "vitk train, finetune and import write them");
   io::require_config_keys(path, meta.config, kSizeKeys);
   const VitConfig c = from_config_map(meta.config, path);  // each value within validate()'s limits
   const io::StoredTensors stored = io::list_checkpoint(path);

@@ -147,11 +147,14 @@ class Pipeline {
 
 }  // namespace
 
-void require_finite_logits(const Tensor& logits, const std::string& what) {
+void require_finite_logits(const Tensor& logits, const std::string& what,
+                           const std::string& model) {
   const int64_t bad = first_non_finite(logits.f32(), logits.numel());
-  if (bad >= 0)
-    throw Error(what + ": the model's logits are not finite (" + std::to_string(logits.f32()[bad]) +
-                "): its weights overflow on this input, so there is no score to give");
+  if (bad < 0) return;
+  const std::string whose = model.empty() ? "the model's logits" : "the logits of " + model;
+  throw Error(what + ": " + whose + " are not finite (" + std::to_string(logits.f32()[bad]) +
+              "): its weights overflow on this input (a damaged file?), so there is no score to " +
+              "give");
 }
 
 void top_k(const float* logits, int64_t classes, int k, std::vector<int>& indices,
@@ -209,7 +212,7 @@ Tensor classify_logits(VisionTransformer& model, const Tensor& images,
     const Tensor logits = model.forward(ctx, images.rows(start, end));  // [rows, classes]
     for (int64_t row = start; row < end; ++row)
       require_finite_logits(logits.rows(row - start, row - start + 1),
-                            "image " + std::to_string(row));
+                            "image " + std::to_string(row), options.model);
     std::copy_n(logits.f32(), logits.numel(), out.f32() + start * config.num_classes);
   }
   return out;
@@ -235,7 +238,8 @@ ClassifyStats classify_files(VisionTransformer& model, const std::vector<std::st
       int64_t checked_row = 0;
       for (const ImageResult& r : s->items)
         if (r.ok())
-          require_finite_logits(logits.rows(checked_row, checked_row + 1), r.path), ++checked_row;
+          require_finite_logits(logits.rows(checked_row, checked_row + 1), r.path, options.model),
+              ++checked_row;
       const int64_t image_floats = config.channels * config.image_height * config.image_width;
       int64_t row = 0;
       for (ImageResult& r : s->items) {

@@ -23,6 +23,7 @@ struct ClassifyOptions {
   int prefetch = 2;                                // batches prepared ahead of the model
   ops::Precision precision = ops::Precision::f32;  // of the model's matrix products
   bool packed_weights = true;  // f32: weights in oneDNN's blocked layout where faster
+  std::string model;           // the checkpoint's path, named in messages ("" : "the model")
 };
 
 struct ImageResult {
@@ -63,9 +64,11 @@ ClassifyStats classify_files(VisionTransformer& model, const std::vector<std::st
 Tensor classify_logits(VisionTransformer& model, const Tensor& images,
                        const ClassifyOptions& options, Arena& arena);
 
-// vitk::Error "WHAT: the model's logits are not finite ..." when logits hold a NaN or an
-// infinity (weights that overflow on this input): no class or score is given for it.
-void require_finite_logits(const Tensor& logits, const std::string& what);
+// vitk::Error "WHAT: the logits of MODEL are not finite ..." (MODEL: the checkpoint's path; empty:
+// "the model's logits") when logits hold a NaN or an infinity (weights that overflow on this
+// input, say a damaged int8 scale): no class or score is given for it. WHAT names the input.
+void require_finite_logits(const Tensor& logits, const std::string& what,
+                           const std::string& model = "");
 
 // Softmax of one row of logits, then the k most probable classes (ties: the lower index first).
 void top_k(const float* logits, int64_t classes, int k, std::vector<int>& indices,

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/finite.h"
 #include "common/ops/ops.h"
 #include "datasets/loader.h"
 #include "vit/checkpoint.h"
@@ -32,6 +33,18 @@ std::string percent(double x) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f%%", x);
   return buf;
+}
+
+// Each row's logits finite, or a vitk::Error naming the image (when settings can) and the model.
+void require_finite_rows(const Tensor& logits, int64_t batch, const EvalSettings& settings) {
+  for (int64_t row = 0; row < logits.dim(0); ++row) {
+    const Tensor one = logits.rows(row, row + 1);
+    if (first_non_finite(one.f32(), one.numel()) < 0) continue;
+    std::string what = settings.name_row ? settings.name_row(batch, row) : "";
+    if (what.empty())
+      what = "image " + std::to_string(row) + " of evaluation batch " + std::to_string(batch);
+    require_finite_logits(one, what, settings.model);
+  }
 }
 
 }  // namespace
@@ -64,7 +77,7 @@ EvalResult evaluate(VisionTransformer& model, datasets::Loader& loader, Arena& a
     ctx.free_block_activations = true;
     ctx.packed_weights = settings.packed_weights;
     const Tensor logits = model.forward(ctx, batch.images);  // [B, classes]
-    require_finite_logits(logits, "a batch of the evaluation");
+    require_finite_rows(logits, batch.index, settings);
     if (r.comparison) {
       nn::Context other = ctx;
       nn::set_inference_precision(other, *settings.compare);
@@ -283,6 +296,12 @@ EvalResult run_eval(const EvalOptions& o, std::ostream& out, bool tty) {
   settings.packed_weights = true;
   settings.compare = o.compare_precision;
   settings.one_copy_of_weights = true;
+  settings.model = o.model;
+  settings.name_row = [&](int64_t batch, int64_t row) {
+    // The loader keeps the data's order; a row is its sample only while none was left out.
+    const int64_t index = batch * o.batch_size + row;
+    return loader.skipped() == 0 && index < data->size() ? data->describe(index) : std::string();
+  };
   EvalResult r = evaluate(*loaded.model, loader, arena, &progress, nullptr, settings);
   if (r.count == 0)
     throw Error(data->source() + ": none of its " + std::to_string(data->size()) +

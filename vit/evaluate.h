@@ -4,6 +4,7 @@
 // confusion matrix, optionally the agreement of two precisions.
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <optional>
 #include <string>
@@ -59,6 +60,10 @@ struct EvalSettings {
   // Keep only the form the products use of each weight (nn::Context::one_copy_of_weights): for a
   // model that only runs (vitk eval), never for one that trains on after the evaluation.
   bool one_copy_of_weights = false;
+  // For a message about non-finite logits: the checkpoint's path, and the name of row `row` of
+  // the loader's batch `batch` ("" when unknown).
+  std::string model;
+  std::function<std::string(int64_t batch, int64_t row)> name_row;
 };
 
 // One pass of `loader` (an evaluation loader: training = false) through the model in inference

@@ -63,6 +63,7 @@ void VitTask::setup(const io::CheckpointMeta* resumed, uint64_t seed,
                      std::to_string(part_.accum) + " = " + std::to_string(part_.parts()) +
                      " parts of a batch");
   if (!fixed_) open_data();
+  if (!fixed_) check_run_length();
   build_model(resumed, seed);
   if (!fixed_) open_loaders(seed);
 }
@@ -196,6 +197,24 @@ int64_t VitTask::warmup_steps() const {
   const double steps = o_.warmup_share > 0 ? o_.warmup_share * static_cast<double>(total_steps())
                                            : o_.warmup_epochs * static_cast<double>(bpe_);
   return std::min<int64_t>(std::llround(steps), total_steps() - 1);
+}
+
+void VitTask::check_run_length() const {
+  const int64_t total = total_steps();
+  const std::string run = o_.loop.steps > 0 ? "--steps " + std::to_string(o_.loop.steps)
+                                            : "--epochs " + std::to_string(o_.loop.epochs) +
+                                                  " of " + std::to_string(bpe_) + " steps";
+  if (o_.freeze_patch_embed >= total)
+    throw UsageError("--freeze-patch-embed must be less than the run's " + std::to_string(total) +
+                     " steps (" + run + "), got " + std::to_string(o_.freeze_patch_embed) +
+                     ": the patch embedding would never learn");
+  // With --epochs, validate() refused a warmup as long as the run; in steps that needs the epoch.
+  if (o_.loop.steps > 0 && o_.warmup_epochs_given &&
+      o_.warmup_epochs * static_cast<double>(bpe_) >= static_cast<double>(total))
+    throw UsageError("--warmup-epochs must be in [0, " +
+                     format_general(static_cast<double>(total) / static_cast<double>(bpe_), 6) +
+                     ") with " + run + " (an epoch is " + std::to_string(bpe_) + " steps), got " +
+                     format_general(o_.warmup_epochs, 6));
 }
 
 std::unique_ptr<optim::Schedule> VitTask::make_schedule() {

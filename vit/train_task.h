@@ -50,8 +50,10 @@ class VitTask : public train::Task {
   void open_data();
   void build_model(const io::CheckpointMeta* resumed, uint64_t seed);
   void open_loaders(uint64_t seed);
-  int64_t total_steps() const;       // of the schedule: --steps, or epochs × batches per epoch
-  int64_t warmup_steps() const;      // --warmup-epochs (or the recipe's share of --steps) in steps
+  int64_t total_steps() const;   // of the schedule: --steps, or epochs × batches per epoch
+  int64_t warmup_steps() const;  // --warmup-epochs (or the recipe's share of --steps) in steps
+  // --freeze-patch-embed and a given --warmup-epochs within the run's steps (vitk::UsageError).
+  void check_run_length() const;
   void hold_patch_embed(bool hold);  // --freeze-patch-embed: its lr scales 0, or as they were
 
   const TrainOptions& o_;

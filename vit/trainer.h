@@ -67,6 +67,9 @@ struct TrainOptions {
   // With --steps and no --warmup-epochs: the recipe's warmup as a share of the steps (0: use
   // warmup_epochs).
   float warmup_share = 0.f;
+  // --warmup-epochs was given on the command line (not by the recipe or a --config preset, which
+  // a command-line --steps may shorten): with --steps it must end before the run does.
+  bool warmup_epochs_given = false;
   float weight_decay =
       0.05f;                  // only on parameters with decay = true: decoupled (AdamW) or L2 (SGD)
   std::string opt = "adamw";  // --opt: adamw | sgd (momentum, PyTorch's rule)

@@ -282,9 +282,32 @@ struct TensorData {
   bool int8() const { return scales.get() >= 0; }
 };
 
+// An i8 tensor in a file without quantization = "int8": `vitk quantize` always writes the
+// attribute, so such a file is damaged or made elsewhere, and no command reads it.
+[[noreturn]] void fail_unmarked_int8(const std::string& path, const std::string& shown) {
+  fail(path, "tensor " + quoted(shown) + " is int8, but the file has no attribute quantization = " +
+                 "\"int8\" (which every file of vitk quantize has): a damaged or foreign file; " +
+                 "quantize the f32 checkpoint again");
+}
+
+// Why tensor `shown`, of `dtype`, cannot be loaded as the model's f32 (or, `int8_expected`: as
+// the int8 matrix of a quantised file, its scales beside it).
+std::string dtype_problem(const std::string& shown, const std::string& dtype, bool int8,
+                          bool int8_expected) {
+  if (int8_expected)
+    return "tensor " + quoted(shown) + " has dtype " + dtype + "; an int8 matrix of vitk " +
+           "quantize (its scales in " + quoted(shown + kScaleSuffix) + ") must be i8";
+  return "tensor " + quoted(shown) + " has dtype " + dtype + ", the model expects f32" +
+         (dtype == "i8" ? std::string(int8 ? " (int8 only for a matrix)"
+                                           : " (an int8 tensor of `vitk quantize` runs only at "
+                                             "inference)")
+                        : "");
+}
+
+// `quantized`: the file has quantization = "int8" (i8 tensors are taken only then, and with int8).
 std::vector<TensorData> check_tensors(hid_t group, const std::map<std::string, LinkKind>& links,
                                       const std::string& prefix, const ParamStore& params,
-                                      const std::string& path, bool int8) {
+                                      const std::string& path, bool int8, bool quantized) {
   size_t missing = 0;
   for (const auto& p : params.params()) missing += links.count(p.name) == 0;
   std::vector<TensorData> out;
@@ -303,14 +326,13 @@ std::vector<TensorData> check_tensors(hid_t group, const std::map<std::string, L
       fail(path, "tensor " + quoted(shown) + " is not a dataset");
     known.insert(p.name);
     DatasetInfo info = inspect_dataset(group, p.name, shown, path);
+    if (info.dtype == "i8" && int8 && !quantized) fail_unmarked_int8(path, shown);
     const bool is_int8 = info.dtype == "i8" && int8 && p.shape.size() == 2;
-    if (info.dtype != "f32" && !is_int8)
-      fail(path, "tensor " + quoted(shown) + " has dtype " + info.dtype +
-                     ", the model expects f32" +
-                     (info.dtype == "i8" ? std::string(int8 ? " (int8 only for a matrix)"
-                                                            : " (an int8 tensor of `vitk quantize` "
-                                                              "runs only at inference)")
-                                         : ""));
+    if (info.dtype != "f32" && !is_int8) {
+      const bool int8_expected = int8 && quantized && p.shape.size() == 2 &&
+                                 links.count(p.name + kScaleSuffix) && info.dtype != "i8";
+      fail(path, dtype_problem(shown, info.dtype, int8, int8_expected));
+    }
     if (!info.shape) fail(path, "tensor " + quoted(shown) + " has no data (null dataspace)");
     if (*info.shape != p.shape)
       fail(path, "tensor " + quoted(shown) + " has shape " + shape_str(*info.shape) +
@@ -405,7 +427,7 @@ OptimizerFile check_optimizer_state(const ReadFile& f,
     Hid buffer = checked(H5Gopen2(group.get(), name.c_str(), H5P_DEFAULT), H5Gclose, path,
                          "cannot open group " + quoted(prefix));
     auto links = list_links(buffer.get(), quoted(prefix), path);
-    out.datasets.push_back(check_tensors(buffer.get(), links, prefix, params, path, false));
+    out.datasets.push_back(check_tensors(buffer.get(), links, prefix, params, path, false, false));
   }
   return out;
 }
@@ -530,7 +552,7 @@ CheckpointMeta load_checkpoint(const std::string& path, ParamStore& params,
     // when all reads succeeded: a failed load leaves the model and the optimizer as they were.
     const auto root_links = list_links(f.root.get(), "the root group", path);
     std::vector<TensorData> datasets =
-        check_tensors(f.root.get(), root_links, "", params, path, int8);
+        check_tensors(f.root.get(), root_links, "", params, path, int8, !meta.quantization.empty());
     // save_checkpoint marks a file int8 only when it writes an int8 matrix: a mark without one is
     // a damaged or hand-made file that would run at f32 under an int8 name.
     if (!meta.quantization.empty() && std::none_of(datasets.begin(), datasets.end(),
@@ -578,10 +600,12 @@ CheckpointMeta load_checkpoint(const std::string& path, ParamStore& params,
 std::vector<std::pair<std::string, Shape>> list_checkpoint(const std::string& path) {
   return with_path(path, [&] {
     ReadFile f = open_checkpoint(path);
+    const bool quantized = open_attribute(f.root.get(), kQuantizationAttr, path).has_value();
     std::vector<std::pair<std::string, Shape>> out;
     for (const auto& [name, kind] : list_links(f.root.get(), "the root group", path)) {
       if (kind != LinkKind::dataset) continue;
       DatasetInfo info = inspect_dataset(f.root.get(), name, name, path);
+      if (info.dtype == "i8" && !quantized) fail_unmarked_int8(path, name);
       out.emplace_back(name, info.shape.value_or(Shape{}));
     }
     // std::map already orders by name; sort anyway so the contract does not hang on that.

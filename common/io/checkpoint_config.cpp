@@ -19,6 +19,24 @@ std::string config_values_text(const std::map<std::string, std::string>& config,
   return out;
 }
 
+void require_model_type(const std::string& path, const std::map<std::string, std::string>& config,
+                        const std::string& type, const std::string& noun, const std::string& writer,
+                        bool required) {
+  const auto it = config.find("type");
+  if (it == config.end() ? !required : it->second == type) return;
+  const std::string is =
+      it == config.end() ? "it records no model type" : "its model type is '" + it->second + "'";
+  throw Error(path + ": not a " + noun + " checkpoint (" + is + ", not '" + type + "'); " + writer);
+}
+
+void require_f32_checkpoint(const CheckpointMeta& meta, const std::string& path,
+                            const std::string& option, const std::string& role) {
+  if (meta.quantization.empty()) return;
+  throw UsageError(option + " " + path + ": is quantised to " + meta.quantization +
+                   " (vitk quantize); " + role +
+                   " must be an f32 checkpoint (the one it was quantised from)");
+}
+
 void require_config_keys(const std::string& path, const std::map<std::string, std::string>& config,
                          const std::vector<std::string>& keys) {
   for (const std::string& key : keys)

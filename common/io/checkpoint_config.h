@@ -1,5 +1,6 @@
 #pragma once
-// Checks of a checkpoint's configuration against its own tensors (names and shapes, no data),
+// Checks of a checkpoint's configuration (its model type, whether its weights are f32) and of the
+// configuration against its own tensors (names and shapes, no data),
 // made before a model is built from it: a wrong size value (a damaged or edited config.layers,
 // config.d_model, config.image_size) is named as the key it is, instead of being built first
 // (hours, or all the memory) and then reported as a missing or misshapen tensor. The model
@@ -10,11 +11,28 @@
 #include <utility>
 #include <vector>
 
+#include "common/io/checkpoint.h"
 #include "common/tensor.h"
 
 namespace vitk::io {
 
 using StoredTensors = std::vector<std::pair<std::string, Shape>>;  // list_checkpoint
+
+// vitk::Error "PATH: not a ViT checkpoint (its model type is 'caption', not 'vit'); vitk train
+// writes them" when the configuration names another model type than `type` (`noun`: what a model
+// of it is called; `writer`: which commands write such files, "vitk train writes them"). A
+// configuration without a type passes unless `required`: checkpoints from before types were
+// recorded load as they did. Each model's loader checks this first, so a file of another model is
+// named as such rather than as one lacking this model's keys.
+void require_model_type(const std::string& path, const std::map<std::string, std::string>& config,
+                        const std::string& type, const std::string& noun, const std::string& writer,
+                        bool required = false);
+
+// vitk::UsageError "OPTION PATH: is quantised to int8 (vitk quantize); ROLE must be an f32
+// checkpoint (the one it was quantised from)" for a file of `vitk quantize` given where weights
+// are read as f32 (a teacher, an encoder to start from).
+void require_f32_checkpoint(const CheckpointMeta& meta, const std::string& path,
+                            const std::string& option, const std::string& role);
 
 // vitk::Error "PATH: has no config.KEY attribute ..." for the first of keys the configuration
 // lacks: a missing size would otherwise fall back to a default and fail later on a tensor.

@@ -28,6 +28,8 @@ uint64_t memory_bytes(const TransformerConfig& c) {
 }
 
 TransformerConfig stored_config(const std::string& path, const io::CheckpointMeta& meta) {
+  io::require_model_type(path, meta.config, "transformer", "translation",
+                         "vitk mt-train and average write them");
   io::require_config_keys(path, meta.config, kSizeKeys);
   const TransformerConfig c = from_config_map(meta.config, path);  // within validate()'s limits
   const io::StoredTensors stored = io::list_checkpoint(path);

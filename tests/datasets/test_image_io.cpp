@@ -246,7 +246,7 @@ TEST_F(ImageIo, BombsAreRefusedFromTheHeader) {
   put_be32(&png[20], 100000);
   put_be32(&png[29], crc32_of(&png[12], 17));
   EXPECT_EQ(reason(write("bomb.png", png)),
-            "image of 100000x100000 pixels exceeds --max-pixels 178956970");
+            "image of 100000x100000 pixels exceeds the limit of 178956970 pixels");
 
   // JPEG: the frame header says 65535 × 65535.
   Bytes jpg = encode(".jpg", pattern(40, 50, CV_8UC3));
@@ -254,11 +254,15 @@ TEST_F(ImageIo, BombsAreRefusedFromTheHeader) {
   while (!(jpg[sof] == 0xFF && jpg[sof + 1] == 0xC0)) sof += 2 + (jpg[sof + 2] << 8 | jpg[sof + 3]);
   jpg[sof + 5] = jpg[sof + 6] = jpg[sof + 7] = jpg[sof + 8] = 0xFF;
   EXPECT_EQ(reason(write("bomb.jpg", jpg)),
-            "image of 65535x65535 pixels exceeds --max-pixels 178956970");
+            "image of 65535x65535 pixels exceeds the limit of 178956970 pixels");
 
-  // Any image over a small limit, and one over OpenCV's own side limit.
+  // Any image over a small limit (named by the option of a command that has one), and one over
+  // OpenCV's own side limit.
   DecodeOptions small;
   small.max_pixels = 1000;
+  EXPECT_EQ(reason(write("ok.png", encode(".png", pattern(40, 50, CV_8UC1))), small),
+            "image of 50x40 pixels exceeds the limit of 1000 pixels");
+  small.max_pixels_option = "--max-pixels";
   EXPECT_EQ(reason(write("ok.png", encode(".png", pattern(40, 50, CV_8UC1))), small),
             "image of 50x40 pixels exceeds --max-pixels 1000");
   DecodeOptions huge;

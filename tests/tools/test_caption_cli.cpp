@@ -181,7 +181,7 @@ TEST(CaptionCli, CaptionTrainRefusesBadDataAndOptions) {
        "--teacher is distilled onto the article loss: give --article-loss as well"},
       {{"--distillation-type", "medium"}, "--distillation-type must be soft or hard, got 'medium'"},
       {{"--distillation-alpha", "1.5"}, "--distillation-alpha must be in [0, 1]"},
-      {{"--distillation-tau", "0"}, "--distillation-tau must be positive"}};
+      {{"--distillation-tau", "0"}, "--distillation-tau must be in (0, 100], got 0"}};
   for (const Refused& c : refused) {
     std::vector<std::string> args = {"caption-train", "--data", s.root, "--output",
                                      (s.dir / "g").string()};

@@ -76,6 +76,8 @@ std::unique_ptr<Classifier::Impl> Classifier::Impl::make(std::string name, vit::
   options.packed_weights = o.packed_weights;
   options.decode.max_pixels = o.max_pixels;
   options.decode.quiet = true;  // codec chatter would break one-line-per-file errors
+  options.decode.max_pixels_option = "--max-pixels";
+  options.model = m->name;
   if (o.batch_size < 1) throw UsageError("--batch-size must be at least 1");
   if (o.top_k < 1) throw UsageError("--top-k must be at least 1");
   if (o.max_pixels < 1) throw UsageError("--max-pixels must be at least 1");

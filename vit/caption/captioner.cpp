@@ -49,6 +49,9 @@ decode::SearchSizes caption_search_sizes(const CaptionConfig& c,
 }
 
 CaptionConfig caption_stored_config(const std::string& path, const io::CheckpointMeta& meta) {
+  io::require_model_type(path, meta.config, "caption", "captioning",
+                         "vitk caption-train writes them",
+                         /*required=*/true);
   io::require_config_keys(path, meta.config, kCaptionSizeKeys);
   const CaptionConfig c = caption_config_from_map(meta.config, path);  // validate()'s limits
   const vit::VitConfig& e = c.encoder;
@@ -78,11 +81,6 @@ CaptionConfig caption_stored_config(const std::string& path, const io::Checkpoin
 LoadedCaptioner load_captioner(const std::string& path) {
   LoadedCaptioner out;
   out.meta = io::read_checkpoint_meta(path);
-  const auto type = out.meta.config.find("type");
-  if (type == out.meta.config.end() || type->second != "caption")
-    throw Error(path + ": not a captioning checkpoint (model type '" +
-                (type == out.meta.config.end() ? std::string() : type->second) +
-                "'); vitk caption-train writes them");
   out.config = caption_stored_config(path, out.meta);
   const auto spm = out.meta.files.find(kCaptionTokenizerFile);
   if (spm == out.meta.files.end())

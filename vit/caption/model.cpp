@@ -351,10 +351,11 @@ Tensor CaptionModel::cross_attention(nn::Context& ctx, const Tensor& image,
   if (layer < -1 || layer >= layers)
     throw UsageError("--attention-layer " + std::to_string(layer) + ": the decoder has " +
                      std::to_string(layers) + " layers (0.." + std::to_string(layers - 1) +
-                     ", or -1 for the last)");
+                     ", or 'last')");
   if (head < -1 || head >= config_.decoder_heads)
     throw UsageError("--attention-head " + std::to_string(head) + ": the decoder has " +
-                     std::to_string(config_.decoder_heads) + " heads");
+                     std::to_string(config_.decoder_heads) + " heads (0.." +
+                     std::to_string(config_.decoder_heads - 1) + ", or 'mean' of them)");
   const int64_t rows = static_cast<int64_t>(tokens.size()) + (with_eos ? 1 : 0);
   if (rows < 1 || rows > config_.max_length)
     throw Error("caption: " + std::to_string(rows) + " attention rows for a model of " +

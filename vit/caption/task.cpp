@@ -10,6 +10,7 @@
 
 #include "common/dist/world.h"
 #include "common/error.h"
+#include "common/io/checkpoint_config.h"
 #include "common/ops/ops.h"
 #include "common/ops/profile.h"
 #include "common/progress.h"
@@ -125,7 +126,11 @@ void CaptionTask::setup(const io::CheckpointMeta* resumed, uint64_t seed,
     throw UsageError("--batch-size " + std::to_string(o_.batch_size) + " is not a multiple of " +
                      std::to_string(part_.parts()) + " parts of a batch (ranks x --accum-steps)");
   open_data();
+  check_warmup();
   if (resumed) {
+    // A checkpoint of another model is named as such, not by the tokenizer or --phrases it lacks.
+    io::require_model_type(o_.loop.resume, resumed->config, "caption", "captioning",
+                           "vitk caption-train writes them", /*required=*/true);
     const auto spm = resumed->files.find(kCaptionTokenizerFile);
     if (spm == resumed->files.end())
       throw Error(o_.loop.resume + ": the checkpoint has no tokenizer (files/" +
@@ -185,6 +190,39 @@ void CaptionTask::open_data() {
   train_images_ = datasets::caption_images(train_set_);
 }
 
+void CaptionTask::check_warmup() const {
+  if (!o_.warmup_epochs_given) return;
+  // The loader's epoch: the last partial batch dropped.
+  const int64_t bpe = static_cast<int64_t>(train_set_.images.size()) / o_.batch_size;
+  const int64_t total = o_.loop.steps > 0 ? o_.loop.steps : o_.loop.epochs * bpe;
+  if (o_.warmup_epochs * static_cast<double>(bpe) < static_cast<double>(total)) return;
+  if (o_.loop.steps == 0)
+    throw UsageError("--warmup-epochs must be in [0, --epochs), got " +
+                     format_general(o_.warmup_epochs, 6));
+  throw UsageError("--warmup-epochs must be in [0, " +
+                   format_general(static_cast<double>(total) / static_cast<double>(bpe), 6) +
+                   ") with --steps " + std::to_string(o_.loop.steps) + " (an epoch is " +
+                   std::to_string(bpe) + " steps), got " + format_general(o_.warmup_epochs, 6));
+}
+
+namespace {
+
+// --encoder-from: a ViT of f32 weights (those of `vitk quantize` are not kept as f32), loaded at
+// this model's image size; a file of another model or a damaged one named with the option.
+vit::LoadedVit load_encoder_from(const std::string& path, int64_t height, int64_t width) {
+  try {
+    io::require_f32_checkpoint(io::read_checkpoint_meta(path), path, "--encoder-from",
+                               "the encoder to start from");
+    return vit::load_vit(path, height, width);
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(std::string("--encoder-from ") + e.what());
+  }
+}
+
+}  // namespace
+
 void CaptionTask::build_model(const io::CheckpointMeta* resumed, uint64_t seed) {
   if (resumed) {
     cfg_ = caption_stored_config(o_.loop.resume, *resumed);
@@ -204,7 +242,7 @@ void CaptionTask::build_model(const io::CheckpointMeta* resumed, uint64_t seed) 
     // The checkpoint's encoder, at this model's image size (positions resampled as finetune
     // does); the caption model's other settings stay.
     from = std::make_unique<vit::LoadedVit>(
-        vit::load_vit(o_.encoder_from, cfg_.encoder.image_height, cfg_.encoder.image_width));
+        load_encoder_from(o_.encoder_from, cfg_.encoder.image_height, cfg_.encoder.image_width));
     vit::VitConfig e = from->config;
     e.num_classes = 0;
     e.pool = "token";

@@ -80,6 +80,9 @@ struct CaptionTrainOptions {
   int64_t batch_size = 64;
   float lr = 5e-4f, min_lr = 1e-5f;
   float warmup_epochs = 1.f;
+  // Given on the command line (not a preset's, which a --steps may shorten): it must end before
+  // the run does.
+  bool warmup_epochs_given = false;
   float weight_decay = 0.05f;
   float smoothing = 0.1f;  // --label-smoothing
   int64_t val_images = 0;  // --val-images-max: validate on the first N images only (0: all)
@@ -137,6 +140,7 @@ class CaptionTask : public train::Task {
 
  private:
   void open_data();
+  void check_warmup() const;  // a given --warmup-epochs shorter than the run (vitk::UsageError)
   void build_model(const io::CheckpointMeta* resumed, uint64_t seed);
   int64_t total_steps() const;
   // The token ids of every caption of the training images (BOS/EOS not included), cut to the

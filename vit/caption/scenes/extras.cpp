@@ -27,8 +27,10 @@ void SceneTrainOptions::validate() const {
        "--distillation-type must be soft or hard, got '" + distillation_type + "'");
   need(distillation_alpha >= 0.f && distillation_alpha <= 1.f,
        "--distillation-alpha must be in [0, 1]");
-  need(std::isfinite(distillation_tau) && distillation_tau > 0.f,
-       "--distillation-tau must be positive");
+  // Beyond 100 both softmaxes are flat to within a few parts in 10^4 and the loss, scaled by
+  // tau², only grows: a temperature there is a typo, not a setting.
+  need(std::isfinite(distillation_tau) && distillation_tau > 0.f && distillation_tau <= 100.f,
+       "--distillation-tau must be in (0, 100], got " + format_general(distillation_tau));
   need(teacher.empty() || article_loss > 0.f,
        "--teacher is distilled onto the article loss: give --article-loss as well");
 }

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/io/checkpoint_config.h"
 #include "common/timer.h"
 #include "datasets/scenes.h"
 #include "vit/caption/task.h"
@@ -44,8 +45,18 @@ std::vector<int32_t> teacher_tokens(const datasets::Tokenizer& tokenizer,
 namespace {
 
 // The classifier at `path`: one with a name for each class, reading the captioner's channels.
+// Its weights are read as f32: a file of `vitk quantize` is refused, as is one of another model
+// (each named with the option).
 vit::LoadedVit load_teacher(const std::string& path, const vit::VitConfig& captioner) {
-  vit::LoadedVit t = vit::load_vit(path);
+  vit::LoadedVit t;
+  try {
+    io::require_f32_checkpoint(io::read_checkpoint_meta(path), path, "--teacher", "a teacher");
+    t = vit::load_vit(path);
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(std::string("--teacher ") + e.what());
+  }
   const vit::VitConfig& tc = t.config;
   if (tc.num_classes < 1 || static_cast<int64_t>(t.meta.class_names.size()) != tc.num_classes)
     throw UsageError("--teacher " + path + ": a classifier with a name for each of its " +
