@@ -27,7 +27,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   # The Python module (`import vitk`) and its tests: pybind11 over the C++ API, numpy arrays;
   # Pillow reads the test images into arrays as a Python user would.
-  pybind11-dev python3-numpy python3-pytest python3-pil
+  pybind11-dev python3-dev python3-numpy python3-pytest python3-pil
   dataset-fashion-mnist
 )
 
