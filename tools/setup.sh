@@ -28,6 +28,8 @@ packages=(
   # The Python module (`import vitk`) and its tests: pybind11 over the C++ API, numpy arrays;
   # Pillow reads the test images into arrays as a Python user would.
   pybind11-dev python3-dev python3-numpy python3-pytest python3-pil
+  # `cpack -G DEB` (tested): dpkg-shlibdeps works out Depends, and CPack finds the ELF files with file.
+  dpkg-dev file
   dataset-fashion-mnist
 )
 
