@@ -158,7 +158,8 @@ TEST_F(OutputFolders, AverageRefusesToOverwriteOneOfItsInputs) {
     const ProcessResult r = run({"average", "a.h5", "b.h5", "--out", out}, "same");
     EXPECT_EQ(r.status, 2) << out << ": " << r.err;
     expect_one_error_line(r);
-    EXPECT_TRUE(contains(r.err, std::string("--out ") + out + " is one of the checkpoints being averaged"))
+    EXPECT_TRUE(
+        contains(r.err, std::string("--out ") + out + " is one of the checkpoints being averaged"))
         << r.err;
     EXPECT_EQ(read_file(dir_ / "b.h5"), before) << "an input was replaced";
   }
