@@ -115,19 +115,9 @@ class Pipeline {
       ImageResult r;
       r.index = i;
       r.path = paths_[static_cast<size_t>(i)];
-      cv::Mat decoded;
-      if (datasets::decode_image_file(r.path, decoded, r.error, options_.decode)) {
-        try {
-          const cv::Mat image = datasets::to_channels(decoded, static_cast<int>(channels_));
-          datasets::preprocess_image(image, options_.preprocess, height_, width_,
-                                     s.images.f32() + s.rows * image_floats);
-          ++s.rows;
-        } catch (const std::exception& e) {
-          r.error = std::string("cannot preprocess: ") + e.what();
-        }
-      } else if (r.error.empty()) {
-        r.error = "cannot decode";
-      }
+      if (read_image_file(r.path, channels_, height_, width_, options_.preprocess, options_.decode,
+                          s.images.f32() + s.rows * image_floats, r.error))
+        ++s.rows;
       s.items.push_back(std::move(r));
     }
   }
@@ -146,6 +136,24 @@ class Pipeline {
 };
 
 }  // namespace
+
+bool read_image_file(const std::string& path, int64_t channels, int64_t height, int64_t width,
+                     const datasets::Preprocess& p, const datasets::DecodeOptions& decode,
+                     float* dst, std::string& error) {
+  cv::Mat decoded;
+  if (!datasets::decode_image_file(path, decoded, error, decode)) {
+    if (error.empty()) error = "cannot decode";
+    return false;
+  }
+  try {
+    const cv::Mat image = datasets::to_channels(decoded, static_cast<int>(channels));
+    datasets::preprocess_image(image, p, height, width, dst);
+    return true;
+  } catch (const std::exception& e) {
+    error = std::string("cannot preprocess: ") + e.what();
+    return false;
+  }
+}
 
 void require_finite_logits(const Tensor& logits, const std::string& what,
                            const std::string& model) {

@@ -57,6 +57,13 @@ ClassifyStats classify_files(VisionTransformer& model, const std::vector<std::st
                              const ClassifyOptions& options,
                              const std::function<void(const ImageResult&)>& on_result);
 
+// One image file as the model reads it: decoded (DecodeOptions), converted to `channels`, the eval
+// transform p to height x width, [C, H, W] floats at dst. False with the reason in `error` ("file
+// not found", "cannot decode", "cannot preprocess: ...") when the file cannot be read.
+bool read_image_file(const std::string& path, int64_t channels, int64_t height, int64_t width,
+                     const datasets::Preprocess& p, const datasets::DecodeOptions& decode,
+                     float* dst, std::string& error);
+
 // The logits of images already preprocessed, f32 [N, C, H, W] at the model's size, run in batches
 // of options.batch_size as classify_files runs them: f32 [N, classes]. The activations come from
 // `arena` (kept by a caller that calls again, so that its pages are not faulted in anew each time).

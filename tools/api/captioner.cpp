@@ -2,8 +2,6 @@
 // preprocessed as the classifier reads them, captioned by vit/caption/captioner's search.
 #include <algorithm>
 
-#include <opencv2/core.hpp>
-
 #include "datasets/image_io.h"
 #include "tools/api/internal.h"
 
@@ -87,20 +85,11 @@ std::vector<caption::CaptionResult> Captioner::Impl::run_files(
     Tensor images({end - start, c.channels, c.image_height, c.image_width});
     std::vector<int64_t> rows;
     for (int64_t i = start; i < end; ++i) {
-      std::string& error = errors[static_cast<size_t>(i)];
-      cv::Mat decoded;
-      if (!datasets::decode_image_file(paths[static_cast<size_t>(i)], decoded, error, decode)) {
-        if (error.empty()) error = "cannot decode";
-        continue;
-      }
-      try {
-        const cv::Mat image = datasets::to_channels(decoded, static_cast<int>(c.channels));
-        datasets::preprocess_image(image, c.preprocess, c.image_height, c.image_width,
-                                   images.f32() + static_cast<int64_t>(rows.size()) * floats);
+      if (vit::read_image_file(paths[static_cast<size_t>(i)], c.channels, c.image_height,
+                               c.image_width, c.preprocess, decode,
+                               images.f32() + static_cast<int64_t>(rows.size()) * floats,
+                               errors[static_cast<size_t>(i)]))
         rows.push_back(i);
-      } catch (const std::exception& e) {
-        error = std::string("cannot preprocess: ") + e.what();
-      }
     }
     if (rows.empty()) continue;
     std::vector<caption::CaptionResult> batch =
