@@ -53,10 +53,14 @@ ops::Precision resolve_precision(const std::string& given, const std::string& ch
   return asked;
 }
 
-RunSettings run_settings(const std::string& checkpoint, const std::string& precision,
-                         int64_t batch_size, int threads) {
+void check_run_options(int64_t batch_size, int threads) {
   if (batch_size < 1) throw UsageError("--batch-size must be at least 1");
   if (threads < 0) throw UsageError("--threads must be at least 1, not " + std::to_string(threads));
+}
+
+RunSettings run_settings(const std::string& checkpoint, const std::string& precision,
+                         int64_t batch_size, int threads) {
+  check_run_options(batch_size, threads);
   RunSettings r;
   r.path = checkpoint;
   r.precision = resolve_precision(precision, checkpoint);

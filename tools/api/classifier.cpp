@@ -78,11 +78,9 @@ std::unique_ptr<Classifier::Impl> Classifier::Impl::make(std::string name, vit::
   options.decode.quiet = true;  // codec chatter would break one-line-per-file errors
   options.decode.max_pixels_option = "--max-pixels";
   options.model = m->name;
-  if (o.batch_size < 1) throw UsageError("--batch-size must be at least 1");
+  api::check_run_options(o.batch_size, o.threads);
   if (o.top_k < 1) throw UsageError("--top-k must be at least 1");
   if (o.max_pixels < 1) throw UsageError("--max-pixels must be at least 1");
-  if (o.threads < 0)
-    throw UsageError("--threads must be at least 1, not " + std::to_string(o.threads));
   m->threads = o.threads;
   options.preprocess = preprocess_of(o, config.preprocess, config.channels);
   m->labels = o.labels.empty() ? m->loaded.meta.class_names : o.labels;

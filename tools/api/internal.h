@@ -58,6 +58,8 @@ struct RunSettings {
   int64_t batch_size = 32;
   int threads = 0;
 };
+// vitk::UsageError for a batch size below 1 or a negative thread count.
+void check_run_options(int64_t batch_size, int threads);
 // The options checked (vitk::UsageError), the precision resolved against the checkpoint.
 RunSettings run_settings(const std::string& checkpoint, const std::string& precision,
                          int64_t batch_size, int threads);
