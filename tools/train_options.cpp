@@ -320,7 +320,11 @@ void add_parallel_options(po::options_description& o) {
        "step: the same global batch in less memory or on fewer ranks")  //
       ("bucket-mb", po::value<double>()->default_value(25)->value_name("MB"),
        "under mpirun: the gradients are summed over the ranks in buckets of about this size, "
-       "started while backward still runs");
+       "started while backward still runs")  //
+      ("collective-timeout", po::value<double>()->default_value(300)->value_name("SECONDS"),
+       "under mpirun: a rank that has waited this long for the others in one all-reduce (a host "
+       "or its link is gone) names the rank it has not heard from and ends with exit code 1; 0: "
+       "wait for ever");
 }
 
 void add_checkpoint_every_option(po::options_description& o) {
@@ -344,6 +348,7 @@ void read_loop_options(const po::variables_map& vm, train::Options& loop) {
   double bucket_mb = 0;
   read_parallel_options(vm, &loop.accum_steps, &bucket_mb);
   loop.bucket_bytes = static_cast<size_t>(bucket_mb * 1048576.0);
+  loop.collective_timeout = vm["collective-timeout"].as<double>();
   loop.checkpoint_every = read_checkpoint_every(vm);
   loop.precision = precision_from(vm, /*training=*/true);
 }

@@ -1,11 +1,10 @@
 #include "common/dist/grad_reducer.h"
 
-#include <mpi.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <string>
 
+#include "common/dist/waiting.h"
 #include "common/error.h"
 #include "common/timer.h"
 
@@ -43,10 +42,13 @@ GradReducer::GradReducer(World& world, float* data, size_t n, size_t bucket_byte
 }
 
 GradReducer::~GradReducer() {
-  // No exception may leave a destructor, and an error here has nobody left to tell.
-  if (!requests_->list.empty())
-    MPI_Waitall(static_cast<int>(requests_->list.size()), requests_->list.data(),
-                MPI_STATUSES_IGNORE);
+  // No exception may leave a destructor, and an error here has nobody left to tell. A peer that
+  // is gone still ends the wait, at the collective timeout.
+  if (requests_->list.empty()) return;
+  try {
+    wait_all();
+  } catch (...) {
+  }
 }
 
 void GradReducer::begin() {
@@ -69,6 +71,9 @@ void GradReducer::ready_from(size_t offset) {
 void GradReducer::finish() {
   if (!in_step_) throw Error("GradReducer: finish() outside a step (call begin() first)");
   Timer timer;
+  // Every bucket of this rank is under way from here: the point at which the other ranks learn
+  // this rank has reached the step's all-reduce (waiting.h).
+  if (world_.mpi() && world_.size() > 1) detail::enter_collective();
   ready_from(0);
   in_step_ = false;
   wait_all();
@@ -101,9 +106,10 @@ void GradReducer::progress() {
 void GradReducer::wait_all() {
   std::vector<MPI_Request>& list = requests_->list;
   if (list.empty()) return;
-  const int code = MPI_Waitall(static_cast<int>(list.size()), list.data(), MPI_STATUSES_IGNORE);
-  list.clear();
-  detail::check(code, "MPI_Waitall");
+  // The requests are cleared first: when the wait throws, nothing is waited for twice.
+  std::vector<MPI_Request> waiting;
+  waiting.swap(list);
+  detail::wait_all(waiting.data(), static_cast<int>(waiting.size()), "MPI_Iallreduce", "gradients");
 }
 
 }  // namespace vitk::dist

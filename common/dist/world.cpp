@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "common/dist/waiting.h"
 #include "common/error.h"
 
 namespace vitk::dist {
@@ -55,11 +56,22 @@ void in_chunks(size_t n, Call call) {
   for (size_t at = 0; at < n; at += step) call(at, static_cast<int>(std::min(step, n - at)));
 }
 
+// Enters a collective, starts it with start(&request) (an MPI_I... call named `call`) and waits
+// for it, at most the world's collective timeout.
+template <typename Start>
+void collective(const char* call, Start start) {
+  detail::enter_collective();
+  MPI_Request request = MPI_REQUEST_NULL;
+  detail::check(start(&request), call);
+  detail::wait_all(&request, 1, call, std::string("answer in ") + call);
+}
+
 template <typename T>
 void allreduce(T* data, size_t n, MPI_Datatype type, MPI_Op op) {
   in_chunks(n, [&](size_t at, int count) {
-    detail::check(MPI_Allreduce(MPI_IN_PLACE, data + at, count, type, op, MPI_COMM_WORLD),
-                  "MPI_Allreduce");
+    collective("MPI_Allreduce", [&](MPI_Request* r) {
+      return MPI_Iallreduce(MPI_IN_PLACE, data + at, count, type, op, MPI_COMM_WORLD, r);
+    });
   });
 }
 
@@ -117,6 +129,9 @@ void init(int& argc, char**& argv) {
   detail::check(MPI_Comm_size(MPI_COMM_WORLD, &w.size_), "MPI_Comm_size");
   w.mpi_ = true;
   w.host_ = host_name();
+  detail::start_presence();
+  // Every rank's host, for naming a rank that stops answering.
+  w.hosts_ = w.allgather(w.host_);
   w.launch_ = launcher_name() + " (" + library_name() + "), rank " + std::to_string(w.rank_) +
               " of " + std::to_string(w.size_) + " on host " + w.host_;
 }
@@ -125,6 +140,7 @@ void finalize() {
   if (!g_started) return;
   int finalized = 0;
   if (MPI_Finalized(&finalized) == MPI_SUCCESS && finalized) return;
+  detail::stop_presence();
   MPI_Finalize();
 }
 
@@ -164,10 +180,14 @@ void World::broadcast(std::string& text, int root) const {
                 std::to_string(size_));
   if (!many()) return;
   uint64_t length = text.size();
-  detail::check(MPI_Bcast(&length, 1, MPI_UINT64_T, root, MPI_COMM_WORLD), "MPI_Bcast");
+  collective("MPI_Bcast", [&](MPI_Request* r) {
+    return MPI_Ibcast(&length, 1, MPI_UINT64_T, root, MPI_COMM_WORLD, r);
+  });
   text.resize(length);
   in_chunks(text.size(), [&](size_t at, int count) {
-    detail::check(MPI_Bcast(&text[at], count, MPI_CHAR, root, MPI_COMM_WORLD), "MPI_Bcast");
+    collective("MPI_Bcast", [&](MPI_Request* r) {
+      return MPI_Ibcast(&text[at], count, MPI_CHAR, root, MPI_COMM_WORLD, r);
+    });
   });
 }
 
@@ -176,9 +196,10 @@ std::vector<std::string> World::allgather(const std::string& mine) const {
   const size_t ranks = static_cast<size_t>(size_);
   uint64_t my_length = mine.size();
   std::vector<uint64_t> lengths(ranks);
-  detail::check(
-      MPI_Allgather(&my_length, 1, MPI_UINT64_T, lengths.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD),
-      "MPI_Allgather");
+  collective("MPI_Allgather", [&](MPI_Request* r) {
+    return MPI_Iallgather(&my_length, 1, MPI_UINT64_T, lengths.data(), 1, MPI_UINT64_T,
+                          MPI_COMM_WORLD, r);
+  });
   std::vector<std::string> all(ranks);
   for (size_t r = 0; r < ranks; ++r) all[r].resize(lengths[r]);
   // Rounds of MPI_Allgatherv, each carrying at most `share` bytes of every rank's string, so that
@@ -196,9 +217,10 @@ std::vector<std::string> World::allgather(const std::string& mine) const {
     }
     round.resize(total);
     const char* send = mine.data() + std::min<size_t>(at, mine.size());
-    detail::check(MPI_Allgatherv(send, counts[rank_], MPI_CHAR, round.data(), counts.data(),
-                                 offsets.data(), MPI_CHAR, MPI_COMM_WORLD),
-                  "MPI_Allgatherv");
+    collective("MPI_Allgatherv", [&](MPI_Request* r) {
+      return MPI_Iallgatherv(send, counts[rank_], MPI_CHAR, round.data(), counts.data(),
+                             offsets.data(), MPI_CHAR, MPI_COMM_WORLD, r);
+    });
     for (size_t r = 0; r < ranks; ++r)
       std::copy_n(round.data() + offsets[r], counts[r], all[r].begin() + at);
   }
@@ -228,7 +250,22 @@ std::vector<std::string> World::gather_lines(const std::vector<std::string>& lin
 }
 
 void World::barrier() const {
-  if (many()) detail::check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+  if (many())
+    collective("MPI_Barrier", [](MPI_Request* r) { return MPI_Ibarrier(MPI_COMM_WORLD, r); });
+}
+
+const std::string& World::host_of(int rank) const {
+  if (rank < 0 || rank >= size_)
+    throw Error("host_of: rank " + std::to_string(rank) + " is not in a world of " +
+                std::to_string(size_));
+  return hosts_.empty() ? host_ : hosts_[static_cast<size_t>(rank)];
+}
+
+void World::set_collective_timeout(double seconds) {
+  if (!(seconds >= 0 && seconds <= 1e6))
+    throw Error("the collective timeout must be in [0, 1e6] seconds, got " +
+                std::to_string(seconds));
+  collective_timeout_ = seconds;
 }
 
 void World::abort(const std::string& message, int code) const {

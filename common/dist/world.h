@@ -5,17 +5,20 @@
 // vitk uses Open MPI rather than a transport of its own. A process started by an MPI launcher
 // (`mpirun -np N vitk train ...`, `srun --mpi=pmix ...`) joins an MPI world at init(); any other
 // process is a world of one that never calls an MPI function, so a plain `vitk train` runs exactly
-// as it did before, with no MPI start-up cost or messages. Only this folder's .cpp files include
+// as it did before, with no MPI start-up cost or messages. Only this folder's files include
 // mpi.h; nothing else in vitk sees MPI.
 //
 // Threads: MPI is initialised with MPI_THREAD_FUNNELED. Only the main thread calls the functions
 // below; OpenMP threads never do.
 //
 // Collectives are blocking and every rank must call them in the same order with the same counts.
-// In a world of one (and in an MPI world of size 1) they do nothing: sums and maxima leave the
-// input as it is, allgather returns {mine}. A failing MPI call throws vitk::Error naming the call
-// and carrying MPI's own text. Counts of any size are accepted: MPI counts are int, so a buffer
-// longer than INT_MAX elements is sent in chunks.
+// None waits for ever: when a collective has not completed after collective_timeout() seconds
+// (the peer's process or host is gone, or the link to it), the rank prints "vitk: error: rank R:
+// no answer in MPI_Allreduce from rank S (host H) for N s" naming a rank that never reached it,
+// and ends with exit code 1 (waiting.h says how). In a world of one (and in an MPI world of size 1)
+// they do nothing: sums and maxima leave the input as it is, allgather returns {mine}. A failing
+// MPI call throws vitk::Error naming the call and carrying MPI's own text. Counts of any size are
+// accepted: MPI counts are int, so a buffer longer than INT_MAX elements is sent in chunks.
 //
 // A process that an MPI process starts (e.g. a test running the vitk executable) inherits the
 // launcher's environment and would try to join the world; clear OMPI_*, PMIX_* and PMI_* in it.
@@ -42,6 +45,15 @@ class World {
   const std::string& launch() const { return launch_; }
   // MPI's name for this process's machine (MPI_Get_processor_name); empty in a world of one.
   const std::string& host() const { return host_; }
+  // The host name of `rank` (every rank's, gathered at init()); host() for a world of one.
+  const std::string& host_of(int rank) const;
+
+  // Seconds a rank waits in one collective before giving up on its peers (above); 0 waits for
+  // ever. Default 300: longer than anything one rank does alone between two collectives (rank 0
+  // writing a checkpoint, a slow rank's step). `--collective-timeout` sets it.
+  double collective_timeout() const { return collective_timeout_; }
+  // vitk::Error unless seconds is finite and >= 0.
+  void set_collective_timeout(double seconds);
 
   // Element-wise sums (maxima) over all ranks, in place; every rank gets the result. With more
   // than two ranks the order of the additions is Open MPI's (it may differ from a plain loop).
@@ -74,6 +86,8 @@ class World {
   bool mpi_ = false;
   std::string launch_ = "not under MPI (a world of one)";
   std::string host_;
+  std::vector<std::string> hosts_;  // by rank, under MPI
+  double collective_timeout_ = 300;
 };
 
 // Call once at the top of main, before anything reads argv. Joins the MPI world when an MPI

@@ -144,6 +144,8 @@ void Options::validate() const {
   need(profile_every >= 0, "profile-every", ">= 0 (0: only at the end)",
        static_cast<double>(profile_every));
   need(accum_steps >= 1, "accum-steps", "at least 1", accum_steps);
+  need(collective_timeout >= 0 && collective_timeout <= 1e6, "collective-timeout",
+       "in [0, 1e6] seconds (0: wait for ever)", collective_timeout);
   need(checkpoint_every >= 0, "checkpoint-every", ">= 0 (0: off)",
        static_cast<double>(checkpoint_every));
   need(early_stopping >= 0, "early-stopping", ">= 0 (0: off)", early_stopping);
@@ -157,6 +159,7 @@ Trainer::Trainer(Task& task, Options options, std::ostream& log, bool tty,
 Trainer::~Trainer() = default;
 
 Result Trainer::run() {
+  impl_->world.set_collective_timeout(impl_->o.collective_timeout);
   impl_->prepare();
   impl_->log_setup();
   Result r = impl_->loop();

@@ -67,10 +67,12 @@ struct Options {
   int64_t profile_every = 0;       // ... and every so many steps
   std::string lr_option = "--lr";  // the option a message about a diverging loss names
   // Data parallelism (common/dist/): this process's world (null: dist::world(), the one mpirun
-  // made or a world of one), the micro-batches per rank and step, the all-reduce bucket size.
+  // made or a world of one), the micro-batches per rank and step, the all-reduce bucket size, the
+  // seconds a rank waits in a collective before naming the rank it has not heard from and ending.
   dist::World* world = nullptr;
   int accum_steps = 1;
   size_t bucket_bytes = 25u << 20;
+  double collective_timeout = 300;
   bool check_final_claims = false;  // tests: StepOptions::check_final_claims
 
   // vitk::UsageError naming the option at fault as its command line spells it ("--epochs must be

@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/dist/world.h"
@@ -138,4 +141,40 @@ TEST(MpiWorld, BroadcastFromRankOne) {
 TEST(MpiWorld, Barrier) {
   world().barrier();
   world().barrier();
+}
+
+TEST(MpiWorld, HostOfNamesEveryRanksHost) {
+  World& w = world();
+  // Both ranks run on this machine: the same host, and each rank's own is host().
+  EXPECT_EQ(w.host_of(w.rank()), w.host());
+  EXPECT_EQ(w.host_of(1 - w.rank()), w.host());
+  EXPECT_THROW(w.host_of(2), vitk::Error);
+  EXPECT_THROW(w.host_of(-1), vitk::Error);
+}
+
+TEST(MpiWorld, ARankLateByLessThanTheTimeoutIsWaitedFor) {
+  World& w = world();
+  const double before = w.collective_timeout();
+  w.set_collective_timeout(20);
+  // Rank 1 arrives 1.5 s late, in a sum and in a broadcast: rank 0 waits (and sends its count
+  // every half second meanwhile) and the results are whole.
+  if (w.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  double v[2] = {1.0 + w.rank(), 10.0};
+  w.allreduce_sum(v, 2);
+  EXPECT_EQ(v[0], 3.0);
+  EXPECT_EQ(v[1], 20.0);
+  if (w.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  std::string text = w.rank() == 0 ? "from rank zero" : "";
+  w.broadcast(text, 0);
+  EXPECT_EQ(text, "from rank zero");
+  w.set_collective_timeout(before);
+}
+
+TEST(MpiWorld, CollectiveTimeoutRange) {
+  World w;
+  w.set_collective_timeout(0);
+  EXPECT_EQ(w.collective_timeout(), 0);
+  EXPECT_THROW(w.set_collective_timeout(-1), vitk::Error);
+  EXPECT_THROW(w.set_collective_timeout(std::nan("")), vitk::Error);
+  EXPECT_THROW(w.set_collective_timeout(2e6), vitk::Error);
 }

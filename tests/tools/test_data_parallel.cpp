@@ -18,6 +18,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -28,6 +29,7 @@
 #include "common/params.h"
 #include "datasets/scenes.h"
 #include "util/mt_corpus.h"
+#include "util/parallel_runs.h"
 #include "util/scene_data.h"
 #include "util/test_util.h"
 #include "util/vitk_process.h"
@@ -38,91 +40,15 @@ namespace fs = std::filesystem;
 using vitk::test::contains;
 using vitk::test::TempDir;
 using vitk::testing::Command;
+using vitk::testing::expect_same_weights;
+using vitk::testing::mt_args;
+using vitk::testing::out_of;
 using vitk::testing::ProcessResult;
-
-const char* const kMpirun = VITK_MPIEXEC;  // CMake's FindMPI: Open MPI's mpiexec
-
-#define SKIP_WITHOUT_MPIRUN() \
-  if (!fs::exists(kMpirun)) GTEST_SKIP() << kMpirun << " is missing (tools/setup.sh installs it)"
-
-// `vitk args...` in dir on `ranks` processes of `threads` threads each (ranks 0: no mpirun).
-Command vitk_on(const fs::path& dir, int ranks, int threads, std::vector<std::string> args,
-                const std::string& tag) {
-  args.insert(args.end(), {"--threads", std::to_string(threads)});
-  Command c = ranks > 0 ? vitk::testing::mpirun_vitk_command(dir, ranks, args, tag)
-                        : vitk::testing::vitk_command(dir, args, tag);
-  bool set = false;
-  for (auto& [name, value] : c.env)
-    if (name == "OMP_NUM_THREADS") value = std::to_string(threads), set = true;
-  if (!set) c.env.emplace_back("OMP_NUM_THREADS", std::to_string(threads));
-  c.timeout_seconds = 300;
-  return c;
-}
-
-ProcessResult run_on(const fs::path& dir, int ranks, int threads,
-                     const std::vector<std::string>& args, const std::string& tag) {
-  return vitk::testing::run_process(vitk_on(dir, ranks, threads, args, tag));
-}
-
-std::string out_of(const fs::path& dir, const std::string& tag) {
-  return vitk::testing::slurp_file(dir / (tag + ".out")) +
-         vitk::testing::slurp_file(dir / (tag + ".err"));
-}
-
-#define ASSERT_RAN(dir, r, tag) \
-  ASSERT_EQ((r).status, 0) << out_of(dir, tag) << ((r).timed_out ? " (timed out)" : "")
-
-std::map<std::string, std::vector<float>> weights_of(const fs::path& path) {
-  vitk::ParamStore store;
-  for (const auto& [name, shape] : vitk::io::list_checkpoint(path.string())) store.add(name, shape);
-  store.finalize();
-  vitk::io::load_checkpoint(path.string(), store);
-  std::map<std::string, std::vector<float>> out;
-  for (const auto& p : store.params())
-    out[p.name] = std::vector<float>(p.value.f32(), p.value.f32() + p.numel());
-  return out;
-}
-
-// The elements of a bias that are key biases: a shift of every score by the same amount leaves the
-// softmax as it is, so their gradient is zero but for rounding, and Adam scales that noise up to
-// steps of the learning rate. They are left out of the comparison in tolerance (not of the bitwise
-// one): any change of summation order moves them.
-bool key_bias(const std::string& name, size_t i, size_t n) {
-  auto ends = [&](const std::string& tail) {
-    return name.size() >= tail.size() &&
-           name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
-  };
-  if (ends("attn.qkv.bias")) return i >= n / 3 && i < 2 * n / 3;
-  if (ends("attn.kv.bias")) return i < n / 2;
-  return false;
-}
-
-// Every tensor of a within tol of b's in L2 norm, relative to b's norm (key biases aside); tol 0:
-// equal bits.
-void expect_same_weights(const fs::path& a, const fs::path& b, double tol) {
-  const auto wa = weights_of(a), wb = weights_of(b);
-  ASSERT_EQ(wa.size(), wb.size());
-  for (const auto& [name, x] : wb) {
-    ASSERT_EQ(wa.count(name), 1u) << name;
-    const std::vector<float>& y = wa.at(name);
-    ASSERT_EQ(y.size(), x.size()) << name;
-    if (tol == 0) {
-      EXPECT_EQ(0, std::memcmp(x.data(), y.data(), x.size() * sizeof(float)))
-          << name << ": " << a << " and " << b << " differ";
-      continue;
-    }
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < x.size(); ++i) {
-      ASSERT_TRUE(std::isfinite(y[i])) << name << "[" << i << "]";
-      if (key_bias(name, i, x.size())) continue;
-      const double d = static_cast<double>(y[i]) - x[i];
-      diff += d * d;
-      norm += static_cast<double>(x[i]) * x[i];
-    }
-    EXPECT_LE(std::sqrt(diff), tol * std::max(std::sqrt(norm), 1e-6))
-        << name << ": " << a << " against " << b;
-  }
-}
+using vitk::testing::run_on;
+using vitk::testing::vit_args;
+using vitk::testing::vitk_on;
+using vitk::testing::weights_of;
+using vitk::testing::with;
 
 // The metrics.csv rows' validation columns (val_...), as text.
 std::vector<std::string> validation_columns(const fs::path& csv) {
@@ -144,62 +70,7 @@ std::vector<std::string> validation_columns(const fs::path& csv) {
   return out;
 }
 
-// args with --key set to value: replaced where it is, added otherwise.
-std::vector<std::string> with(std::vector<std::string> args, const std::string& key,
-                              const std::string& value) {
-  for (size_t i = 0; i + 1 < args.size(); ++i)
-    if (args[i] == key) {
-      args[i + 1] = value;
-      return args;
-    }
-  args.insert(args.end(), {key, value});
-  return args;
-}
-
 // ---- the two models
-
-// 10 images, batches of 4 (2 per rank), 10 epochs of 2 steps: 20 steps, a validation each epoch.
-// Augmentation and Mixup/CutMix on (keyed by sample, not by rank); dropout and drop-path off.
-std::vector<std::string> vit_args(const std::string& out) {
-  const fs::path fixtures = fs::path(VITK_SOURCE_DIR) / "tests/fixtures/resume";
-  return {"train",
-          "--config",
-          (fixtures / "vit.ini").string(),
-          "--data",
-          (fixtures / "samples.csv").string(),
-          "--output",
-          out,
-          "--batch-size",
-          "4",
-          "--epochs",
-          "10",
-          "--model.dropout",
-          "0",
-          "--model.drop_path",
-          "0",
-          "--model.patch_drop",
-          "0",
-          "--warmup-epochs",
-          "2"};
-}
-
-// The copy task: 20 steps of --max-tokens 160 (every batch has many sentences to share out).
-std::vector<std::string> mt_args(const fs::path& dir, const std::string& out) {
-  if (!fs::exists(dir / "train.tsv")) {
-    vitk::testing::write_tsv(dir / "train.tsv", vitk::testing::sentences(120, 1));
-    vitk::testing::write_tsv(dir / "valid.tsv", vitk::testing::sentences(20, 2));
-  }
-  std::vector<std::string> a = {"mt-train", "--train",  "train.tsv",   "--valid", "valid.tsv",
-                                "--output", out,        "--max-steps", "20",      "--valid-freq",
-                                "10",       "--epochs", "100",         "--seed",  "5"};
-  a.insert(a.end(), vitk::testing::kTinyMtModel.begin(), vitk::testing::kTinyMtModel.end());
-  // Without kTinyMtModel's --threads (vitk_on gives it).
-  for (size_t i = 0; i + 1 < a.size(); ++i)
-    if (a[i] == "--threads")
-      a.erase(a.begin() + static_cast<std::ptrdiff_t>(i),
-              a.begin() + static_cast<std::ptrdiff_t>(i) + 2);
-  return with(a, "--max-tokens", "160");
-}
 
 // Eight scenes of two articles (util/scene_data.h), batches of 4 (2 per rank), 3 epochs of 2 steps;
 // validation (loss, greedy BLEU, exact match) on four scenes each epoch. A tiny model, dropout and
@@ -426,8 +297,10 @@ struct LongRun {
   pid_t mpirun = -1, rank = -1;  // mpirun, and one of the ranks it started
 };
 
-void start_long_run(const fs::path& d, LongRun& run) {
-  run.command = vitk_on(d, 2, 1, with(vit_args("run"), "--epochs", "100000"), "run");
+void start_long_run(const fs::path& d, LongRun& run, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = with(vit_args("run"), "--epochs", "100000");
+  args.insert(args.end(), extra.begin(), extra.end());
+  run.command = vitk_on(d, 2, 1, args, "run");
   run.mpirun = vitk::testing::spawn_process(run.command);
   ASSERT_GT(run.mpirun, 0);
   ASSERT_TRUE(wait_for(d / "run/last.h5", 120)) << out_of(d, "run");
@@ -473,6 +346,64 @@ TEST(DataParallel, AKilledRankEndsTheJob) {
   EXPECT_LT(seconds, 30) << "the job took this long to end after a rank died";
   // Whatever was written is whole: last.h5 loads.
   EXPECT_NO_THROW(weights_of(d / "run/last.h5"));
+}
+
+// The MPI rank of a process that mpirun started (its OMPI_COMM_WORLD_RANK), or -1.
+int mpi_rank_of(pid_t pid) {
+  std::ifstream environ("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  std::string entry;
+  const std::string key = "OMPI_COMM_WORLD_RANK=";
+  while (std::getline(environ, entry, '\0'))
+    if (entry.rfind(key, 0) == 0) return std::stoi(entry.substr(key.size()));
+  return -1;
+}
+
+// A rank that stops answering (SIGSTOP: as a host whose link is down looks to the others) does
+// not hang the job: after --collective-timeout the rank waiting for it names it and its host and
+// ends, mpirun ends the job, and the last checkpoint is whole and resumes.
+TEST(DataParallel, ARankThatStopsAnsweringIsNamedAfterTheCollectiveTimeout) {
+  SKIP_WITHOUT_MPIRUN();
+  TempDir tmp;
+  const fs::path d = tmp.path();
+  LongRun run;
+  ASSERT_NO_FATAL_FAILURE(start_long_run(d, run, {"--collective-timeout", "4"}));
+  const int stalled = mpi_rank_of(run.rank);
+  ASSERT_GE(stalled, 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(run.rank, SIGSTOP), 0);
+  const ProcessResult r = vitk::testing::wait_process(run.command, run.mpirun);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  kill(run.rank, SIGKILL);  // in case mpirun left it stopped
+  const std::string log = out_of(d, "run");
+  EXPECT_FALSE(r.timed_out) << log;
+  EXPECT_NE(r.status, 0) << log;
+  EXPECT_GE(seconds, 4) << log;
+  EXPECT_LT(seconds, 4 + 30) << log;
+  const std::string waiter = std::to_string(1 - stalled);
+  const std::regex named("vitk: error: rank " + waiter +
+                         ": no (gradients|answer in MPI_[A-Za-z]+) from rank " +
+                         std::to_string(stalled) + " \\(host [^)]+\\) for 4 s");
+  EXPECT_TRUE(std::regex_search(log, named)) << log;
+  // The checkpoint is whole and the run goes on without the lost rank.
+  const int64_t step = vitk::io::read_checkpoint_meta((d / "run/last.h5").string()).step;
+  auto rest = with(with(vit_args("run"), "--resume", "run/last.h5"), "--epochs", "100000");
+  rest = with(rest, "--max-steps", std::to_string(step + 2));
+  const auto r2 = run_on(d, 0, 1, rest, "rest");
+  EXPECT_EQ(r2.status, 0) << out_of(d, "rest");
+  EXPECT_TRUE(contains(out_of(d, "rest"), "stopped at step " + std::to_string(step + 2)))
+      << out_of(d, "rest");
+}
+
+TEST(DataParallel, CollectiveTimeoutOutsideItsRangeIsRefused) {
+  TempDir tmp;
+  for (const char* bad : {"-1", "nan", "2e6"}) {
+    const auto r = run_on(tmp.path(), 0, 1, with(vit_args("run"), "--collective-timeout", bad),
+                          std::string("bad") + bad);
+    EXPECT_EQ(r.status, 2) << out_of(tmp.path(), std::string("bad") + bad);
+    EXPECT_TRUE(contains(out_of(tmp.path(), std::string("bad") + bad), "--collective-timeout"))
+        << out_of(tmp.path(), std::string("bad") + bad);
+  }
 }
 
 }  // namespace
