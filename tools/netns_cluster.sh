@@ -169,6 +169,11 @@ cmd_up() {
   ip link add "$br" type bridge stp_state 0 forward_delay 0
   sysctl -qw "net.ipv6.conf.$br.disable_ipv6=1"
   ip link set "$br" mtu "$mtu" up
+  # Bridged frames pass the root namespace's FORWARD chain (br_netfilter); a DROP policy there,
+  # as Docker sets, would cut the hosts off from each other. Let the bridge's own traffic through.
+  if command -v iptables >/dev/null && iptables -S FORWARD >/dev/null 2>&1; then
+    iptables -I FORWARD -i "$br" -o "$br" -m comment --comment "netns_cluster $prefix" -j ACCEPT
+  fi
 
   local i ns port
   for ((i = 1; i <= n; i++)); do
@@ -295,6 +300,10 @@ cmd_down() {
     ip link del "$port" 2>/dev/null || true
   done
   ip link del "${prefix}br" 2>/dev/null || true
+  if command -v iptables >/dev/null; then
+    while iptables -D FORWARD -i "${prefix}br" -o "${prefix}br" -m comment \
+      --comment "netns_cluster $prefix" -j ACCEPT 2>/dev/null; do :; done
+  fi
   if [[ -f $state/dir ]]; then
     local d
     d=$(cat "$state/dir")

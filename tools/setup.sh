@@ -25,6 +25,10 @@ packages=(
   fonts-dejavu-core
   # Multi-machine training (`mpirun -np N vitk train`): Open MPI, rather than a transport of our own.
   libopenmpi-dev openmpi-bin
+  # Hosts made of network namespaces for the multi-host tests (tools/netns_cluster.sh): ip and tc,
+  # nft to lose packets at random, and NFQUEUE (iptables, libnetfilter_queue) to delay them on
+  # kernels without netem; ping checks the link.
+  iproute2 nftables iptables libnetfilter-queue-dev iputils-ping
   # The Python module (`import vitk`) and its tests: pybind11 over the C++ API, numpy arrays;
   # Pillow reads the test images into arrays as a Python user would.
   pybind11-dev python3-dev python3-numpy python3-pytest python3-pil
@@ -81,7 +85,7 @@ fi
 # crash-safety and training-state tests, and the fuzz harnesses' committed inputs. The numeric
 # tests (ops, gradients, parity, attention kernels, training to an accuracy) read no input and are
 # left to the plain build, so that CI (both builds) stays within 30 minutes on two cores.
-sanitized_tests='^(Hostile|CliLimits|CliSwitches|Cli|CliDispatch|Checkpoint|TranslationCheckpoint|Safetensors|Import|FashionMnist|Idx|Folder|Csv|Loader|ImageIo|EvalGeometry|ResizeLikePil|Tokenizer|Tokenize|Parallel|PlotCli|PlotMetrics|MetricsCsvFile|AtomicFile|CrashSafety|TrainState|Json|JsonParserSelfTest|Classify|ClassifyOutput|BleuCli|Captions|CaptionNormalize|FinetuneLoad|Recipes|QuantizedCheckpoint|Quantize|Int8Scales|CaptionOutputs|SearchCeilings|SearchBytes|FolderLock|OutputFolders|MakeScenesFolders|Messages)[.]|^fuzz_replay'
+sanitized_tests='^(Hostile|CliLimits|CliSwitches|Cli|CliDispatch|Checkpoint|TranslationCheckpoint|Safetensors|Import|FashionMnist|Idx|Folder|Csv|Loader|ImageIo|EvalGeometry|ResizeLikePil|Tokenizer|Tokenize|Parallel|PlotCli|PlotMetrics|MetricsCsvFile|AtomicFile|CrashSafety|TrainState|Json|JsonParserSelfTest|Classify|ClassifyOutput|BleuCli|Captions|CaptionNormalize|FinetuneLoad|Recipes|QuantizedCheckpoint|Quantize|Int8Scales|CaptionOutputs|SearchCeilings|SearchBytes|FolderLock|OutputFolders|MakeScenesFolders|Messages)[.]|^fuzz_replay|^mpi_two_ranks$'
 
 if ((build)); then
   if ((asan)); then

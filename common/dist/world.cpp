@@ -114,6 +114,12 @@ World& world() {
 void init(int& argc, char**& argv) {
   World& w = world();
   if (g_started || !started_by_mpi_launcher()) return;
+  // The gradients' non-blocking all-reduce: Open MPI 4.1 (coll/libnbc) takes a binomial tree for
+  // every in-place MPI_Iallreduce, a reduce to rank 0 and a broadcast back, which carries every
+  // byte twice over each level of the tree (on 2 hosts, twice the time of the link). Reduce-
+  // scatter then all-gather (Rabenseifner's algorithm, "3") carries 2(N-1)/N of the bytes, as a
+  // ring does, in log2(N) steps. A user's own setting of it is left alone.
+  setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", /*overwrite=*/0);
   int provided = MPI_THREAD_SINGLE;
   detail::check(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
   g_started = true;

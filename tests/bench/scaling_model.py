@@ -81,6 +81,21 @@ def ring_allreduce_seconds(nbytes, ranks, gbit_per_s):
     return 2.0 * (ranks - 1) / ranks * nbytes * 8.0 / (gbit_per_s * 1e9)
 
 
+# TCP over Ethernet with a 1500-byte MTU carries 1448 bytes of data in each 1514-byte frame
+# (Ethernet, IP and TCP headers with timestamps): the share of a link's rate the gradients get.
+TCP_PAYLOAD_SHARE = 1448.0 / 1514.0
+
+
+def allreduce_seconds(nbytes, ranks, gbit_per_s, latency_s=0.0, buckets=1):
+    """vitk's all-reduce over TCP (reduce-scatter by recursive halving, then all-gather by
+    recursive doubling: Rabenseifner's algorithm, which common/dist asks Open MPI for): the
+    ring's bandwidth term at TCP's share of the link, and one one-way latency per step, 2 log2(N)
+    steps for each bucket. Checked against runs on two hosts by tests/bench/hosts.py."""
+    steps = 2 * math.ceil(math.log2(ranks)) if ranks > 1 else 0
+    return (ring_allreduce_seconds(nbytes, ranks, gbit_per_s * TCP_PAYLOAD_SHARE) +
+            buckets * steps * latency_s)
+
+
 def efficiency(compute, comm, overlap):
     """compute / (compute + exposed communication); with overlap, backward (BACKWARD_SHARE of
     the step) hides as much of the all-reduce as it lasts."""

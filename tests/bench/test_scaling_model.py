@@ -51,6 +51,18 @@ class Arithmetic(unittest.TestCase):
         self.assertAlmostEqual(scaling_model.ring_allreduce_seconds(1e8, 64, 100),
                                2 * 63 / 64 * 0.008)
 
+    def test_allreduce_over_tcp_adds_wire_overhead_and_latency_steps(self):
+        # TCP's share of the wire slows the bandwidth term; each bucket pays 2 log2(N) latencies.
+        share = scaling_model.TCP_PAYLOAD_SHARE
+        self.assertAlmostEqual(scaling_model.allreduce_seconds(1e8, 2, 10), 0.08 / share)
+        self.assertAlmostEqual(scaling_model.allreduce_seconds(1e8, 2, 10, 0.001, 3),
+                               0.08 / share + 3 * 2 * 0.001)
+        self.assertAlmostEqual(scaling_model.allreduce_seconds(1e8, 8, 10, 0.001, 1),
+                               0.14 / share + 6 * 0.001)
+        self.assertAlmostEqual(scaling_model.allreduce_seconds(1e8, 5, 10, 0.001, 1),
+                               0.128 / share + 6 * 0.001)  # 5 ranks: 3 halving steps
+        self.assertEqual(scaling_model.allreduce_seconds(1e8, 1, 10, 0.001, 4), 0.0)
+
     def test_efficiency_with_and_without_overlap(self):
         self.assertAlmostEqual(scaling_model.efficiency(3.0, 1.0, overlap=False), 0.75)
         self.assertAlmostEqual(scaling_model.efficiency(3.0, 1.0, overlap=True), 1.0)  # hidden
