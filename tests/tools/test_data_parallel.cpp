@@ -21,7 +21,6 @@
 #include <regex>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -281,16 +280,6 @@ pid_t rank_pid(pid_t mpirun) {
   return -1;
 }
 
-// Waits until path exists (true) or `seconds` pass (false).
-bool wait_for(const fs::path& path, double seconds) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < until) {
-    if (fs::exists(path)) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
-}
-
 // A long 2-rank run in dir/run, started and past its first checkpoint.
 struct LongRun {
   Command command;
@@ -303,7 +292,8 @@ void start_long_run(const fs::path& d, LongRun& run, std::vector<std::string> ex
   run.command = vitk_on(d, 2, 1, args, "run");
   run.mpirun = vitk::testing::spawn_process(run.command);
   ASSERT_GT(run.mpirun, 0);
-  ASSERT_TRUE(wait_for(d / "run/last.h5", 120)) << out_of(d, "run");
+  ASSERT_TRUE(vitk::testing::wait_until(120, [&] { return fs::exists(d / "run/last.h5"); }))
+      << out_of(d, "run");
   run.rank = rank_pid(run.mpirun);
   ASSERT_GT(run.rank, 0);
 }
@@ -321,13 +311,7 @@ TEST(DataParallel, ARankAskedToStopStopsThemAllAfterAConsistentCheckpoint) {
   const std::string log = out_of(d, "run");
   EXPECT_TRUE(contains(log, "interrupted at step ")) << log;
   // The checkpoint resumes, on one process, for two more steps.
-  const int64_t step = vitk::io::read_checkpoint_meta((d / "run/last.h5").string()).step;
-  auto rest = with(with(vit_args("run"), "--resume", "run/last.h5"), "--epochs", "100000");
-  rest = with(rest, "--max-steps", std::to_string(step + 2));
-  const auto r2 = run_on(d, 0, 1, rest, "rest");
-  EXPECT_EQ(r2.status, 0) << out_of(d, "rest");
-  EXPECT_TRUE(contains(out_of(d, "rest"), "stopped at step " + std::to_string(step + 2)))
-      << out_of(d, "rest");
+  vitk::testing::expect_vit_run_resumes_for_two_steps(d);
 }
 
 TEST(DataParallel, AKilledRankEndsTheJob) {
@@ -350,10 +334,10 @@ TEST(DataParallel, AKilledRankEndsTheJob) {
 
 // The MPI rank of a process that mpirun started (its OMPI_COMM_WORLD_RANK), or -1.
 int mpi_rank_of(pid_t pid) {
-  std::ifstream environ("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  std::ifstream env_file("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
   std::string entry;
   const std::string key = "OMPI_COMM_WORLD_RANK=";
-  while (std::getline(environ, entry, '\0'))
+  while (std::getline(env_file, entry, '\0'))
     if (entry.rfind(key, 0) == 0) return std::stoi(entry.substr(key.size()));
   return -1;
 }
@@ -386,13 +370,7 @@ TEST(DataParallel, ARankThatStopsAnsweringIsNamedAfterTheCollectiveTimeout) {
                          std::to_string(stalled) + " \\(host [^)]+\\) for 4 s");
   EXPECT_TRUE(std::regex_search(log, named)) << log;
   // The checkpoint is whole and the run goes on without the lost rank.
-  const int64_t step = vitk::io::read_checkpoint_meta((d / "run/last.h5").string()).step;
-  auto rest = with(with(vit_args("run"), "--resume", "run/last.h5"), "--epochs", "100000");
-  rest = with(rest, "--max-steps", std::to_string(step + 2));
-  const auto r2 = run_on(d, 0, 1, rest, "rest");
-  EXPECT_EQ(r2.status, 0) << out_of(d, "rest");
-  EXPECT_TRUE(contains(out_of(d, "rest"), "stopped at step " + std::to_string(step + 2)))
-      << out_of(d, "rest");
+  vitk::testing::expect_vit_run_resumes_for_two_steps(d);
 }
 
 TEST(DataParallel, CollectiveTimeoutOutsideItsRangeIsRefused) {

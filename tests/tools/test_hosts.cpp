@@ -18,7 +18,6 @@
 #include <regex>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/io/checkpoint.h"
@@ -33,10 +32,12 @@ using vitk::test::contains;
 using vitk::test::TempDir;
 using vitk::testing::Command;
 using vitk::testing::expect_same_weights;
+using vitk::testing::out_of;
 using vitk::testing::ProcessResult;
 using vitk::testing::run_on;
 using vitk::testing::slurp_file;
 using vitk::testing::vit_args;
+using vitk::testing::wait_until;
 using vitk::testing::with;
 
 const fs::path kTools = fs::path(VITK_SOURCE_DIR) / "tools";
@@ -168,19 +169,6 @@ class Hosts {
   if (!fs::exists(VITK_MPIEXEC)) GTEST_SKIP() << VITK_MPIEXEC << " is missing"; \
   ASSERT_TRUE(name.made())
 
-std::string log_of(const fs::path& dir, const std::string& tag) {
-  return slurp_file(dir / (tag + ".out")) + slurp_file(dir / (tag + ".err"));
-}
-
-bool wait_until(double seconds, const std::function<bool()>& done) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return true;
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -193,10 +181,10 @@ void expect_two_hosts_train_as_one(
     const std::function<std::vector<std::string>(const std::string&)>& args) {
   MAKE_HOSTS(hosts, d, prefix, 2, shaping);
   const ProcessResult one = run_on(d, 2, 1, args("one-host"), "one-host");
-  ASSERT_EQ(one.status, 0) << log_of(d, "one-host");
+  ASSERT_EQ(one.status, 0) << out_of(d, "one-host");
   const Command job = hosts.mpirun(args("two-hosts"), "two-hosts", 2);
   const ProcessResult two = vitk::testing::run_process(job);
-  const std::string log = log_of(d, "two-hosts");
+  const std::string log = out_of(d, "two-hosts");
   ASSERT_EQ(two.status, 0) << log << (two.timed_out ? " (timed out)" : "");
   // Rank 0 on host 1, rank 1 on host 2: the header names the world.
   EXPECT_TRUE(contains(log, "rank 0 of 2 on host " + hosts.host(1))) << log;
@@ -239,7 +227,7 @@ TEST(Hosts, ALostLinkEndsBothRanksWithinTheTimeoutNamingTheOtherHost) {
   pid_t job = -1;
   const Command c = start_long_run(hosts, "10", &job);
   ASSERT_GT(job, 0);
-  ASSERT_TRUE(wait_until(120, [&] { return fs::exists(d / "run/last.h5"); })) << log_of(d, "run");
+  ASSERT_TRUE(wait_until(120, [&] { return fs::exists(d / "run/last.h5"); })) << out_of(d, "run");
   ASSERT_EQ(hosts.vitk_pids(1).size(), 1u);
   ASSERT_EQ(hosts.vitk_pids(2).size(), 1u);
 
@@ -248,7 +236,7 @@ TEST(Hosts, ALostLinkEndsBothRanksWithinTheTimeoutNamingTheOtherHost) {
   // Both ranks end on their own: mpirun would notice the lost host only minutes later.
   EXPECT_TRUE(wait_until(10 + 30, [&] {
     return hosts.vitk_pids(1).empty() && hosts.vitk_pids(2).empty();
-  })) << log_of(d, "run");
+  })) << out_of(d, "run");
   const double seconds = seconds_since(t0);
   EXPECT_GE(seconds, 10);
   // Each names the other and its host.
@@ -267,13 +255,7 @@ TEST(Hosts, ALostLinkEndsBothRanksWithinTheTimeoutNamingTheOtherHost) {
   vitk::testing::wait_process(c, job);
 
   // The checkpoint is whole and the run goes on on the host that is left.
-  const int64_t step = vitk::io::read_checkpoint_meta((d / "run/last.h5").string()).step;
-  auto rest = with(with(vit_args("run"), "--resume", "run/last.h5"), "--epochs", "100000");
-  rest = with(rest, "--max-steps", std::to_string(step + 2));
-  const ProcessResult r = run_on(d, 0, 1, rest, "rest");
-  EXPECT_EQ(r.status, 0) << log_of(d, "rest");
-  EXPECT_TRUE(contains(log_of(d, "rest"), "stopped at step " + std::to_string(step + 2)))
-      << log_of(d, "rest");
+  vitk::testing::expect_vit_run_resumes_for_two_steps(d);
 }
 
 TEST(Hosts, AHostWhoseProcessesAreKilledEndsTheJobNamingIt) {
@@ -283,7 +265,7 @@ TEST(Hosts, AHostWhoseProcessesAreKilledEndsTheJobNamingIt) {
   pid_t job = -1;
   const Command c = start_long_run(hosts, "60", &job);
   ASSERT_GT(job, 0);
-  ASSERT_TRUE(wait_until(120, [&] { return fs::exists(d / "run/last.h5"); })) << log_of(d, "run");
+  ASSERT_TRUE(wait_until(120, [&] { return fs::exists(d / "run/last.h5"); })) << out_of(d, "run");
 
   // Power off host 2: every process in it, its Open MPI daemon and its rank.
   const auto t0 = std::chrono::steady_clock::now();
@@ -293,7 +275,7 @@ TEST(Hosts, AHostWhoseProcessesAreKilledEndsTheJobNamingIt) {
   for (pid_t pid; in >> pid; ++killed) kill(pid, SIGKILL);
   ASSERT_GE(killed, 2) << pids.out;
   const ProcessResult r = vitk::testing::wait_process(c, job);
-  const std::string log = log_of(d, "run");
+  const std::string log = out_of(d, "run");
   EXPECT_FALSE(r.timed_out) << log;
   EXPECT_NE(r.status, 0) << log;
   EXPECT_LT(seconds_since(t0), 60) << log;

@@ -7,13 +7,12 @@
 #include <signal.h>
 #include <sys/types.h>
 
-#include <chrono>
 #include <filesystem>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/io/checkpoint.h"
+#include "util/parallel_runs.h"
 #include "util/test_util.h"
 #include "util/vitk_process.h"
 
@@ -47,15 +46,6 @@ std::string log_of(const fs::path& dir, const std::string& tag) {
   return slurp_file(dir / (tag + ".out")) + slurp_file(dir / (tag + ".err"));
 }
 
-bool wait_for(const fs::path& path, double seconds) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (!fs::exists(path)) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return true;
-}
-
 TEST(MpirunStop, SigusrToMpirunSavesEveryRanksRunAndTheJobExits143) {
   if (!fs::exists(VITK_MPIEXEC)) GTEST_SKIP() << VITK_MPIEXEC << " is missing";
   TempDir tmp;
@@ -65,7 +55,8 @@ TEST(MpirunStop, SigusrToMpirunSavesEveryRanksRunAndTheJobExits143) {
   job.timeout_seconds = 300;
   const pid_t mpirun = vitk::testing::spawn_process(job);
   ASSERT_GT(mpirun, 0);
-  ASSERT_TRUE(wait_for(d / "run/last.h5", 120)) << log_of(d, "job");
+  ASSERT_TRUE(vitk::testing::wait_until(120, [&] { return fs::exists(d / "run/last.h5"); }))
+      << log_of(d, "job");
 
   // The folder is the job's: a second run into it is refused, naming rank 0.
   const ProcessResult second =

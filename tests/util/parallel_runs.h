@@ -4,16 +4,20 @@
 // the commands, tiny runs of the ViT and of the translation model, and their weights compared.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/io/checkpoint.h"
 #include "common/params.h"
 #include "util/mt_corpus.h"
+#include "util/test_util.h"
 #include "util/vitk_process.h"
 
 namespace vitk::testing {
@@ -159,6 +163,29 @@ inline std::vector<std::string> mt_args(const fs::path& dir, const std::string& 
       a.erase(a.begin() + static_cast<std::ptrdiff_t>(i),
               a.begin() + static_cast<std::ptrdiff_t>(i) + 2);
   return with(a, "--max-tokens", "160");
+}
+
+// Polls done() every 0.1 s: true once it holds, false when `seconds` pass first.
+inline bool wait_until(double seconds, const std::function<bool()>& done) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return true;
+}
+
+// The ViT run in dir/run (vit_args), ended however it ended, resumes from its last.h5 on one
+// process of one thread and trains two more steps.
+inline void expect_vit_run_resumes_for_two_steps(const fs::path& d) {
+  const int64_t step = vitk::io::read_checkpoint_meta((d / "run/last.h5").string()).step;
+  auto rest = with(with(vit_args("run"), "--resume", "run/last.h5"), "--epochs", "100000");
+  rest = with(rest, "--max-steps", std::to_string(step + 2));
+  const ProcessResult r = run_on(d, 0, 1, rest, "rest");
+  EXPECT_EQ(r.status, 0) << out_of(d, "rest");
+  EXPECT_TRUE(
+      vitk::test::contains(out_of(d, "rest"), "stopped at step " + std::to_string(step + 2)))
+      << out_of(d, "rest");
 }
 
 }  // namespace vitk::testing
