@@ -30,6 +30,15 @@ using vitk::test::contains;
 using vitk::test::TempDir;
 using vitk::testing::ProcessResult;
 
+// A command's arguments, then `extra`, then --output OUTPUT.
+std::vector<std::string> with_output(std::vector<std::string> args,
+                                     const std::vector<std::string>& extra,
+                                     const std::string& output) {
+  args.insert(args.end(), extra.begin(), extra.end());
+  args.insert(args.end(), {"--output", output});
+  return args;
+}
+
 // A tiny captioning model with random weights (no tokenizer: the type is refused before one is
 // looked for).
 void save_random_captioner(const std::string& path) {
@@ -156,11 +165,8 @@ TEST_F(Messages, TrainRefusesAFreezeOrAWarmupAsLongAsTheRun) {
       "train", "--data",          path("data"), "--batch-size",       "2",  "--threads",
       "1",     "--model.d_model", "16",         "--model.image_size", "16", "--model.patch_size",
       "4",     "--model.heads",   "2",          "--model.layers",     "1"};
-  auto with = [&](std::vector<std::string> extra, const std::string& output) {
-    std::vector<std::string> args = train;
-    args.insert(args.end(), extra.begin(), extra.end());
-    args.insert(args.end(), {"--output", path(output)});
-    return args;
+  auto with = [&](const std::vector<std::string>& extra, const std::string& output) {
+    return with_output(train, extra, path(output));
   };
   ProcessResult r = run(with({"--steps", "3", "--freeze-patch-embed", "100"}, "freeze"), "freeze");
   EXPECT_EQ(r.status, 2) << r.err;
@@ -189,11 +195,8 @@ TEST_F(Messages, TrainRefusesAFreezeOrAWarmupAsLongAsTheRun) {
 TEST_F(Messages, CaptionTrainRefusesAWarmupAsLongAsTheRunAndAnAbsurdTemperature) {
   vitk::testing::TinyScenes s;
   const std::vector<std::string> base = caption_train(s.root);
-  auto with = [&](std::vector<std::string> extra, const std::string& output) {
-    std::vector<std::string> args = base;
-    args.insert(args.end(), extra.begin(), extra.end());
-    args.insert(args.end(), {"--output", (s.dir / output).string()});
-    return args;
+  auto with = [&](const std::vector<std::string>& extra, const std::string& output) {
+    return with_output(base, extra, (s.dir / output).string());
   };
   // 8 training scenes in batches of 4: an epoch is 2 steps.
   ProcessResult r = run(with({"--steps", "5", "--warmup-epochs", "100"}, "w"), "caption-warm");
@@ -251,11 +254,8 @@ TEST_F(Messages, CaptionTrainNamesTheOptionAndTheModelOfAWrongCheckpoint) {
   vitk::testing::TinyScenes s;
   std::vector<std::string> base = caption_train(s.root);
   base.insert(base.end(), {"--steps", "1"});
-  auto with = [&](std::vector<std::string> extra, const std::string& output) {
-    std::vector<std::string> args = base;
-    args.insert(args.end(), extra.begin(), extra.end());
-    args.insert(args.end(), {"--output", (s.dir / output).string()});
-    return args;
+  auto with = [&](const std::vector<std::string>& extra, const std::string& output) {
+    return with_output(base, extra, (s.dir / output).string());
   };
   ProcessResult r =
       run(with({"--resume", path("translation.h5"), "--phrases", "to the left of"}, "r"), "resume");
