@@ -94,16 +94,10 @@ class Hostile : public ::testing::Test {
   }
 
   // vitk with args in the test's directory, under a 3 GB memory ceiling and a time limit:
-  // without the checks, these runs would take gigabytes or never end. The ceiling is the address
-  // space (ulimit -v), or under AddressSanitizer, which reserves terabytes of address space for
-  // its shadow memory, its own limits on resident memory and on one allocation.
+  // without the checks, these runs would take gigabytes or never end.
   ProcessResult run(const std::vector<std::string>& args) {
     vitk::testing::Command c = vitk::testing::vitk_command(dir_.path(), args);
-#ifdef __SANITIZE_ADDRESS__
-    c.env = {{ "ASAN_OPTIONS", "hard_rss_limit_mb=3000:max_allocation_size_mb=3000" }};
-#else
-    c.argv.insert(c.argv.begin(), {"/bin/sh", "-c", "ulimit -v 3000000 && exec \"$0\" \"$@\""});
-#endif
+    vitk::testing::under_3gb_ceiling(c);
     c.timeout_seconds = 20;
     ProcessResult r = vitk::testing::run_process(c);
     EXPECT_FALSE(r.timed_out) << "timed out: vitk " << args[0];

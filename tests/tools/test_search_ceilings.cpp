@@ -56,15 +56,10 @@ class SearchCeilings : public ::testing::Test {
   }
 
   // vitk with args in the test's directory, under a 3 GB memory ceiling and a time limit (as
-  // Hostile's): without the check the searches below would take tens of gigabytes. Under
-  // AddressSanitizer, which reserves terabytes of address space, its own limits instead.
+  // Hostile's): without the check the searches below would take tens of gigabytes.
   ProcessResult run(const std::vector<std::string>& args) {
     vitk::testing::Command c = vitk::testing::vitk_command(dir_.path(), args);
-#ifdef __SANITIZE_ADDRESS__
-    c.env = {{ "ASAN_OPTIONS", "hard_rss_limit_mb=3000:max_allocation_size_mb=3000" }};
-#else
-    c.argv.insert(c.argv.begin(), {"/bin/sh", "-c", "ulimit -v 3000000 && exec \"$0\" \"$@\""});
-#endif
+    vitk::testing::under_3gb_ceiling(c);
     c.timeout_seconds = 30;
     const auto start = std::chrono::steady_clock::now();
     ProcessResult r = vitk::testing::run_process(c);

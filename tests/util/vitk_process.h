@@ -168,6 +168,17 @@ inline Command mpirun_vitk_command(const std::filesystem::path& dir, int ranks,
   return c;
 }
 
+// Runs c under a memory ceiling of 3 GB: the address space (ulimit -v), or under AddressSanitizer,
+// which reserves terabytes of address space for its shadow memory, its own limits on resident
+// memory and on one allocation. For runs that would take gigabytes without the check under test.
+inline void under_3gb_ceiling(Command& c) {
+#ifdef __SANITIZE_ADDRESS__
+  c.env.emplace_back("ASAN_OPTIONS", "hard_rss_limit_mb=3000:max_allocation_size_mb=3000");
+#else
+  c.argv.insert(c.argv.begin(), {"/bin/sh", "-c", "ulimit -v 3000000 && exec \"$0\" \"$@\""});
+#endif
+}
+
 // A usage or run-time error of vitk is exactly one line, prefixed so that it stands out in a log.
 inline void expect_one_error_line(const VitkResult& r) {
   EXPECT_EQ(r.err.rfind("vitk: error: ", 0), 0u) << r.err;
