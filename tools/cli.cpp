@@ -384,6 +384,7 @@ int run_command(const Registry& registry, const Subcommand& cmd,
     }
     ops::set_num_threads(n);
   }
+  ops::apply_isa_cap();  // a wrong VITK_MAX_ISA is reported before the command starts
   return cmd.run(vm);
 }
 
@@ -473,6 +474,10 @@ int run_env(const po::variables_map& vm) {
   std::cout << version_line() << "\n"
             << "threads: " << ops::num_threads() << "\n"
             << "cpu isa: " << ops::cpu_isa() << "\n"
+            << "kernels: " << ops::kernel_isa_name(ops::kernel_isa())
+            << " (built for baseline, avx2 and avx512)\n"
+            << "VITK_MAX_ISA: "
+            << (ops::max_isa_setting().empty() ? "unset" : ops::max_isa_setting()) << "\n"
             << "bf16: " << (ops::bf16_supported() ? "yes" : "no") << "\n"
             << "int8: "
             << (ops::vnni_supported() ? "VNNI (8-bit activations)" : "no VNNI (7-bit activations)")

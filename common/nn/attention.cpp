@@ -233,9 +233,10 @@ attention::Sizes MultiHeadAttention::Impl::check_inputs(const Context& ctx, bool
 
 // The one choice of a forward. The fused and blocked kernels compute the dot scores only, and the
 // blocked one never holds the weights (so it cannot hand them to keep_weights) nor takes the
-// diagonal mask. Both compute in f32 whatever the precision: with bf16 products the blocked
-// kernel is taken only where the weights would be too large to hold, the fused one never (the
-// reference path's bf16 products beat it).
+// diagonal mask. Both compute in f32 whatever the precision. With bf16 products the blocked
+// kernel is taken only where the weights would be too large to hold; the fused one is taken as
+// in f32: oneDNN runs the per-head bf16 products on strided views on its slow gemm:jit kernel,
+// and those products with their softmax cost about twice the fused kernel (common/ops/README.md).
 AttentionPath MultiHeadAttention::Impl::choose_path(const Context& ctx, const attention::Sizes& s,
                                                     const AttentionMask& mask,
                                                     bool keep_weights) const {
@@ -249,8 +250,7 @@ AttentionPath MultiHeadAttention::Impl::choose_path(const Context& ctx, const at
        attention::prefer_blocked(s.batch, heads, s.tq, s.tk, head_dim, mask.hides_keys(), drops,
                                  ctx.precision)))
     return AttentionPath::blocked;
-  if (!mask.hides_keys() && !drops && ctx.precision == ops::Precision::f32 &&
-      ops::fused_attention_supported(head_dim))
+  if (!mask.hides_keys() && !drops && ops::fused_attention_supported(head_dim))
     return AttentionPath::fused;
   return AttentionPath::reference;
 }

@@ -17,12 +17,13 @@
 
 #include "common/error.h"
 #include "common/ops/column_sums.h"
+#include "common/ops/kernel_functions.h"
 #include "common/ops/ops.h"
 #include "common/ops/profile.h"
 #include "common/ops/transpose.h"
 #include "common/ops/vmath.h"
 
-namespace vitk::ops {
+namespace vitk::ops::VITK_ISA_NAMESPACE {
 namespace {
 
 void check_same(const char* op, const Tensor& a, const Tensor& b) {
@@ -142,7 +143,7 @@ void activation_grad(Activation a, const float* in, const float* g, float* out, 
 void activation_backward_rounded(Activation a, const Tensor& x, const Tensor& dy, Tensor& dx,
                                  Tensor& dsum) {
   Tensor none;
-  activation_backward_rounded(a, x, dy, dx, dsum, none);
+  VITK_ISA_NAMESPACE::activation_backward_rounded(a, x, dy, dx, dsum, none);
 }
 
 void activation_backward_rounded(Activation a, const Tensor& x, const Tensor& dy, Tensor& dx,
@@ -199,4 +200,4 @@ void activation_backward(Activation a, const Tensor& x, const Tensor& dy, Tensor
   }
 }
 
-}  // namespace vitk::ops
+}  // namespace vitk::ops::VITK_ISA_NAMESPACE

@@ -25,6 +25,7 @@
 
 #include "common/error.h"
 #include "common/ops/attention_tiles.h"
+#include "common/ops/kernel_functions.h"
 #include "common/ops/ops.h"
 #include "common/ops/profile.h"
 #include "common/ops/vmath.h"
@@ -33,7 +34,7 @@
 // pass-through operand) as "maybe uninitialized" wherever they are inlined: a false positive.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-namespace vitk::ops {
+namespace vitk::ops::VITK_ISA_NAMESPACE {
 namespace {
 
 constexpr int64_t kBlockQ = 64;  // query rows per block
@@ -431,4 +432,4 @@ void blocked_attention_backward(const MatrixView& q, const MatrixView& k, const 
   }
 }
 
-}  // namespace vitk::ops
+}  // namespace vitk::ops::VITK_ISA_NAMESPACE

@@ -24,6 +24,7 @@
 
 #include "common/error.h"
 #include "common/ops/attention_tiles.h"
+#include "common/ops/kernel_functions.h"
 #include "common/ops/ops.h"
 #include "common/ops/profile.h"
 #include "common/ops/vmath.h"
@@ -32,7 +33,7 @@
 // pass-through operand) as "maybe uninitialized" wherever they are inlined: a false positive.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-namespace vitk::ops {
+namespace vitk::ops::VITK_ISA_NAMESPACE {
 namespace {
 
 constexpr int64_t kHeadDim = 64;  // the only head size with a kernel (ViT-Ti/S/B, Transformer-base)
@@ -329,4 +330,4 @@ void fused_attention_backward(const MatrixView& q, const MatrixView& k, const Ma
 #endif
 }
 
-}  // namespace vitk::ops
+}  // namespace vitk::ops::VITK_ISA_NAMESPACE

@@ -3,7 +3,7 @@
 // common/ops:
 // - small register-blocked products C[M, N] = alpha · A · B (+ C when accumulating), A read
 //   element by element through any two strides (so a transpose is free), B row by row, N a
-//   multiple of 16. Every product of flash-style attention has this form on tiles of at most
+//   multiple of 16 (AVX-512 and AVX2 tiles; a plain loop at the baseline level). Every product of flash-style attention has this form on tiles of at most
 //   64 × 128 that sit in L1, where a oneDNN call per tile would cost more than the tile itself;
 // - the row operations of a softmax on one 64-wide row of block scores;
 // - an in-register 16 × 16 transpose.
@@ -12,7 +12,7 @@
 
 #include "common/ops/vmath.h"
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
@@ -139,7 +139,66 @@ inline __mmask16 lanes_below(int64_t n, int64_t j0) {
   return left >= 16 ? __mmask16(0xFFFF) : left <= 0 ? __mmask16(0) : __mmask16((1u << left) - 1u);
 }
 
-#endif  // __AVX512F__
+#elif defined(__AVX2__) && defined(__FMA__)
+
+// C[R, 16] (+)= alpha · Σ_{k < K} A(r, k) · B[k, 0:16]: the AVX2 form of tile_kernel, 2·R
+// accumulators (12 of the 16 registers at R = 6), two vectors of B and one broadcast per k. Each
+// element is summed over k in the same order as the AVX-512 tiles, so both give the same bits.
+template <int R, bool kAccumulate>
+inline void tile_kernel8(const float* a, int64_t a_rs, int64_t a_ks, const float* b, int64_t b_rs,
+                         int64_t K, float* c, int64_t c_rs, float alpha) {
+  __m256 acc[R][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < K; ++k) {
+    const float* brow = b + k * b_rs;
+    const __m256 b0 = _mm256_loadu_ps(brow), b1 = _mm256_loadu_ps(brow + 8);
+    const float* ak = a + k * a_ks;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 av = _mm256_broadcast_ss(ak + r * a_rs);
+      acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
+    }
+  }
+  const __m256 s = _mm256_set1_ps(alpha);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < 2; ++v) {
+      float* cp = c + r * c_rs + 8 * v;
+      const __m256 out = kAccumulate ? _mm256_fmadd_ps(acc[r][v], s, _mm256_loadu_ps(cp))
+                                     : _mm256_mul_ps(acc[r][v], s);
+      _mm256_storeu_ps(cp, out);
+    }
+}
+
+// Runs tile_kernel8<rows> for a runtime rows in [1, 6].
+template <bool kAccumulate, int R = 1>
+inline void tile_rows8(int64_t rows, const float* a, int64_t a_rs, int64_t a_ks, const float* b,
+                       int64_t b_rs, int64_t K, float* c, int64_t c_rs, float alpha) {
+  if constexpr (R < 6) {
+    if (rows != R)
+      return tile_rows8<kAccumulate, R + 1>(rows, a, a_rs, a_ks, b, b_rs, K, c, c_rs, alpha);
+  }
+  tile_kernel8<R, kAccumulate>(a, a_rs, a_ks, b, b_rs, K, c, c_rs, alpha);
+}
+
+template <bool kAccumulate>
+inline void tile_gemm_impl(int64_t M, int64_t N, int64_t K, const float* a, int64_t a_rs,
+                           int64_t a_ks, const float* b, int64_t b_rs, float* c, int64_t c_rs,
+                           float alpha) {
+  for (int64_t n0 = 0; n0 < N; n0 += 16) {
+    int64_t i = 0;
+    for (; i + 6 <= M; i += 6)
+      tile_kernel8<6, kAccumulate>(a + i * a_rs, a_rs, a_ks, b + n0, b_rs, K, c + i * c_rs + n0,
+                                   c_rs, alpha);
+    if (i < M)
+      tile_rows8<kAccumulate>(M - i, a + i * a_rs, a_rs, a_ks, b + n0, b_rs, K,
+                              c + i * c_rs + n0, c_rs, alpha);
+  }
+}
+
+#endif  // __AVX512F__, __AVX2__
 
 // ---- Softmax steps on one row of 64 block scores; columns >= n are masked ----
 // max over x[0, n), n >= 1.
@@ -232,7 +291,7 @@ inline void transpose16(__m512 r[16]) {
 inline void tile_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t a_rs, int64_t a_ks,
                       const float* b, int64_t b_rs, float* c, int64_t c_rs, float alpha,
                       bool accumulate) {
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
   if (accumulate)
     tile_gemm_impl<true>(M, N, K, a, a_rs, a_ks, b, b_rs, c, c_rs, alpha);
   else

@@ -5,10 +5,11 @@
 #include <limits>
 
 #include "common/error.h"
+#include "common/ops/kernel_functions.h"
 #include "common/ops/ops.h"
 #include "common/ops/vmath.h"
 
-namespace vitk::ops {
+namespace vitk::ops::VITK_ISA_NAMESPACE {
 namespace {
 
 struct Dims {
@@ -181,4 +182,4 @@ CrossEntropyStats cross_entropy_forward_backward(const Tensor& logits, const Ten
   return stats(total, count, correct);
 }
 
-}  // namespace vitk::ops
+}  // namespace vitk::ops::VITK_ISA_NAMESPACE

@@ -18,6 +18,7 @@ std::atomic<int64_t> g_primitives{0};
 }
 
 dnnl::engine& engine() {
+  apply_isa_cap();
   static dnnl::engine e(dnnl::engine::kind::cpu, 0);
   return e;
 }
@@ -72,6 +73,7 @@ int num_threads() {
 }
 
 std::string cpu_isa() {
+  apply_isa_cap();
   switch (dnnl::get_effective_cpu_isa()) {
     case dnnl::cpu_isa::sse41:
       return "sse41";
@@ -111,12 +113,14 @@ bool hidden(const char* variable) {
 
 bool bf16_supported() {
   if (hidden("VITK_ISA_NO_BF16")) return false;
+  apply_isa_cap();
   auto isa = dnnl::get_effective_cpu_isa();
   return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
 }
 
 bool vnni_supported() {
   if (hidden("VITK_ISA_NO_VNNI")) return false;
+  apply_isa_cap();
   // Every ISA oneDNN 2.6 ranks above avx512_core_vnni includes VNNI.
   auto isa = dnnl::get_effective_cpu_isa();
   return isa == dnnl::cpu_isa::avx2_vnni || isa == dnnl::cpu_isa::avx512_core_vnni ||

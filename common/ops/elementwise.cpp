@@ -1,11 +1,12 @@
-// Residual add, gradient accumulation and the global gradient norm.
+// Residual add, gradient accumulation, the global gradient norm and rounding to bf16.
 #include <cmath>
 
 #include "common/error.h"
+#include "common/ops/kernel_functions.h"
 #include "common/ops/ops.h"
 #include "common/ops/profile.h"
 
-namespace vitk::ops {
+namespace vitk::ops::VITK_ISA_NAMESPACE {
 namespace {
 
 void check_same(const char* op, const Tensor& a, const Tensor& b) {
@@ -61,4 +62,18 @@ double clip_grad_norm(Tensor& grads, double max_norm) {
   return norm;
 }
 
-}  // namespace vitk::ops
+void round_to_bf16(const float* src, uint16_t* dst, int64_t n) {
+  profile::Scope scope("round_bf16", n);
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+}
+
+void round_to_bf16(const Tensor& src, Tensor& dst) {
+  if (src.dtype() != DType::f32 || dst.dtype() != DType::bf16 || src.numel() != dst.numel())
+    throw Error("round_to_bf16: want f32 source and bf16 destination of the same size, got " +
+                std::string(dtype_name(src.dtype())) + " " + shape_str(src.shape()) + " and " +
+                dtype_name(dst.dtype()) + " " + shape_str(dst.shape()));
+  VITK_ISA_NAMESPACE::round_to_bf16(src.f32(), dst.bf16(), src.numel());
+}
+
+}  // namespace vitk::ops::VITK_ISA_NAMESPACE

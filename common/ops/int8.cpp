@@ -29,6 +29,7 @@
 
 #include "common/error.h"
 #include "common/ops/column_sums.h"
+#include "common/ops/kernel_functions.h"
 #include "common/ops/matmul_impl.h"
 #include "common/ops/profile.h"
 
@@ -38,6 +39,10 @@ namespace vitk::ops {
 struct QuantizedWeight::Layout {
   dnnl::memory::desc desc;
 };
+
+}  // namespace vitk::ops
+
+namespace vitk::ops::VITK_ISA_NAMESPACE {
 
 namespace {
 
@@ -252,4 +257,4 @@ void linear_forward_int8(const Tensor& x, QuantizedWeight& w, const Tensor& b, T
   dequantize(y.f32(), m, n, offset, row_scales, w, b.empty() ? nullptr : b.f32());
 }
 
-}  // namespace vitk::ops
+}  // namespace vitk::ops::VITK_ISA_NAMESPACE

@@ -7,11 +7,12 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/ops/kernel_functions.h"
 #include "common/ops/ops.h"
 #include "common/ops/profile.h"
 #include "common/ops/vmath.h"
 
-namespace vitk::ops {
+namespace vitk::ops::VITK_ISA_NAMESPACE {
 namespace {
 
 void check_vec(const char* op, const Tensor& t, int64_t n, const char* name) {
@@ -155,4 +156,4 @@ void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& mean
   }
 }
 
-}  // namespace vitk::ops
+}  // namespace vitk::ops::VITK_ISA_NAMESPACE

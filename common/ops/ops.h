@@ -25,8 +25,8 @@ void set_num_threads(int n);
 int num_threads();
 // oneDNN's view of the CPU, e.g. "avx512_core_bf16"; bf16_supported() is true when oneDNN can run
 // bf16 matrix products natively on this CPU (AVX512_BF16). Setting the environment variable
-// VITK_ISA_NO_BF16=1 makes it false on any CPU (tests of the refusal); oneDNN's own
-// DNNL_MAX_CPU_ISA=AVX512_CORE does too, by lowering what oneDNN sees.
+// VITK_ISA_NO_BF16=1 makes it false on any CPU (tests of the refusal); VITK_MAX_ISA=avx512 does
+// too, by lowering what oneDNN sees.
 std::string cpu_isa();
 bool bf16_supported();
 // vnni_supported() is true when oneDNN multiplies u8 by s8 with VNNI (AVX512_VNNI or AVX_VNNI),
@@ -34,6 +34,25 @@ bool bf16_supported();
 // int8 products still run, exact, on 7-bit activation codes (see linear_forward_int8).
 // VITK_ISA_NO_VNNI=1 makes it false on any CPU, as VITK_ISA_NO_BF16 does for bf16.
 bool vnni_supported();
+
+// vitk's own loops (GELU, softmax, layer norm, fused attention, quantisation, ...) are compiled
+// once per level below, and one runs: the highest the CPU has (CPUID, and the registers the OS
+// saves), no higher than oneDNN runs at, no higher than the environment variable VITK_MAX_ISA
+// allows. VITK_MAX_ISA (baseline|avx2|avx512|avx512_vnni|avx512_bf16|amx|all, or oneDNN's names
+// such as avx512_core_bf16) caps oneDNN as well, so one machine runs every lower level; a value it
+// does not know is a vitk::UsageError naming it.
+enum class KernelIsa { baseline, avx2, avx512 };  // x86-64 (SSE2), x86-64-v3, x86-64-v4
+KernelIsa kernel_isa();
+const char* kernel_isa_name(KernelIsa level);
+// True when this process may run `level`: the CPU has it and VITK_MAX_ISA allows it.
+bool kernel_isa_available(KernelIsa level);
+// Runs `level` from now on in this process (tests of every level in one run); vitk::Error when it
+// is not available. oneDNN's level cannot change once it has started: only VITK_MAX_ISA sets it.
+void set_kernel_isa(KernelIsa level);
+// VITK_MAX_ISA as set, or "".
+std::string max_isa_setting();
+// Reads VITK_MAX_ISA and caps oneDNN; every entry to oneDNN calls it first.
+void apply_isa_cap();
 
 // Number of oneDNN primitives created so far (a primitive is created once per shape and reused).
 int64_t primitive_count();
@@ -187,6 +206,7 @@ void linear_forward_int8(const Tensor& x, QuantizedWeight& w, const Tensor& b, T
 
 // dst (bf16, same numel) = src (f32) rounded to nearest even, in parallel for large tensors.
 void round_to_bf16(const Tensor& src, Tensor& dst);
+void round_to_bf16(const float* src, uint16_t* dst, int64_t n);
 
 // ---- Batched matrix product (attention) ----
 // c = alpha · op(a) · op(b) + beta · c, where op(t) is t or its transpose over the last two

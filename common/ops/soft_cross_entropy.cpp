@@ -5,10 +5,11 @@
 #include <limits>
 
 #include "common/error.h"
+#include "common/ops/kernel_functions.h"
 #include "common/ops/ops.h"
 #include "common/ops/vmath.h"
 
-namespace vitk::ops {
+namespace vitk::ops::VITK_ISA_NAMESPACE {
 namespace {
 
 struct Dims {
@@ -89,4 +90,4 @@ void soft_cross_entropy_backward(const Tensor& logits, const Tensor& targets, fl
   }
 }
 
-}  // namespace vitk::ops
+}  // namespace vitk::ops::VITK_ISA_NAMESPACE

@@ -7,11 +7,12 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/ops/kernel_functions.h"
 #include "common/ops/ops.h"
 #include "common/ops/profile.h"
 #include "common/ops/vmath.h"
 
-namespace vitk::ops {
+namespace vitk::ops::VITK_ISA_NAMESPACE {
 namespace {
 
 // Element strides of mask over x's axes: 0 where the mask broadcasts (size 1).
@@ -112,4 +113,4 @@ void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
   }
 }
 
-}  // namespace vitk::ops
+}  // namespace vitk::ops::VITK_ISA_NAMESPACE

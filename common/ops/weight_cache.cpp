@@ -49,25 +49,17 @@ void WeightCache::clear() {
   impl_->forms.clear();
 }
 
-void round_to_bf16(const Tensor& src, Tensor& dst) {
-  if (src.dtype() != DType::f32 || dst.dtype() != DType::bf16 || src.numel() != dst.numel())
-    throw Error("round_to_bf16: want f32 source and bf16 destination of the same size, got " +
-                std::string(dtype_name(src.dtype())) + " " + shape_str(src.shape()) + " and " +
-                dtype_name(dst.dtype()) + " " + shape_str(dst.shape()));
-  profile::Scope scope("round_bf16");
-  f32_to_bf16(src.f32(), dst.bf16(), static_cast<size_t>(src.numel()));
-}
-
 bool prefer_packed_f32(int64_t m, int64_t k, int64_t n) {
   // With oneDNN 2.6 on the 2-core AVX-512 machine, `vitk bench ops --packed` showed the blocked
   // layout gaining for wide outputs (N ≥ 2K: qkv and fc1 of a ViT) and losing a little or
   // nothing elsewhere. On an AVX2 machine (AMD EPYC) the blocked layout lost: ViT-B/16 at 224,
   // batch 1, 2.3 images/s packed against 2.6 plain (`vitk classify --benchmark --random-weights
   // --config configs/vit-b16.ini --batch-size 1 [--plain-weights]`, 2026-11-27), so only
-  // AVX-512 packs.
-  (void)m;
+  // AVX-512 packs. From 512 rows on it packs every shape: on an Intel Xeon (AVX-512, no AMX) the
+  // plain layout ran ViT-B/16's 577-row products (384 × 384) up to 1.5× slower than the packed
+  // one, and packing all four raised 384 batch 1 from 2.0 to 2.2 images/s (2026-11-29).
   static const bool avx512 = cpu_isa().rfind("avx512", 0) == 0;
-  return avx512 && n >= 2 * k;
+  return avx512 && (n >= 2 * k || m >= 512);
 }
 
 namespace detail {
@@ -104,8 +96,7 @@ Operand rounded(const Operand& op, ScratchSlot slot) {
   out.dtype = DType::bf16;
   auto* dst = static_cast<uint16_t*>(scratch(slot, static_cast<size_t>(n) * 2));
   out.data = dst;
-  profile::Scope scope("round_bf16");
-  f32_to_bf16(static_cast<const float*>(op.data), dst, static_cast<size_t>(n));
+  round_to_bf16(static_cast<const float*>(op.data), dst, n);
   return out;
 }
 

@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/nn/nn.h"
+#include "util/isa_levels.h"
 #include "util/op_test_util.h"
 
 namespace vitk::nn {
@@ -199,12 +200,14 @@ void expect_error_naming(const std::string& layer, F&& f) {
 }
 
 // ---- Names, parsing ----
-TEST(MultiHeadAttention, ParsesScoreNames) {
+VITK_AT_EVERY_ISA_LEVEL(MultiHeadAttentionLayer);
+
+TEST_P(MultiHeadAttentionLayer, ParsesScoreNames) {
   for (Score s : kScores) EXPECT_EQ(parse_score(score_name(s)), s);
   EXPECT_THROW(parse_score("cosine"), UsageError);
 }
 
-TEST(MultiHeadAttention, RegistersPyTorchStyleParameters) {
+TEST_P(MultiHeadAttentionLayer, RegistersPyTorchStyleParameters) {
   {
     ParamStore ps;
     AttentionConfig c = small_config(Score::general, false);
@@ -420,7 +423,7 @@ INSTANTIATE_TEST_SUITE_P(Scores, MhaScore, ::testing::ValuesIn(kScores),
                            return std::string(score_name(param_info.param));
                          });
 
-TEST(MultiHeadAttention, ParameterGradientsAccumulate) {
+TEST_P(MultiHeadAttentionLayer, ParameterGradientsAccumulate) {
   std::mt19937 gen(21);
   for (bool cross : {false, true}) {
     Layer layer("attn", small_config(Score::additive, cross), 9);
@@ -446,7 +449,7 @@ TEST(MultiHeadAttention, ParameterGradientsAccumulate) {
 }
 
 // ---- Masks: rows that see nothing, weights ----
-TEST(MultiHeadAttention, DiagonalMaskRefusesAForcedBlockedKernel) {
+TEST_P(MultiHeadAttentionLayer, DiagonalMaskRefusesAForcedBlockedKernel) {
   std::mt19937 gen(32);
   Layer layer("enc.attn", small_config(Score::scaled_dot, false), 4);
   Tensor x = random_tensor({2, 4, 8}, gen);
@@ -472,7 +475,7 @@ TEST(MultiHeadAttention, DiagonalMaskRefusesAForcedBlockedKernel) {
     for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(w.f32()[(r * 4 + i) * 4 + i], 0.f);
 }
 
-TEST(MultiHeadAttention, RowsThatSeeNothingGiveZeroWeightsAndFiniteOutput) {
+TEST_P(MultiHeadAttentionLayer, RowsThatSeeNothingGiveZeroWeightsAndFiniteOutput) {
   std::mt19937 gen(31);
   for (Score score : kScores) {
     for (bool cross : {false, true}) {
@@ -517,7 +520,7 @@ TEST(MultiHeadAttention, RowsThatSeeNothingGiveZeroWeightsAndFiniteOutput) {
   }
 }
 
-TEST(MultiHeadAttention, KeptWeightsAreCausalAndSumToOne) {
+TEST_P(MultiHeadAttentionLayer, KeptWeightsAreCausalAndSumToOne) {
   std::mt19937 gen(41);
   Layer layer("attn", small_config(Score::scaled_dot, false), 2);
   const int64_t B = 2, T = 5, H = 2;
@@ -554,7 +557,7 @@ TEST(MultiHeadAttention, KeptWeightsAreCausalAndSumToOne) {
 }
 
 // ---- Dropout on the attention weights ----
-TEST(MultiHeadAttention, DropoutIsDeterministicPerSeedAndOffInInference) {
+TEST_P(MultiHeadAttentionLayer, DropoutIsDeterministicPerSeedAndOffInInference) {
   std::mt19937 gen(51);
   Layer layer("attn", small_config(Score::scaled_dot, false, 0.4f), 3);
   Tensor x = random_tensor({2, 6, 8}, gen);
@@ -575,7 +578,7 @@ TEST(MultiHeadAttention, DropoutIsDeterministicPerSeedAndOffInInference) {
   expect_error_naming("attn", [&] { run_forward(layer, x, Tensor(), mask, true, nullptr); });
 }
 
-TEST(MultiHeadAttention, DropoutIsUnbiased) {
+TEST_P(MultiHeadAttentionLayer, DropoutIsUnbiased) {
   std::mt19937 gen(52);
   Layer layer("attn", small_config(Score::dot, false, 0.3f), 3);
   Tensor x = random_tensor({2, 4, 8}, gen);
@@ -594,7 +597,7 @@ TEST(MultiHeadAttention, DropoutIsUnbiased) {
 }
 
 // ---- Incremental decoding ----
-TEST(MultiHeadAttention, SelfAttentionStepsEqualCausalForward) {
+TEST_P(MultiHeadAttentionLayer, SelfAttentionStepsEqualCausalForward) {
   std::mt19937 gen(61);
   for (Score score : kScores) {
     SCOPED_TRACE(score_name(score));
@@ -626,7 +629,7 @@ TEST(MultiHeadAttention, SelfAttentionStepsEqualCausalForward) {
   }
 }
 
-TEST(MultiHeadAttention, SelfAttentionStepsWithKeyLengthsEqualPaddedCausalForward) {
+TEST_P(MultiHeadAttentionLayer, SelfAttentionStepsWithKeyLengthsEqualPaddedCausalForward) {
   std::mt19937 gen(63);
   Layer layer("dec.self_attn", small_config(Score::general, false), 12);
   const int64_t B = 3, T = 5;
@@ -645,7 +648,7 @@ TEST(MultiHeadAttention, SelfAttentionStepsWithKeyLengthsEqualPaddedCausalForwar
   EXPECT_EQ(cache.k.shape(), (Shape{B, 2, 8, 4}));
 }
 
-TEST(MultiHeadAttention, CrossAttentionStepsEqualForwardWithPadding) {
+TEST_P(MultiHeadAttentionLayer, CrossAttentionStepsEqualForwardWithPadding) {
   std::mt19937 gen(62);
   for (Score score : kScores) {
     SCOPED_TRACE(score_name(score));
@@ -675,7 +678,7 @@ TEST(MultiHeadAttention, CrossAttentionStepsEqualForwardWithPadding) {
 }
 
 // ---- Errors ----
-TEST(MultiHeadAttention, BadShapesThrowNamingTheLayer) {
+TEST_P(MultiHeadAttentionLayer, BadShapesThrowNamingTheLayer) {
   std::mt19937 gen(71);
   Layer self("enc.layers.2.attn", small_config(Score::scaled_dot, false));
   Layer cross("dec.layers.1.cross_attn", small_config(Score::general, true));

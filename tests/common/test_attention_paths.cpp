@@ -341,12 +341,16 @@ TEST(AttentionPathChoice, FollowsTheRequestScoreMaskPrecisionAndKeepWeights) {
   });
 }
 
-// With bf16 products: the reference path unless the blocked kernel is asked for.
+// With bf16 products: the fused kernel (in f32) where it runs, as in f32; the reference path's
+// bf16 products with a mask or dropout, unless the blocked kernel is asked for.
 TEST(AttentionPathChoice, FollowsTheRequestScoreMaskPrecisionAndKeepWeightsInBf16) {
   SKIP_WITHOUT_BF16();
   const ops::Precision bf16 = ops::Precision::bf16;
+  const AttentionPath fused_or_reference =
+      ops::fused_attention_supported(int64_t{64}) ? AttentionPath::fused : AttentionPath::reference;
   expect_choices({
-      {AttentionKernel::automatic, Score::scaled_dot, false, 0.f, bf16, false,
+      {AttentionKernel::automatic, Score::scaled_dot, false, 0.f, bf16, false, fused_or_reference},
+      {AttentionKernel::automatic, Score::scaled_dot, true, 0.f, bf16, false,
        AttentionPath::reference},
       {AttentionKernel::blocked, Score::scaled_dot, true, 0.2f, bf16, false,
        AttentionPath::blocked},

@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/nn/nn.h"
 #include "common/ops/ops.h"
+#include "util/isa_levels.h"
 #include "util/op_test_util.h"
 
 namespace vitk {
@@ -228,7 +229,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, BlockedAttentionOp, ::testing::ValuesIn(op_case
                                   (c.dropout > 0 ? "_dropout" : "");
                          });
 
-TEST(BlockedAttentionGradient, BackwardMatchesFiniteDifferences) {
+VITK_AT_EVERY_ISA_LEVEL(BlockedAttentionGradient);
+
+TEST_P(BlockedAttentionGradient, BackwardMatchesFiniteDifferences) {
   for (Masks m : {Masks::none, Masks::both}) {
     SCOPED_TRACE(mask_name(m));
     std::mt19937 gen(11);
@@ -250,7 +253,9 @@ TEST(BlockedAttentionGradient, BackwardMatchesFiniteDifferences) {
   }
 }
 
-TEST(BlockedAttentionThreads, OneAndTwoThreadsGiveIdenticalResults) {
+VITK_AT_EVERY_ISA_LEVEL(BlockedAttentionThreads);
+
+TEST_P(BlockedAttentionThreads, OneAndTwoThreadsGiveIdenticalResults) {
   std::mt19937 gen(5);
   // Three heads for two threads, causal blocks of unequal work, dropout.
   const Inputs in = make_inputs(1, 3, 200, 200, 64, Masks::causal, 0.1f, gen);
@@ -267,7 +272,9 @@ TEST(BlockedAttentionThreads, OneAndTwoThreadsGiveIdenticalResults) {
   EXPECT_TRUE(test::bitwise_equal(one.dkvp, two.dkvp));
 }
 
-TEST(BlockedAttentionErrors, RejectsBadShapesAndLengths) {
+VITK_AT_EVERY_ISA_LEVEL(BlockedAttentionErrors);
+
+TEST_P(BlockedAttentionErrors, RejectsBadShapesAndLengths) {
   std::mt19937 gen(3);
   Inputs in = make_inputs(2, 2, 4, 5, 8, Masks::none, 0.f, gen);
   Tensor context({2, 4, 16}), lse({2, 2, 4});

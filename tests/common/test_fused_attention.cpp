@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/nn/nn.h"
 #include "common/ops/ops.h"
+#include "util/isa_levels.h"
 #include "util/op_test_util.h"
 
 namespace vitk {
@@ -161,7 +162,9 @@ INSTANTIATE_TEST_SUITE_P(Lengths, FusedAttention, ::testing::Values(1, 7, 50, 64
                            return "T" + std::to_string(param_info.param);
                          });
 
-TEST(FusedAttentionCross, DifferentQueryAndKeyLengthsMatchNaive) {
+VITK_AT_EVERY_ISA_LEVEL(FusedAttentionCross);
+
+TEST_P(FusedAttentionCross, DifferentQueryAndKeyLengthsMatchNaive) {
   std::mt19937 gen(5);
   const int64_t B = 2, H = 1, Tq = 9, Tk = 70;
   SelfCase qc = self_case(B, H, Tq, gen);
@@ -179,7 +182,9 @@ TEST(FusedAttentionCross, DifferentQueryAndKeyLengthsMatchNaive) {
   }
 }
 
-TEST(FusedAttentionGradient, BackwardMatchesFiniteDifferences) {
+VITK_AT_EVERY_ISA_LEVEL(FusedAttentionGradient);
+
+TEST_P(FusedAttentionGradient, BackwardMatchesFiniteDifferences) {
   std::mt19937 gen(9);
   const int64_t B = 1, H = 1, T = 5;
   SelfCase c = self_case(B, H, T, gen);
@@ -203,7 +208,9 @@ TEST(FusedAttentionGradient, BackwardMatchesFiniteDifferences) {
   EXPECT_GRAD_OK(test::check_gradient("qkv", c.qkv, dqkv, loss, opt));
 }
 
-TEST(FusedAttentionErrors, RejectsViewsItCannotRead) {
+VITK_AT_EVERY_ISA_LEVEL(FusedAttentionErrors);
+
+TEST_P(FusedAttentionErrors, RejectsViewsItCannotRead) {
   std::mt19937 gen(3);
   Tensor x = random_tensor({1, 4, 3 * 32}, gen);  // d_head 32: no kernel
   const ops::MatrixView q = ops::heads_view(x, 1, 32, 0), k = ops::heads_view(x, 1, 32, 1);
@@ -270,7 +277,9 @@ TEST(ArenaUninit, PoisonShowsReadsBeforeWritesAndAllocZeroes) {
 }
 
 // ---- Layer norm backward with the residual gradient added ----
-TEST(LayerNormBackwardAdd, EqualsBackwardPlusTheAddend) {
+VITK_AT_EVERY_ISA_LEVEL(LayerNormBackwardAdd);
+
+TEST_P(LayerNormBackwardAdd, EqualsBackwardPlusTheAddend) {
   std::mt19937 gen(8);
   const int64_t M = 37, N = 192;  // above the parallel threshold in rows × columns
   Tensor x = random_tensor({M, N}, gen), gamma = random_tensor({N}, gen),

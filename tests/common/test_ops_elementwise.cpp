@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/ops/ops.h"
+#include "util/isa_levels.h"
 #include "util/op_test_util.h"
 #include "util/test_util.h"
 #include "util/vitk_process.h"
@@ -64,7 +65,9 @@ double kept_fraction(const Tensor& mask) {
 // ---- Activations
 // ---------------------------------------------------------------------------------
 
-TEST(Activation, ParseAndName) {
+VITK_AT_EVERY_ISA_LEVEL(Activation);
+
+TEST_P(Activation, ParseAndName) {
   EXPECT_EQ(ops::parse_activation("relu"), ops::Activation::relu);
   EXPECT_EQ(ops::parse_activation("gelu"), ops::Activation::gelu);
   EXPECT_STREQ(ops::activation_name(ops::Activation::relu), "relu");
@@ -73,7 +76,9 @@ TEST(Activation, ParseAndName) {
   EXPECT_THROW(ops::parse_activation(""), UsageError);
 }
 
-TEST(Relu, ForwardAndBackwardMatchNaive) {
+VITK_AT_EVERY_ISA_LEVEL(Relu);
+
+TEST_P(Relu, ForwardAndBackwardMatchNaive) {
   std::mt19937 gen(301);
   const Shape shape{7, 13, 5};
   Tensor x = away_from_zero(shape, gen), y = garbage_tensor(shape);
@@ -92,7 +97,7 @@ TEST(Relu, ForwardAndBackwardMatchNaive) {
   EXPECT_TRUE(all_close(x2, y, 0, 0)) << "y aliasing x";
 }
 
-TEST(Relu, BackwardMatchesFiniteDifferences) {
+TEST_P(Relu, BackwardMatchesFiniteDifferences) {
   std::mt19937 gen(302);
   Tensor x = away_from_zero({5, 9}, gen), y({5, 9}), w = random_tensor({5, 9}, gen);
   auto loss = [&] {
@@ -106,7 +111,9 @@ TEST(Relu, BackwardMatchesFiniteDifferences) {
   EXPECT_GRAD_OK(check_gradient("dx", x, dx, loss, opt));
 }
 
-TEST(Gelu, ForwardMatchesExactErfForm) {
+VITK_AT_EVERY_ISA_LEVEL(Gelu);
+
+TEST_P(Gelu, ForwardMatchesExactErfForm) {
   std::vector<float> v;
   for (int i = -1600; i <= 1600; ++i) v.push_back(static_cast<float>(i) * 0.005f);
   for (float e : {-30.f, -20.f, -10.f, -6.f, 6.f, 10.f, 20.f, 30.f, 1e-6f, -1e-6f}) v.push_back(e);
@@ -126,7 +133,7 @@ TEST(Gelu, ForwardMatchesExactErfForm) {
   EXPECT_TRUE(all_close(x, want, 1e-5, 1e-5)) << "y aliasing x";
 }
 
-TEST(Gelu, BackwardMatchesNaive) {
+TEST_P(Gelu, BackwardMatchesNaive) {
   std::mt19937 gen(304);
   const Shape shape{11, 29};
   Tensor x = random_tensor(shape, gen, -6.f, 6.f), dy = random_tensor(shape, gen);
@@ -139,7 +146,7 @@ TEST(Gelu, BackwardMatchesNaive) {
   EXPECT_TRUE(all_close(dy, want, 1e-5, 1e-5)) << "dx aliasing dy";
 }
 
-TEST(Gelu, BackwardMatchesFiniteDifferences) {
+TEST_P(Gelu, BackwardMatchesFiniteDifferences) {
   std::mt19937 gen(305);
   Tensor x = random_tensor({6, 7}, gen, -4.f, 4.f), y({6, 7}), w = random_tensor({6, 7}, gen);
   auto loss = [&] {
@@ -160,7 +167,7 @@ TEST(Gelu, BackwardMatchesFiniteDifferences) {
 // A bf16 output holds the f32 result rounded to nearest even, element for element (the fused
 // rounding a bf16 product's input gets), over a range that includes GELU's tails, zeros and a
 // size that runs in parallel; a bf16 output of another shape, or a bf16 input, is refused.
-TEST(Activation, Bf16OutputIsTheRoundedF32Output) {
+TEST_P(Activation, Bf16OutputIsTheRoundedF32Output) {
   std::mt19937 gen(17);
   Tensor x = random_tensor({300, 257}, gen, -9.f, 9.f);
   x.f32()[0] = 0.f;
@@ -182,7 +189,7 @@ TEST(Activation, Bf16OutputIsTheRoundedF32Output) {
 // rounded, and bitwise the bias gradient linear_backward_weights sums from the f32 gradient (the
 // same blocks in the same order), added to what dsum held; for a matrix summed in parallel blocks
 // and a small one summed serially.
-TEST(Activation, RoundedBackwardIsTheF32BackwardRoundedAndSummed) {
+TEST_P(Activation, RoundedBackwardIsTheF32BackwardRoundedAndSummed) {
   std::mt19937 gen(18);
   for (const Shape& shape : {Shape{300, 257}, Shape{5, 7}}) {
     const Tensor x = random_tensor(shape, gen, -6.f, 6.f), dy = random_tensor(shape, gen);
@@ -217,7 +224,7 @@ TEST(Activation, RoundedBackwardIsTheF32BackwardRoundedAndSummed) {
   }
 }
 
-TEST(Activation, ShapeMismatchThrows) {
+TEST_P(Activation, ShapeMismatchThrows) {
   Tensor x({4, 6}), y({4, 6}), bad({4, 5});
   for (ops::Activation a : {ops::Activation::relu, ops::Activation::gelu}) {
     EXPECT_NO_THROW(ops::activation_forward(a, x, y));
@@ -606,7 +613,9 @@ TEST(Embedding, ShapeOrDtypeMismatchThrows) {
 // ---- Residual add and accumulate
 // ----------------------------------------------------------------------
 
-TEST(Add, MatchesNaiveAndAllowsAliasing) {
+VITK_AT_EVERY_ISA_LEVEL(Add);
+
+TEST_P(Add, MatchesNaiveAndAllowsAliasing) {
   std::mt19937 gen(601);
   const Shape shape{3, 5, 7};
   Tensor a = random_tensor(shape, gen), b = random_tensor(shape, gen), y = garbage_tensor(shape);
@@ -621,7 +630,9 @@ TEST(Add, MatchesNaiveAndAllowsAliasing) {
   EXPECT_TRUE(bitwise_equal(b2, y)) << "y is b";
 }
 
-TEST(Accumulate, AddsScaledInput) {
+VITK_AT_EVERY_ISA_LEVEL(Accumulate);
+
+TEST_P(Accumulate, AddsScaledInput) {
   std::mt19937 gen(602);
   const Shape shape{9, 13};
   Tensor y = random_tensor(shape, gen), x = random_tensor(shape, gen);
@@ -635,7 +646,7 @@ TEST(Accumulate, AddsScaledInput) {
   EXPECT_TRUE(all_close(y, want, 1e-7, 3e-7)) << "alpha -0.5";
 }
 
-TEST(Add, SizeOrDtypeMismatchThrows) {
+TEST_P(Add, SizeOrDtypeMismatchThrows) {
   Tensor a({4, 6}), b({4, 6}), y({4, 6}), bad({4, 5});
   EXPECT_NO_THROW(ops::add(a, b, y));
   EXPECT_THROW(ops::add(a, bad, y), Error);
@@ -645,7 +656,7 @@ TEST(Add, SizeOrDtypeMismatchThrows) {
   EXPECT_THROW(ops::add(a, i32, y), Error);
 }
 
-TEST(Add, LargeInputUsesParallelPath) {
+TEST_P(Add, LargeInputUsesParallelPath) {
   std::mt19937 gen(603);
   const Shape shape{100003};
   Tensor a = random_tensor(shape, gen), b = random_tensor(shape, gen), y = garbage_tensor(shape);

@@ -27,6 +27,7 @@
 
 #include "common/error.h"
 #include "common/ops/ops.h"
+#include "util/isa_levels.h"
 #include "util/op_test_util.h"
 #include "util/test_util.h"
 
@@ -315,7 +316,9 @@ INSTANTIATE_TEST_SUITE_P(Codes, Int8Products, ::testing::Values(Codes::vnni, Cod
 
 // ---- Weights
 
-TEST(Int8Weights, QuantiseToHalfAScalePerOutputChannel) {
+VITK_AT_EVERY_ISA_LEVEL(Int8Weights);
+
+TEST_P(Int8Weights, QuantiseToHalfAScalePerOutputChannel) {
   std::mt19937 gen(5);
   const int64_t N = 20, K = 130;
   Tensor w = random_tensor({N, K}, gen);
@@ -355,7 +358,7 @@ TEST(Int8Weights, QuantiseToHalfAScalePerOutputChannel) {
   EXPECT_EQ(t.values.s8()[3], -2);
 }
 
-TEST(Int8Weights, ShapeAndDtypeErrorsNameTheOpAndTheShapes) {
+TEST_P(Int8Weights, ShapeAndDtypeErrorsNameTheOpAndTheShapes) {
   const std::string rank1 = error_of([] { ops::quantize_weight(Tensor({6})); });
   EXPECT_TRUE(contains(rank1, "quantize_weight") && contains(rank1, "[6]")) << rank1;
   const std::string bf16 = error_of([] { ops::quantize_weight(Tensor({2, 3}, DType::bf16)); });
@@ -387,7 +390,9 @@ TEST(Int8Weights, ShapeAndDtypeErrorsNameTheOpAndTheShapes) {
 
 // ---- The precision
 
-TEST(Int8Precision, RunsWithoutVnniOnSevenBitCodesAndSaysSo) {
+VITK_AT_EVERY_ISA_LEVEL(Int8Precision);
+
+TEST_P(Int8Precision, RunsWithoutVnniOnSevenBitCodesAndSaysSo) {
   EXPECT_EQ(ops::parse_precision("int8"), ops::Precision::int8);
   EXPECT_STREQ(ops::precision_name(ops::Precision::int8), "int8");
   const std::string bad = error_of([] { ops::parse_precision("int4"); });
@@ -404,7 +409,7 @@ TEST(Int8Precision, RunsWithoutVnniOnSevenBitCodesAndSaysSo) {
   EXPECT_NO_THROW(ops::require_precision(ops::Precision::f32));
 }
 
-TEST(Int8Precision, FollowsWhatTheCpuReports) {
+TEST_P(Int8Precision, FollowsWhatTheCpuReports) {
   std::ifstream cpuinfo("/proc/cpuinfo");
   const std::string text((std::istreambuf_iterator<char>(cpuinfo)),
                          std::istreambuf_iterator<char>());
@@ -423,7 +428,7 @@ TEST(Int8Precision, FollowsWhatTheCpuReports) {
   }
 }
 
-TEST(Int8Precision, TheFloatProductsRefuseIt) {
+TEST_P(Int8Precision, TheFloatProductsRefuseIt) {
   std::mt19937 gen(6);
   Tensor x = random_tensor({3, 4}, gen), w = random_tensor({5, 4}, gen), y({3, 5});
   Tensor dy = random_tensor({3, 5}, gen), dx({3, 4}), dw({5, 4}), db({5});

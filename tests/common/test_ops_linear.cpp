@@ -458,9 +458,12 @@ TEST(WeightCache, F32PackingIsUsedOnlyWhereItIsPreferredAndGivesTheSame) {
     EXPECT_EQ(cache.packs(), ops::prefer_packed_f32(197, 64, n) ? 1 : 0) << "n " << n;
     EXPECT_TRUE(all_close(y_packed, to_double(y_plain), product_tol(64), product_tol(64)));
   }
-  // Wide outputs on AVX-512 only (weight_cache.cpp says why).
-  EXPECT_EQ(ops::prefer_packed_f32(197, 64, 192), ops::cpu_isa().rfind("avx512", 0) == 0);
+  // Wide outputs, and every shape from 512 rows on, on AVX-512 only (weight_cache.cpp says why).
+  const bool avx512 = ops::cpu_isa().rfind("avx512", 0) == 0;
+  EXPECT_EQ(ops::prefer_packed_f32(197, 64, 192), avx512);
   EXPECT_FALSE(ops::prefer_packed_f32(197, 64, 48));
+  EXPECT_EQ(ops::prefer_packed_f32(577, 3072, 768), avx512);
+  EXPECT_FALSE(ops::prefer_packed_f32(511, 3072, 768));
 }
 
 // One copy at inference: once the first form is packed the plain weight's memory is given back

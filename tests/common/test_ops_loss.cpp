@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/ops/ops.h"
+#include "util/isa_levels.h"
 #include "util/op_test_util.h"
 
 using namespace vitk;
@@ -72,7 +73,9 @@ Tensor make_targets(int64_t M, int64_t C, int ignore, std::mt19937& gen) {
 // ---- Cross-entropy
 // --------------------------------------------------------------------------------
 
-TEST(CrossEntropy, ForwardMatchesNaiveLogSoftmax) {
+VITK_AT_EVERY_ISA_LEVEL(CrossEntropy);
+
+TEST_P(CrossEntropy, ForwardMatchesNaiveLogSoftmax) {
   std::mt19937 gen(701);
   struct Case {
     int64_t M, C;
@@ -94,7 +97,7 @@ TEST(CrossEntropy, ForwardMatchesNaiveLogSoftmax) {
     }
 }
 
-TEST(CrossEntropy, IgnoreIndexCanBeAValidClass) {
+TEST_P(CrossEntropy, IgnoreIndexCanBeAValidClass) {
   // With ignore_index = 0 (a padding id) rows with target 0 do not count.
   std::mt19937 gen(702);
   Tensor logits = random_tensor({8, 5}, gen, -3.f, 3.f);
@@ -109,7 +112,7 @@ TEST(CrossEntropy, IgnoreIndexCanBeAValidClass) {
   EXPECT_TRUE(all_close(d, ref.dlogits, 1e-6, 1e-5));
 }
 
-TEST(CrossEntropy, AllRowsIgnoredGivesZeroLossAndZeroGradient) {
+TEST_P(CrossEntropy, AllRowsIgnoredGivesZeroLossAndZeroGradient) {
   std::mt19937 gen(703);
   Tensor logits = random_tensor({4, 6}, gen), targets = ids_tensor({-100, -100, -100, -100});
   const ops::CrossEntropyStats s = ops::cross_entropy_forward(logits, targets, 0.1f);
@@ -121,7 +124,7 @@ TEST(CrossEntropy, AllRowsIgnoredGivesZeroLossAndZeroGradient) {
   for (int64_t i = 0; i < d.numel(); ++i) ASSERT_EQ(d.f32()[i], 0.f) << i;
 }
 
-TEST(CrossEntropy, ForwardBackwardInOnePassMatchesNaiveAlsoInPlace) {
+TEST_P(CrossEntropy, ForwardBackwardInOnePassMatchesNaiveAlsoInPlace) {
   // The fused op: the loss, count and correct of the forward and the gradient of the backward,
   // into a separate tensor and over the logits themselves; large enough to run in parallel.
   std::mt19937 gen(705);
@@ -156,7 +159,7 @@ TEST(CrossEntropy, ForwardBackwardInOnePassMatchesNaiveAlsoInPlace) {
   }
 }
 
-TEST(CrossEntropy, OutOfRangeTargetThrows) {
+TEST_P(CrossEntropy, OutOfRangeTargetThrows) {
   Tensor logits({3, 5});
   EXPECT_NO_THROW(ops::cross_entropy_forward(logits, ids_tensor({0, 4, -100})));
   EXPECT_THROW(ops::cross_entropy_forward(logits, ids_tensor({0, 5, 1})), Error);
@@ -166,7 +169,7 @@ TEST(CrossEntropy, OutOfRangeTargetThrows) {
   EXPECT_NO_THROW(ops::cross_entropy_forward(logits, ids_tensor({0, -1, 1}), 0.f, -1));
 }
 
-TEST(CrossEntropy, StableForLargeLogits) {
+TEST_P(CrossEntropy, StableForLargeLogits) {
   std::mt19937 gen(704);
   Tensor logits = random_tensor({6, 9}, gen, -2.f, 2.f);
   for (int64_t i = 0; i < logits.numel(); ++i) logits.f32()[i] += (i / 9) % 2 ? 2000.f : -2000.f;
@@ -182,7 +185,7 @@ TEST(CrossEntropy, StableForLargeLogits) {
   }
 }
 
-TEST(CrossEntropy, BackwardMatchesNaiveAndOverwrites) {
+TEST_P(CrossEntropy, BackwardMatchesNaiveAndOverwrites) {
   std::mt19937 gen(705);
   for (int64_t C : {7, 1000})
     for (float eps : {0.f, 0.1f})
@@ -201,7 +204,7 @@ TEST(CrossEntropy, BackwardMatchesNaiveAndOverwrites) {
       }
 }
 
-TEST(CrossEntropy, BackwardMatchesFiniteDifferences) {
+TEST_P(CrossEntropy, BackwardMatchesFiniteDifferences) {
   std::mt19937 gen(706);
   const int64_t M = 6, C = 5;
   for (float eps : {0.f, 0.1f}) {
@@ -222,7 +225,7 @@ TEST(CrossEntropy, BackwardMatchesFiniteDifferences) {
   }
 }
 
-TEST(CrossEntropy, LargeInputUsesParallelPath) {
+TEST_P(CrossEntropy, LargeInputUsesParallelPath) {
   std::mt19937 gen(707);
   const int64_t M = 40, C = 1000;  // 40000 logits: above any serial threshold
   Tensor logits = random_tensor({M, C}, gen, -4.f, 4.f);
@@ -238,7 +241,7 @@ TEST(CrossEntropy, LargeInputUsesParallelPath) {
   EXPECT_TRUE(all_close(d, scaled(ref.dlogits, 3.0), 1e-8, 1e-5));
 }
 
-TEST(CrossEntropy, ShapeOrDtypeMismatchThrows) {
+TEST_P(CrossEntropy, ShapeOrDtypeMismatchThrows) {
   Tensor logits({4, 5}), targets = ids_tensor({0, 1, 2, 3}), d({4, 5});
   EXPECT_NO_THROW(ops::cross_entropy_forward(logits, targets));
   EXPECT_THROW(ops::cross_entropy_forward(logits, ids_tensor({0, 1, 2})), Error);
@@ -253,7 +256,9 @@ TEST(CrossEntropy, ShapeOrDtypeMismatchThrows) {
 // ---- L2 norm and gradient clipping
 // -----------------------------------------------------------------
 
-TEST(L2Norm, MatchesDouble) {
+VITK_AT_EVERY_ISA_LEVEL(L2Norm);
+
+TEST_P(L2Norm, MatchesDouble) {
   std::mt19937 gen(801);
   Tensor t = random_tensor({1001, 37}, gen);
   double s = 0;
@@ -262,7 +267,7 @@ TEST(L2Norm, MatchesDouble) {
   EXPECT_EQ(ops::l2_norm(Tensor({5})), 0.0);
 }
 
-TEST(L2Norm, AccumulatesInDouble) {
+TEST_P(L2Norm, AccumulatesInDouble) {
   // One large value first, then a million ones: a float sum of squares stalls at 1e8 and loses
   // them (each 1 is below half an ulp of 1e8).
   const int64_t n = 1000001;
@@ -273,7 +278,9 @@ TEST(L2Norm, AccumulatesInDouble) {
   EXPECT_NEAR(ops::l2_norm(t), want, 1e-9 * want);
 }
 
-TEST(ClipGradNorm, ScalesByMaxOverNormPlusEpsWhenAbove) {
+VITK_AT_EVERY_ISA_LEVEL(ClipGradNorm);
+
+TEST_P(ClipGradNorm, ScalesByMaxOverNormPlusEpsWhenAbove) {
   std::mt19937 gen(802);
   // Small norms make the +1e-6 of torch.nn.utils.clip_grad_norm_ visible (a 1e-3 relative effect).
   for (double target : {5.0, 1e-3}) {
@@ -295,7 +302,7 @@ TEST(ClipGradNorm, ScalesByMaxOverNormPlusEpsWhenAbove) {
   }
 }
 
-TEST(ClipGradNorm, LeavesGradientsBelowMaxUntouched) {
+TEST_P(ClipGradNorm, LeavesGradientsBelowMaxUntouched) {
   std::mt19937 gen(803);
   Tensor g = random_tensor({17, 23}, gen);
   const Tensor before = g.clone();
@@ -375,7 +382,9 @@ Tensor soft_targets(int64_t M, int64_t C, std::mt19937& gen) {
 
 }  // namespace
 
-TEST(SoftCrossEntropy, ForwardAndBackwardMatchNaive) {
+VITK_AT_EVERY_ISA_LEVEL(SoftCrossEntropy);
+
+TEST_P(SoftCrossEntropy, ForwardAndBackwardMatchNaive) {
   std::mt19937 gen(811);
   for (int64_t C : {2, 7, 1000}) {
     SCOPED_TRACE("C " + std::to_string(C));
@@ -397,7 +406,7 @@ TEST(SoftCrossEntropy, ForwardAndBackwardMatchNaive) {
   }
 }
 
-TEST(SoftCrossEntropy, OneHotTargetsEqualHardCrossEntropy) {
+TEST_P(SoftCrossEntropy, OneHotTargetsEqualHardCrossEntropy) {
   std::mt19937 gen(812);
   const int64_t M = 9, C = 6;
   Tensor logits = random_tensor({M, C}, gen, -3.f, 3.f);
@@ -418,7 +427,7 @@ TEST(SoftCrossEntropy, OneHotTargetsEqualHardCrossEntropy) {
   }
 }
 
-TEST(SoftCrossEntropy, BackwardMatchesFiniteDifferences) {
+TEST_P(SoftCrossEntropy, BackwardMatchesFiniteDifferences) {
   std::mt19937 gen(813);
   const int64_t M = 5, C = 4;
   Tensor logits = random_tensor({M, C}, gen, -2.f, 2.f);
@@ -445,7 +454,7 @@ TEST(SoftCrossEntropy, BackwardMatchesFiniteDifferences) {
   EXPECT_NEAR(after - before, lse_minus_z1 / M, 1e-5);
 }
 
-TEST(SoftCrossEntropy, StableForLargeLogitsAndChecksShapes) {
+TEST_P(SoftCrossEntropy, StableForLargeLogitsAndChecksShapes) {
   std::mt19937 gen(814);
   Tensor logits = random_tensor({4, 5}, gen, -1.f, 1.f);
   for (int64_t i = 0; i < logits.numel(); ++i) logits.f32()[i] += i % 2 ? 3000.f : -3000.f;

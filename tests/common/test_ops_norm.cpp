@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/ops/ops.h"
+#include "util/isa_levels.h"
 #include "util/op_test_util.h"
 
 using namespace vitk;
@@ -148,7 +149,9 @@ void naive_layernorm_backward(const LnRef& ref, const Tensor& gamma, const Tenso
 // ---- Softmax
 // -------------------------------------------------------------------------------------
 
-TEST(Softmax, ForwardMatchesNaive) {
+VITK_AT_EVERY_ISA_LEVEL(Softmax);
+
+TEST_P(Softmax, ForwardMatchesNaive) {
   std::mt19937 gen(101);
   for (const Shape& shape : {Shape{7, 13}, Shape{2, 3, 5, 11}, Shape{4, 1}, Shape{3, 300}}) {
     SCOPED_TRACE(shape_str(shape));
@@ -165,7 +168,7 @@ TEST(Softmax, ForwardMatchesNaive) {
   }
 }
 
-TEST(Softmax, ForwardIsStableForLargeLogits) {
+TEST_P(Softmax, ForwardIsStableForLargeLogits) {
   std::mt19937 gen(102);
   Tensor x = random_tensor({5, 17}, gen, -3.f, 3.f);
   for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] += (i / 17) % 2 ? 1000.f : -1000.f;
@@ -174,7 +177,7 @@ TEST(Softmax, ForwardIsStableForLargeLogits) {
   EXPECT_TRUE(all_close(y, naive_softmax(x, Tensor()), kSoftmaxAtol, kSoftmaxRtol));
 }
 
-TEST(Softmax, ForwardInPlace) {
+TEST_P(Softmax, ForwardInPlace) {
   std::mt19937 gen(103);
   Tensor x = random_tensor({6, 9}, gen, -4.f, 4.f);
   const std::vector<double> want = naive_softmax(x, Tensor());
@@ -182,7 +185,7 @@ TEST(Softmax, ForwardInPlace) {
   EXPECT_TRUE(all_close(x, want, kSoftmaxAtol, kSoftmaxRtol));
 }
 
-TEST(Softmax, PaddingMaskBroadcastsOverHeadsAndQueries) {
+TEST_P(Softmax, PaddingMaskBroadcastsOverHeadsAndQueries) {
   std::mt19937 gen(104);
   const int64_t B = 2, H = 3, Tq = 4, Tk = 6;
   Tensor x = random_tensor({B, H, Tq, Tk}, gen, -3.f, 3.f);
@@ -198,7 +201,7 @@ TEST(Softmax, PaddingMaskBroadcastsOverHeadsAndQueries) {
   }
 }
 
-TEST(Softmax, CausalMask) {
+TEST_P(Softmax, CausalMask) {
   std::mt19937 gen(105);
   const int64_t B = 2, H = 3, T = 5;
   Tensor x = random_tensor({B, H, T, T}, gen, -3.f, 3.f);
@@ -215,7 +218,7 @@ TEST(Softmax, CausalMask) {
   }
 }
 
-TEST(Softmax, FiniteAdditiveMaskBroadcastsOnAnyAxis) {
+TEST_P(Softmax, FiniteAdditiveMaskBroadcastsOnAnyAxis) {
   std::mt19937 gen(106);
   const Shape shape{2, 3, 4, 6};
   Tensor x = random_tensor(shape, gen, -3.f, 3.f);
@@ -233,7 +236,7 @@ TEST(Softmax, FiniteAdditiveMaskBroadcastsOnAnyAxis) {
   EXPECT_TRUE(all_close(y2, naive_softmax(x2, m2), kSoftmaxAtol, kSoftmaxRtol));
 }
 
-TEST(Softmax, FullyMaskedRowGivesZerosNotNaN) {
+TEST_P(Softmax, FullyMaskedRowGivesZerosNotNaN) {
   std::mt19937 gen(107);
   const int64_t B = 2, H = 2, Tq = 3, Tk = 5;
   Tensor x = random_tensor({B, H, Tq, Tk}, gen);
@@ -258,7 +261,7 @@ TEST(Softmax, FullyMaskedRowGivesZerosNotNaN) {
   }
 }
 
-TEST(Softmax, ShapeMismatchThrows) {
+TEST_P(Softmax, ShapeMismatchThrows) {
   Tensor x({2, 3, 4, 6}), y({2, 3, 4, 6});
   EXPECT_NO_THROW(ops::softmax_forward(x, Tensor({2, 1, 1, 6}), y));
   Tensor y_bad({2, 3, 4, 5}), dy({2, 3, 4, 6}), dx({2, 3, 4, 6});
@@ -272,7 +275,7 @@ TEST(Softmax, ShapeMismatchThrows) {
   EXPECT_THROW(ops::softmax_backward(y, dy, y_bad), Error) << "dx shape";
 }
 
-TEST(Softmax, LargeMaskedInputUsesParallelPath) {
+TEST_P(Softmax, LargeMaskedInputUsesParallelPath) {
   std::mt19937 gen(112);
   const int64_t B = 2, H = 4, T = 72;  // 41472 scores: above any serial threshold
   Tensor x = random_tensor({B, H, T, T}, gen, -3.f, 3.f);
@@ -288,7 +291,7 @@ TEST(Softmax, LargeMaskedInputUsesParallelPath) {
   }
 }
 
-TEST(Softmax, BackwardMatchesNaiveAndOverwrites) {
+TEST_P(Softmax, BackwardMatchesNaiveAndOverwrites) {
   std::mt19937 gen(108);
   for (const Shape& shape : {Shape{7, 13}, Shape{2, 3, 5, 11}, Shape{2, 300}}) {
     SCOPED_TRACE(shape_str(shape));
@@ -304,7 +307,7 @@ TEST(Softmax, BackwardMatchesNaiveAndOverwrites) {
   }
 }
 
-TEST(Softmax, BackwardMatchesFiniteDifferences) {
+TEST_P(Softmax, BackwardMatchesFiniteDifferences) {
   std::mt19937 gen(109);
   Tensor x = random_tensor({3, 7}, gen, -2.f, 2.f), y({3, 7});
   Tensor w = random_tensor({3, 7}, gen);
@@ -320,7 +323,7 @@ TEST(Softmax, BackwardMatchesFiniteDifferences) {
   EXPECT_GRAD_OK(check_gradient("dx", x, dx, loss, opt));
 }
 
-TEST(Softmax, MaskedBackwardMatchesFiniteDifferences) {
+TEST_P(Softmax, MaskedBackwardMatchesFiniteDifferences) {
   std::mt19937 gen(110);
   const int64_t T = 5;
   Tensor x = random_tensor({1, 2, T, T}, gen, -2.f, 2.f), y(x.shape());
@@ -343,7 +346,7 @@ TEST(Softmax, MaskedBackwardMatchesFiniteDifferences) {
     }
 }
 
-TEST(Softmax, FiniteDifferenceCheckRejectsWrongBackward) {
+TEST_P(Softmax, FiniteDifferenceCheckRejectsWrongBackward) {
   // The gradient check used above must fail for dx = y ⊙ dy (the Σ term forgotten).
   std::mt19937 gen(111);
   Tensor x = random_tensor({3, 7}, gen, -2.f, 2.f), y({3, 7});
@@ -362,7 +365,9 @@ TEST(Softmax, FiniteDifferenceCheckRejectsWrongBackward) {
 // ---- Layer normalization
 // ----------------------------------------------------------------------------
 
-TEST(LayerNorm, ForwardMatchesNaiveAndSavesStatistics) {
+VITK_AT_EVERY_ISA_LEVEL(LayerNorm);
+
+TEST_P(LayerNorm, ForwardMatchesNaiveAndSavesStatistics) {
   std::mt19937 gen(201);
   struct Case {
     Shape shape;
@@ -384,7 +389,7 @@ TEST(LayerNorm, ForwardMatchesNaiveAndSavesStatistics) {
   }
 }
 
-TEST(LayerNorm, InferenceWithoutStatisticsGivesSameOutput) {
+TEST_P(LayerNorm, InferenceWithoutStatisticsGivesSameOutput) {
   std::mt19937 gen(202);
   Tensor x = random_tensor({9, 21}, gen), gamma = random_tensor({21}, gen),
          beta = random_tensor({21}, gen);
@@ -400,7 +405,7 @@ TEST(LayerNorm, InferenceWithoutStatisticsGivesSameOutput) {
 // A bf16 y holds the f32 result rounded to nearest even, element for element, with the same
 // statistics (the pre-norm block's input to its bf16 product); a bf16 x or a y of another type is
 // refused.
-TEST(LayerNorm, Bf16OutputIsTheRoundedF32Output) {
+TEST_P(LayerNorm, Bf16OutputIsTheRoundedF32Output) {
   std::mt19937 gen(204);
   Tensor x = random_tensor({300, 192}, gen, -3.f, 3.f), gamma = random_tensor({192}, gen),
          beta = random_tensor({192}, gen);
@@ -417,7 +422,7 @@ TEST(LayerNorm, Bf16OutputIsTheRoundedF32Output) {
   EXPECT_THROW(ops::layernorm_forward(x, gamma, beta, 1e-6f, y_i32, mean_b, rstd_b), Error);
 }
 
-TEST(LayerNorm, ConstantRowUsesEpsAndStaysFinite) {
+TEST_P(LayerNorm, ConstantRowUsesEpsAndStaysFinite) {
   Tensor x({2, 8});
   x.fill(3.f);
   Tensor gamma({8}), beta({8});
@@ -430,7 +435,7 @@ TEST(LayerNorm, ConstantRowUsesEpsAndStaysFinite) {
   EXPECT_NEAR(rstd.f32()[1], 10.f, 1e-4) << "1/sqrt(0 + 0.01)";
 }
 
-TEST(LayerNorm, ForwardIsAccurateForLargeMean) {
+TEST_P(LayerNorm, ForwardIsAccurateForLargeMean) {
   // A residual stream can drift far from zero; E[x²] − E[x]² in f32 would lose the variance.
   std::mt19937 gen(203);
   Tensor x = random_tensor({4, 256}, gen);
@@ -443,7 +448,7 @@ TEST(LayerNorm, ForwardIsAccurateForLargeMean) {
   EXPECT_TRUE(all_close(rstd, ref.rstd, 0, 1e-3));
 }
 
-TEST(LayerNorm, BackwardMatchesNaiveAccumulatesAndOverwrites) {
+TEST_P(LayerNorm, BackwardMatchesNaiveAccumulatesAndOverwrites) {
   std::mt19937 gen(204);
   for (const Shape& shape : {Shape{7, 13}, Shape{2, 3, 37}, Shape{5, 768}}) {
     SCOPED_TRACE(shape_str(shape));
@@ -471,7 +476,7 @@ TEST(LayerNorm, BackwardMatchesNaiveAccumulatesAndOverwrites) {
   }
 }
 
-TEST(LayerNorm, LargeInputUsesParallelPath) {
+TEST_P(LayerNorm, LargeInputUsesParallelPath) {
   std::mt19937 gen(207);
   const int64_t M = 64, N = 384;  // 24576 elements: above any serial threshold
   Tensor x = random_tensor({M, N}, gen, -2.f, 2.f);
@@ -495,7 +500,7 @@ TEST(LayerNorm, LargeInputUsesParallelPath) {
   EXPECT_TRUE(all_close(dbeta, wb, tol, tol)) << "dbeta";
 }
 
-TEST(LayerNorm, BackwardSkipsEmptyGradients) {
+TEST_P(LayerNorm, BackwardSkipsEmptyGradients) {
   std::mt19937 gen(205);
   const int64_t M = 4, N = 11;
   Tensor x = random_tensor({M, N}, gen), gamma = random_tensor({N}, gen),
@@ -517,7 +522,7 @@ TEST(LayerNorm, BackwardSkipsEmptyGradients) {
   EXPECT_TRUE(all_close(dgamma2, wg, 1e-5, 1e-5)) << "parameter gradients without dx";
 }
 
-TEST(LayerNorm, BackwardMatchesFiniteDifferences) {
+TEST_P(LayerNorm, BackwardMatchesFiniteDifferences) {
   std::mt19937 gen(206);
   const int64_t M = 4, N = 9;
   Tensor x = random_tensor({M, N}, gen, -2.f, 2.f);
@@ -536,7 +541,7 @@ TEST(LayerNorm, BackwardMatchesFiniteDifferences) {
   EXPECT_GRAD_OK(check_gradient("dbeta", beta, dbeta, loss));
 }
 
-TEST(LayerNorm, FiniteDifferenceCheckRejectsMissingTerm) {
+TEST_P(LayerNorm, FiniteDifferenceCheckRejectsMissingTerm) {
   // The gradient check used above must fail when either mean term is dropped from dx.
   std::mt19937 gen(206);  // the same data as BackwardMatchesFiniteDifferences
   const int64_t M = 4, N = 9;
@@ -558,7 +563,7 @@ TEST(LayerNorm, FiniteDifferenceCheckRejectsMissingTerm) {
   }
 }
 
-TEST(LayerNorm, ShapeMismatchThrows) {
+TEST_P(LayerNorm, ShapeMismatchThrows) {
   Tensor x({4, 8}), gamma({8}), beta({8}), y({4, 8}), mean({4}), rstd({4});
   EXPECT_NO_THROW(ops::layernorm_forward(x, gamma, beta, 1e-5f, y, mean, rstd));
   Tensor g_bad({7}), y_bad({4, 7}), m_bad({8});

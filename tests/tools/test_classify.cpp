@@ -602,17 +602,22 @@ TEST_F(Classify, BundledModelOrAClearError) {
   EXPECT_GE(right * 10, static_cast<int>(doc.size()) * 7) << r.out;
 }
 
+// `classify --json --top-k 10 --dir datasets/samples` with the bundled model, or nothing when
+// the model or the samples are missing.
+std::vector<std::string> bundled_samples_top10() {
+  const fs::path bundled = fs::path(VITK_SOURCE_DIR) / "vit/models/fmnist-vit.h5";
+  const fs::path samples = fs::path(VITK_SOURCE_DIR) / "datasets/samples";
+  std::error_code ec;
+  if (!fs::exists(bundled, ec) || !fs::is_directory(samples, ec)) return {};
+  return {"classify", "--json", "--top-k", "10", "--dir", samples.string()};
+}
+
 // The bundled model at int8 (its linear layers on int8 weights and activations): every sample
 // gets f32's class, and every probability is within 0.03 of f32's, without being f32's bits.
 // On the whole test set: tests/README.md#int8.
 TEST_F(Classify, BundledModelAtInt8AgreesWithF32) {
-  const fs::path bundled = fs::path(VITK_SOURCE_DIR) / "vit/models/fmnist-vit.h5";
-  const fs::path samples = fs::path(VITK_SOURCE_DIR) / "datasets/samples";
-  std::error_code ec;
-  if (!fs::exists(bundled, ec) || !fs::is_directory(samples, ec))
-    GTEST_SKIP() << "no bundled model";
-  const std::vector<std::string> args{"classify", "--json", "--top-k",
-                                      "10",       "--dir",  samples.string()};
+  const std::vector<std::string> args = bundled_samples_top10();
+  if (args.empty()) GTEST_SKIP() << "no bundled model";
   std::vector<std::string> at_int8 = args;
   at_int8.insert(at_int8.end(), {"--precision", "int8"});
   const Result f32 = run(args), int8 = run(at_int8);
@@ -639,6 +644,40 @@ TEST_F(Classify, BundledModelAtInt8AgreesWithF32) {
   }
   EXPECT_LT(worst, 0.03) << int8.out;
   EXPECT_GT(total, 0) << "int8 gave f32's probabilities to the last digit";
+}
+
+// The bundled model with vitk and oneDNN capped at each lower instruction-set level
+// (VITK_MAX_ISA): the same class for every sample and the same probabilities to 1e-5 (other
+// kernels sum in another order, so not to the bit).
+TEST_F(Classify, BundledModelGivesTheSameAtEveryIsaLevel) {
+  const std::vector<std::string> args = bundled_samples_top10();
+  if (args.empty()) GTEST_SKIP() << "no bundled model";
+  const Result top = run(args);
+  ASSERT_EQ(top.status, 0) << top.err;
+  const Json a = parse_json(top.out);
+  ASSERT_GE(a.size(), 10u);
+  int levels = 0;
+  for (const vitk::ops::KernelIsa level :
+       {vitk::ops::KernelIsa::baseline, vitk::ops::KernelIsa::avx2}) {
+    if (level >= vitk::ops::kernel_isa()) continue;  // the CPU's own level is the run above
+    ++levels;
+    const vitk::test::EnvVar cap("VITK_MAX_ISA", vitk::ops::kernel_isa_name(level));
+    const Result r = run(args);
+    ASSERT_EQ(r.status, 0) << vitk::ops::kernel_isa_name(level) << ": " << r.err;
+    const Json b = parse_json(r.out);
+    ASSERT_EQ(keys_of(a), keys_of(b));
+    for (const auto& item : a.items()) {
+      const Json& x = item.value();
+      const Json& y = b.at(item.key());
+      ASSERT_EQ(x["labels"], y["labels"]) << vitk::ops::kernel_isa_name(level) << " " << item.key();
+      for (size_t i = 0; i < x["probabilities"].size(); ++i)
+        EXPECT_NEAR(x["probabilities"][i].get<double>(), y["probabilities"][i].get<double>(), 1e-5)
+            << vitk::ops::kernel_isa_name(level) << " " << item.key();
+    }
+  }
+  if (levels == 0)
+    GTEST_SKIP() << "this CPU runs no level below "
+                 << vitk::ops::kernel_isa_name(vitk::ops::kernel_isa());
 }
 
 TEST_F(Classify, ImageSizeRunsTheCheckpointAtAnotherResolution) {

@@ -86,6 +86,26 @@ TEST_F(Cli, OptionBeforeSubcommandIsAUsageError) {
   expect_one_error_line(r);
 }
 
+// VITK_MAX_ISA caps vitk's kernels and oneDNN, and `vitk env` says what runs; a value vitk does
+// not know is a usage error naming the variable and the values, before anything is printed.
+TEST_F(Cli, MaxIsaCapsWhatRunsAndRefusesUnknownLevels) {
+  {
+    const vitk::test::EnvVar cap("VITK_MAX_ISA", "avx3");
+    const Result r = run({"env"});
+    EXPECT_EQ(r.status, 2);
+    EXPECT_TRUE(contains(r.err, "VITK_MAX_ISA=avx3: expected baseline, avx2, avx512")) << r.err;
+    EXPECT_EQ(r.out, "");
+    expect_one_error_line(r);
+  }
+  const vitk::test::EnvVar cap("VITK_MAX_ISA", "baseline");
+  const Result r = run({"env"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "cpu isa: sse41\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "kernels: baseline (")) << r.out;
+  EXPECT_TRUE(contains(r.out, "VITK_MAX_ISA: baseline\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "bf16: no\n")) << r.out;
+}
+
 TEST_F(Cli, UnknownOptionIsNamed) {
   Result r = run({"env", "--bogus", "1"});
   EXPECT_EQ(r.status, 2);
