@@ -22,6 +22,11 @@ Rows (`--only` takes row names or their prefixes, comma-separated: `--only vit-b
       in memory, no augmentation; vitk `bench vit-step` (random images), PyTorch
       vit_train_vs_pytorch.py's model and step on batches drawn from 1,024 Fashion-MNIST images
       (random ones when the dataset is missing); images/s.
+  vit-finetune-384   a ViT-B/16 fine-tuning step at 384 x 384, batch 8 (patch grid 24 x 24,
+      577 tokens, 1,000 classes, AdamW): forward, loss, backward, optimizer step on random images
+      in memory; vitk `bench vit-step --model.KEY ...` (configs/vit-b16.ini's model at 384),
+      PyTorch torchvision's vit_b_16(image_size=384) in training mode; one untimed step each,
+      then the median step; images/s.
   mt-train    a translation training step (d 256, 3+3 layers, 4 heads, FFN 1024, 8k tied
       vocabulary, batch 128 x 32 source and 32 target tokens, Adam): vitk `bench mt-step`,
       PyTorch nn.Transformer (torch_transformer.py); target tokens/s.
@@ -140,6 +145,15 @@ def make_rows(quick):
     rows.append(Row("vit-train-bf16", "ViT training step, batch %d, bf16" % train["batch"],
                     "vit-train", "images/s", "bf16", "vit-train", "vit-train",
                     (Target(2.5, "pytorch"),), train))
+    # Fine-tuning at the higher resolution (224 -> 384), the mission's workload.
+    tune = (dict(VIT_TINY, image_size=48, batch=2, steps=2, warmup=1) if quick
+            else dict(VIT_B16, image_size=384, batch=8, steps=2, warmup=1))
+    title = f"{name} {tune['image_size']} fine-tuning step, batch {tune['batch']}"
+    rows.append(Row("vit-finetune-384", title, "vit-finetune", "images/s", "f32",
+                    "vit-finetune-384", None, (Target(3.0, "pytorch"),), tune))
+    rows.append(Row("vit-finetune-384-bf16", title + ", bf16", "vit-finetune", "images/s",
+                    "bf16", "vit-finetune-384", "vit-finetune-384", (Target(5.0, "pytorch"),),
+                    tune))
     mt = dict(batch=8, length=8, steps=2, warmup=1) if quick else dict(batch=128, length=32,
                                                                           steps=5, warmup=2)
     title = "MT training step, %dx%d tokens" % (mt["batch"], mt["length"])
@@ -340,6 +354,10 @@ def run_vitk(row, s):
         sec, m = vitk_side.step_bench(s.vitk, "vit-step", s.threads, p["batch"], p["steps"],
                                       precision=precision_of(row))
         return p["batch"] / sec, m, None
+    if row.kind == "vit-finetune":
+        sec, m = vitk_side.step_bench(s.vitk, "vit-step", s.threads, p["batch"], p["steps"],
+                                      precision=precision_of(row), model=finetune_model(p))
+        return p["batch"] / sec, m, None
     if row.kind == "mt-train":
         sec, m = vitk_side.step_bench(s.vitk, "mt-step", s.threads, p["batch"], p["steps"],
                                       length=p["length"], precision=precision_of(row))
@@ -351,6 +369,14 @@ def run_vitk(row, s):
     raise ValueError(row.kind)
 
 
+def finetune_model(p):
+    """`vitk bench vit-step`'s --model.KEY options for the fine-tuning row's ViT."""
+    keys = dict(image_size=p["image_size"], patch_size=p["patch_size"], channels=3,
+                num_classes=p["classes"], d_model=p["d_model"], heads=p["heads"], d_ff=p["d_ff"],
+                layers=p["layers"], activation="gelu", pre_norm="true")
+    return [arg for key, value in keys.items() for arg in (f"--model.{key}", str(value))]
+
+
 def vitk_command(row, s):
     """The command run_vitk runs, for --dry-run (the same helpers build it)."""
     p = row.params
@@ -359,12 +385,13 @@ def vitk_command(row, s):
         return [s.vitk, "classify", "--benchmark", "--batch-size", str(p["batch"]),
                 "--benchmark-seconds", str(s.seconds), "--threads",
                 str(s.threads)] + vit_args(row, s) + prec
-    if row.kind in ("vit-train", "mt-train"):
-        what = "vit-step" if row.kind == "vit-train" else "mt-step"
+    if row.kind in ("vit-train", "mt-train", "vit-finetune"):
+        what = "mt-step" if row.kind == "mt-train" else "vit-step"
         length = ["--length", str(p["length"])] if "length" in p else []
+        model = finetune_model(p) if row.kind == "vit-finetune" else []
         return [s.vitk, "bench", what, "--threads", str(s.threads), "--batch-size",
                 str(p["batch"]), "--steps", str(p["steps"]), "--repeats", "1",
-                "--no-breakdown"] + length + prec
+                "--no-breakdown"] + length + model + prec
     return [s.vitk, "translate", "--model", str(s.mt_model), "--input", "SENTENCES", "--output",
             "HYPOTHESES", "--threads", str(s.threads), "--batch-size", "32"] + p["search"] + prec
 
@@ -374,6 +401,8 @@ def torch_spec(row, s, hyp_out=None):
     spec = dict(kind=row.kind, threads=s.threads, params=row.params)
     if row.kind == "vit-infer":
         spec.update(seconds=s.seconds, vit_b_16=not s.quick)
+    if row.kind == "vit-finetune":
+        spec.update(vit_b_16=not s.quick)
     if row.kind == "mt-decode":
         spec.update(model=s.mt_model, sentences=os.path.join(s.workdir, "sentences.txt"),
                     hyp_out=hyp_out)
@@ -517,6 +546,27 @@ def onnx_export_child(spec):
                       "seconds": time.perf_counter() - start}))
 
 
+def torch_finetune_seconds(p, full):
+    """PyTorch's median seconds per fine-tuning step of the row's ViT (training mode, AdamW,
+    cross-entropy) on one random batch in memory, after p["warmup"] untimed steps."""
+    import time
+    import torch
+    model = build_torch_vit(p, full).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    x = torch.randn(p["batch"], 3, p["image_size"], p["image_size"])
+    y = torch.randint(0, p["classes"], (p["batch"],))
+    times = []
+    for step in range(p["warmup"] + p["steps"]):
+        start = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+        opt.step()
+        if step >= p["warmup"]:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def torch_child(spec):
     """The PyTorch side of one measurement, in a child process: prints one JSON line."""
     import torch  # here only: the parent process never imports PyTorch
@@ -544,6 +594,8 @@ def torch_child(spec):
             labels = rng.integers(0, 10, 1024, dtype=np.uint8)
         value = p["batch"] / torch_seconds_per_step(images, labels, p["batch"], p["steps"],
                                                     p["warmup"])
+    elif kind == "vit-finetune":
+        value = p["batch"] / torch_finetune_seconds(p, spec.get("vit_b_16", True))
     elif kind == "mt-train":
         from mt_train_vs_pytorch import torch_seconds_per_step
         value = p["batch"] * p["length"] / torch_seconds_per_step(p["batch"], p["length"],
@@ -573,7 +625,7 @@ def missing_packages(rows, onnxruntime=False):
     also Node and npm for ONNX Runtime's side of the ViT rows."""
     modules = {"torch"}
     kinds = {r.kind for r in rows}
-    if "vit-infer" in kinds:
+    if kinds & {"vit-infer", "vit-finetune"}:
         modules.add("torchvision")
     if "vit-train" in kinds:
         modules.add("numpy")
@@ -786,7 +838,7 @@ def precision_support(vitk, rows, env):
     products, which `vitk env` denies ("bf16: no") on a CPU without AVX512_BF16 or AMX; int8
     runs on every CPU (without VNNI, on 7-bit activation codes: int8_note)."""
     sub = {"vit-infer": "classify", "mt-decode": "translate", "vit-train": "train",
-           "mt-train": "mt-train"}
+           "vit-finetune": "train", "mt-train": "mt-train"}
     known, out = {}, {}
     for r in rows:
         if r.precision == "f32":
@@ -1116,7 +1168,7 @@ def main(argv=None):
             version = subprocess.run([args.vitk, "--version"], capture_output=True,
                                      text=True).stdout.strip()
             idle = run_measured([args.vitk, "--version"])
-            with_torchvision = any(r.kind == "vit-infer" for r in rows)
+            with_torchvision = any(r.kind in ("vit-infer", "vit-finetune") for r in rows)
             _, torch_idle, torch_version = run_torch(
                 dict(kind="idle", threads=args.threads, torchvision=with_torchvision))
             print(f"{version}; PyTorch {torch_version} with "

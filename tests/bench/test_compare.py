@@ -85,14 +85,37 @@ class Rows(unittest.TestCase):
                          (compare.Target(3.5, "ort"), compare.Target(1.6, "bf16")))
         self.assertEqual(rows["vit-b16-224-b8-int8"].targets, ())
         self.assertEqual(rows["mt-beam4-int8"].targets, (compare.Target(1.5, "f32"),))
+        # Fine-tuning ViT-B/16 at 384, batch 8: f32 at 3x PyTorch f32, bf16 at 5x.
+        tune, tune_bf16 = rows["vit-finetune-384"], rows["vit-finetune-384-bf16"]
+        self.assertEqual((tune.params["image_size"], tune.params["batch"], tune.params["d_model"]),
+                         (384, 8, 768))
+        self.assertEqual(tune.targets, (compare.Target(3.0, "pytorch"),))
+        self.assertEqual((tune_bf16.torch_key, tune_bf16.f32_key, tune_bf16.targets),
+                         ("vit-finetune-384", "vit-finetune-384",
+                          (compare.Target(5.0, "pytorch"),)))
+
+    def test_finetune_row_runs_the_b16_model_at_384(self):
+        row = next(r for r in compare.make_rows(False) if r.key == "vit-finetune-384-bf16")
+        s = compare.argparse.Namespace(vitk="/v", threads=2)
+        cmd = compare.vitk_command(row, s)
+        self.assertEqual(cmd[:3], ["/v", "bench", "vit-step"])
+        pairs = dict(zip(cmd[::1], cmd[1::1]))
+        for key, value in (("--model.image_size", "384"), ("--model.patch_size", "16"),
+                           ("--model.layers", "12"), ("--model.num_classes", "1000"),
+                           ("--batch-size", "8"), ("--precision", "bf16")):
+            self.assertEqual(pairs[key], value, cmd)
+        spec = compare.torch_spec(row, compare.argparse.Namespace(threads=2, quick=False))
+        self.assertEqual((spec["kind"], spec["vit_b_16"]), ("vit-finetune", True))
 
     def test_quick_sizes_are_tiny_and_patch_aligned(self):
         for r in compare.make_rows(True):
             if r.kind == "vit-infer":
                 self.assertLessEqual(r.params["image_size"], 64)
                 self.assertEqual(r.params["image_size"] % r.params["patch_size"], 0)
-            if r.kind in ("vit-train", "mt-train"):
+            if r.kind in ("vit-train", "mt-train", "vit-finetune"):
                 self.assertLessEqual(r.params["batch"], 8)
+            if r.kind == "vit-finetune":
+                self.assertLessEqual(r.params["image_size"], 64)
 
     def test_only_takes_names_and_prefixes_in_table_order(self):
         rows = compare.make_rows(False)

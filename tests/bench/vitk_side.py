@@ -55,7 +55,7 @@ def parse_step_bench(text, cmd=("vitk bench",)):
     return float(_search(r"median ([0-9.]+) ms/step", text, cmd).group(1)) / 1e3
 
 
-def step_bench(vitk, what, threads, batch, steps, length=None, precision=None):
+def step_bench(vitk, what, threads, batch, steps, length=None, precision=None, model=()):
     """(seconds per training step, Measured) of `vitk bench vit-step` or `mt-step`: two untimed
     warm-up steps (as the PyTorch side skips two), then one round of `steps` steps (forward, loss, backward, optimizer) on random
     data in memory; no profiled round."""
@@ -63,6 +63,7 @@ def step_bench(vitk, what, threads, batch, steps, length=None, precision=None):
            str(steps), "--repeats", "1", "--no-breakdown"]
     if length is not None:
         cmd += ["--length", str(length)]
+    cmd += list(model)  # --model.KEY VALUE pairs: another model than the benchmark's own
     if precision:
         cmd += ["--precision", precision]
     m = run_measured(cmd)
