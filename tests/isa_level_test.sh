@@ -8,10 +8,11 @@
 set -euo pipefail
 level=$1 vitk=$2 tests=$3 filter=$4
 own=$("$vitk" env | grep "^cpu isa:")
-capped=$(VITK_MAX_ISA=$level "$vitk" env | grep "^cpu isa:")
+capped_env=$(VITK_MAX_ISA=$level "$vitk" env)
+capped=$(grep "^cpu isa:" <<<"$capped_env")
 if [[ $own == "$capped" ]]; then
   echo "skip: VITK_MAX_ISA=$level leaves oneDNN at this CPU's own level (${own#cpu isa: })"
   exit 77
 fi
-echo "VITK_MAX_ISA=$level: ${capped}, kernels $(VITK_MAX_ISA=$level "$vitk" env | grep '^kernels:')"
+echo "VITK_MAX_ISA=$level: ${capped}, $(grep '^kernels:' <<<"$capped_env")"
 VITK_MAX_ISA=$level exec "$tests" --gtest_filter="$filter" --gtest_brief=1

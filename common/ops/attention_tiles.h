@@ -3,8 +3,9 @@
 // common/ops:
 // - small register-blocked products C[M, N] = alpha · A · B (+ C when accumulating), A read
 //   element by element through any two strides (so a transpose is free), B row by row, N a
-//   multiple of 16 (AVX-512 and AVX2 tiles; a plain loop at the baseline level). Every product of flash-style attention has this form on tiles of at most
-//   64 × 128 that sit in L1, where a oneDNN call per tile would cost more than the tile itself;
+//   multiple of 16 (AVX-512 and AVX2 tiles; a plain loop at the baseline level). Every product of
+//   flash-style attention has this form on tiles of at most 64 × 128 that sit in L1, where a oneDNN
+//   call per tile would cost more than the tile itself;
 // - the row operations of a softmax on one 64-wide row of block scores;
 // - an in-register 16 × 16 transpose.
 #include <cstdint>
@@ -193,8 +194,8 @@ inline void tile_gemm_impl(int64_t M, int64_t N, int64_t K, const float* a, int6
       tile_kernel8<6, kAccumulate>(a + i * a_rs, a_rs, a_ks, b + n0, b_rs, K, c + i * c_rs + n0,
                                    c_rs, alpha);
     if (i < M)
-      tile_rows8<kAccumulate>(M - i, a + i * a_rs, a_rs, a_ks, b + n0, b_rs, K,
-                              c + i * c_rs + n0, c_rs, alpha);
+      tile_rows8<kAccumulate>(M - i, a + i * a_rs, a_rs, a_ks, b + n0, b_rs, K, c + i * c_rs + n0,
+                              c_rs, alpha);
   }
 }
 

@@ -63,7 +63,7 @@ double clip_grad_norm(Tensor& grads, double max_norm) {
 }
 
 void round_to_bf16(const float* src, uint16_t* dst, int64_t n) {
-  profile::Scope scope("round_bf16", n);
+  profile::Scope scope("round_bf16");
 #pragma omp parallel for simd schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
 }

@@ -3,6 +3,7 @@
 // chosen once, from what the CPU has, capped by VITK_MAX_ISA.
 #include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <string>
 
 #include "common/error.h"
@@ -13,28 +14,31 @@ namespace vitk::ops {
 namespace {
 
 struct Cap {
-  const char* name;      // as VITK_MAX_ISA spells it
-  dnnl::cpu_isa onednn;  // the cap given to oneDNN
-  KernelIsa kernels;     // the highest level of our own loops it allows
+  const char* name;         // as VITK_MAX_ISA spells it
+  const char* onednn_name;  // oneDNN's name for the same cap, accepted too ("" when the same)
+  dnnl::cpu_isa onednn;     // the cap given to oneDNN
+  KernelIsa kernels;        // the highest level of our own loops it allows
 };
 
-// From the lowest level to the highest; oneDNN's own names are accepted too.
+// From the lowest level to the highest.
 const Cap kCaps[] = {
-    {"baseline", dnnl::cpu_isa::sse41, KernelIsa::baseline},
-    {"sse41", dnnl::cpu_isa::sse41, KernelIsa::baseline},
-    {"avx2", dnnl::cpu_isa::avx2, KernelIsa::avx2},
-    {"avx512", dnnl::cpu_isa::avx512_core, KernelIsa::avx512},
-    {"avx512_core", dnnl::cpu_isa::avx512_core, KernelIsa::avx512},
-    {"avx512_vnni", dnnl::cpu_isa::avx512_core_vnni, KernelIsa::avx512},
-    {"avx512_core_vnni", dnnl::cpu_isa::avx512_core_vnni, KernelIsa::avx512},
-    {"avx512_bf16", dnnl::cpu_isa::avx512_core_bf16, KernelIsa::avx512},
-    {"avx512_core_bf16", dnnl::cpu_isa::avx512_core_bf16, KernelIsa::avx512},
-    {"amx", dnnl::cpu_isa::avx512_core_amx, KernelIsa::avx512},
-    {"avx512_core_amx", dnnl::cpu_isa::avx512_core_amx, KernelIsa::avx512},
-    {"all", dnnl::cpu_isa::all, KernelIsa::avx512},
+    {"baseline", "sse41", dnnl::cpu_isa::sse41, KernelIsa::baseline},
+    {"avx2", "", dnnl::cpu_isa::avx2, KernelIsa::avx2},
+    {"avx512", "avx512_core", dnnl::cpu_isa::avx512_core, KernelIsa::avx512},
+    {"avx512_vnni", "avx512_core_vnni", dnnl::cpu_isa::avx512_core_vnni, KernelIsa::avx512},
+    {"avx512_bf16", "avx512_core_bf16", dnnl::cpu_isa::avx512_core_bf16, KernelIsa::avx512},
+    {"amx", "avx512_core_amx", dnnl::cpu_isa::avx512_core_amx, KernelIsa::avx512},
+    {"all", "", dnnl::cpu_isa::all, KernelIsa::avx512},
 };
 
-const char kValues[] = "baseline, avx2, avx512, avx512_vnni, avx512_bf16, amx or all";
+// "baseline, avx2, ... or all": the values VITK_MAX_ISA takes, for its error message.
+std::string cap_names() {
+  std::string names;
+  const size_t n = std::size(kCaps);
+  for (size_t i = 0; i < n; ++i)
+    names += std::string(i == 0 ? "" : i + 1 == n ? " or " : ", ") + kCaps[i].name;
+  return names;
+}
 
 // The highest level of our own loops this CPU can run, from CPUID and what the OS saves (the
 // compilers' __builtin_cpu_supports checks both). Feature by feature, as clang 14 knows no
@@ -84,8 +88,8 @@ Choice& choice() {
     if (!made.setting.empty()) {
       const Cap* found = nullptr;
       for (const Cap& entry : kCaps)
-        if (made.setting == entry.name) found = &entry;
-      if (!found) throw UsageError("VITK_MAX_ISA=" + made.setting + ": expected " + kValues);
+        if (made.setting == entry.name || made.setting == entry.onednn_name) found = &entry;
+      if (!found) throw UsageError("VITK_MAX_ISA=" + made.setting + ": expected " + cap_names());
       try {
         dnnl::set_max_cpu_isa(found->onednn);
       } catch (const dnnl::error& e) {
