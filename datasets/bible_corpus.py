@@ -39,6 +39,18 @@ like the test set does). Everything else is training data.
 Writes to --out: {train,valid,test}.tsv (source<TAB>target), {split}.es and {split}.en (one side
 per file, for `vitk bleu --ref test.en`), {split}.ref (the reference of each line, e.g.
 "Ruth 1:1"). Prints counts per split. Uses the Python standard library only.
+
+Also writes the book-classification set to --out/books/ (`vitk text-train`): the same verses as
+`text<TAB>label` lines, the label the book's OSIS abbreviation (Gen, Exod, ..., Rev: 66 classes),
+{train,valid,test}.es.tsv and .en.tsv with {split}.ref beside them. These split by chapter, not by
+book or verse (neighbouring verses are near-duplicates): chapter c of every book goes to test when
+c % 10 == 2 and to validation when c % 10 == 6, so every book of two or more chapters is tested;
+the five one-chapter books (Obadiah, Philemon, 2 and 3 John, Jude) are training data only.
+groups.tsv maps each label to its traditional group (law, history, wisdom, major prophets, minor
+prophets, gospels, acts, Pauline letters, general letters, revelation) for `vitk text-eval
+--groups`. mt-train.tsv and mt-valid.tsv are the Spanish -> English pairs of the classifier's
+training and validation chapters: a translation model trained on them (whose encoder
+`text-train --encoder-from` reuses) has seen no verse of the classifier's test chapters.
 """
 
 import argparse
@@ -55,6 +67,29 @@ SOURCE_MODULE = "spaRV1909eb"
 TARGET_MODULE = "engWEB2015eb"
 DEFAULT_TEST_BOOKS = ["Ruth", "Jonah", "Philippians", "James"]
 DEFAULT_VALID_BOOKS = ["Joel", "Habakkuk", "Colossians", "Titus"]
+
+# The 66 books' OSIS abbreviations (the labels of the classification set) by their SWORD names,
+# and the traditional group of each run of books (first label of the run, group).
+OSIS = dict(zip(
+    ["Genesis", "Exodus", "Leviticus", "Numbers", "Deuteronomy", "Joshua", "Judges", "Ruth",
+     "I Samuel", "II Samuel", "I Kings", "II Kings", "I Chronicles", "II Chronicles", "Ezra",
+     "Nehemiah", "Esther", "Job", "Psalms", "Proverbs", "Ecclesiastes", "Song of Solomon",
+     "Isaiah", "Jeremiah", "Lamentations", "Ezekiel", "Daniel", "Hosea", "Joel", "Amos",
+     "Obadiah", "Jonah", "Micah", "Nahum", "Habakkuk", "Zephaniah", "Haggai", "Zechariah",
+     "Malachi", "Matthew", "Mark", "Luke", "John", "Acts", "Romans", "I Corinthians",
+     "II Corinthians", "Galatians", "Ephesians", "Philippians", "Colossians", "I Thessalonians",
+     "II Thessalonians", "I Timothy", "II Timothy", "Titus", "Philemon", "Hebrews", "James",
+     "I Peter", "II Peter", "I John", "II John", "III John", "Jude", "Revelation of John"],
+    ["Gen", "Exod", "Lev", "Num", "Deut", "Josh", "Judg", "Ruth", "1Sam", "2Sam", "1Kgs", "2Kgs",
+     "1Chr", "2Chr", "Ezra", "Neh", "Esth", "Job", "Ps", "Prov", "Eccl", "Song", "Isa", "Jer",
+     "Lam", "Ezek", "Dan", "Hos", "Joel", "Amos", "Obad", "Jonah", "Mic", "Nah", "Hab", "Zeph",
+     "Hag", "Zech", "Mal", "Matt", "Mark", "Luke", "John", "Acts", "Rom", "1Cor", "2Cor", "Gal",
+     "Eph", "Phil", "Col", "1Thess", "2Thess", "1Tim", "2Tim", "Titus", "Phlm", "Heb", "Jas",
+     "1Pet", "2Pet", "1John", "2John", "3John", "Jude", "Rev"]))
+GROUP_STARTS = [("Gen", "law"), ("Josh", "history"), ("Job", "wisdom"),
+                ("Isa", "major prophets"), ("Hos", "minor prophets"), ("Matt", "gospels"),
+                ("Acts", "acts"), ("Rom", "Pauline letters"), ("Heb", "general letters"),
+                ("Rev", "revelation")]
 
 # ---- Reading mod2imp output ----------------------------------------------------------------
 
@@ -353,6 +388,51 @@ def align(src_table, tgt_table, books):
     return kept, stats
 
 
+# ---- The book-classification set ------------------------------------------------------------
+
+
+def book_split(chapter):
+    """The classification split of a chapter: every tenth to test, another tenth to validation."""
+    return "test" if chapter % 10 == 2 else "valid" if chapter % 10 == 6 else "train"
+
+
+def groups():
+    """[(label, group)] in canonical order."""
+    labels = list(OSIS.values())
+    starts = {label: group for label, group in GROUP_STARTS}
+    rows, group = [], None
+    for label in labels:
+        group = starts.get(label, group)
+        rows.append((label, group))
+    return rows
+
+
+def write_books(out, pairs):
+    """The classification set of `pairs` under out/books/; returns {split: rows}."""
+    os.makedirs(out, exist_ok=True)
+    splits = {"train": [], "valid": [], "test": []}
+    for p in pairs:
+        if p[0] not in OSIS:
+            continue  # a book outside the 66 (the fixture's Tobit)
+        splits[book_split(p[1])].append(p)
+    for name, rows in splits.items():
+        with open(os.path.join(out, f"{name}.es.tsv"), "w", encoding="utf-8", newline="\n") as es, \
+                open(os.path.join(out, f"{name}.en.tsv"), "w", encoding="utf-8", newline="\n") as en, \
+                open(os.path.join(out, f"{name}.ref"), "w", encoding="utf-8", newline="\n") as ref:
+            for book, c, v, s, t in rows:
+                es.write(f"{s}\t{OSIS[book]}\n")
+                en.write(f"{t}\t{OSIS[book]}\n")
+                ref.write(f"{book} {c}:{v}\n")
+    for name, mt in (("train", "mt-train"), ("valid", "mt-valid")):
+        with open(os.path.join(out, mt + ".tsv"), "w", encoding="utf-8", newline="\n") as f:
+            for _, _, _, s, t in splits[name]:
+                f.write(f"{s}\t{t}\n")
+    with open(os.path.join(out, "groups.tsv"), "w", encoding="utf-8", newline="\n") as f:
+        for label, group in groups():
+            f.write(f"{label}\t{group}\n")
+    return splits
+
+
 # ---- Command line ----------------------------------------------------------------------------
 
 
@@ -443,6 +523,10 @@ def main(argv=None):
     for name, rows in splits.items():
         print(f"{name}: {len(rows)} pairs -> {os.path.join(args.out, name + '.tsv')}")
     print(f"total: {len(pairs)} pairs")
+    books_dir = os.path.join(args.out, "books")
+    for name, rows in write_books(books_dir, pairs).items():
+        print(f"books {name}: {len(rows)} verses, {len({(p[0], p[1]) for p in rows})} chapters -> "
+              f"{os.path.join(books_dir, name)}.{{es,en}}.tsv")
     return 0
 
 

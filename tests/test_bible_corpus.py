@@ -10,6 +10,11 @@ import tempfile
 
 ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..")
 SCRIPT = os.path.join(ROOT, "datasets", "bible_corpus.py")
+sys.path.insert(0, os.path.join(ROOT, "datasets"))
+import bible_corpus  # noqa: E402
+
+bible_corpus_osis = bible_corpus.OSIS
+bible_corpus_split = bible_corpus.book_split
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "bible")
 SRC = os.path.join(FIXTURE, "spaRV1909eb.imp")
 TGT = os.path.join(FIXTURE, "engWEB2015eb.imp")
@@ -101,6 +106,38 @@ with tempfile.TemporaryDirectory() as out:
     # Books in one text only (Tobit is in the WEB only) are left out; verse 0 is no verse.
     check(not any(r.startswith("Tobit") or r.endswith(":0") for r in every), "no Tobit, no :0")
 
+    # The book-classification set: the same verses, labelled with their book's OSIS name, split by
+    # chapter (c % 10 == 2 test, 6 validation), Spanish and English line by line alike.
+    books = os.path.join(out, "books")
+    labelled = {}
+    for name in ("train", "valid", "test"):
+        with open(os.path.join(books, name + ".ref"), encoding="utf-8") as f:
+            refs = [line.rstrip("\n") for line in f]
+        sides = []
+        for lang in ("es", "en"):
+            with open(os.path.join(books, f"{name}.{lang}.tsv"), encoding="utf-8") as f:
+                sides.append([line.rstrip("\n").split("\t") for line in f])
+        check(len(sides[0]) == len(sides[1]) == len(refs), f"books {name}: files line up")
+        for ref, (es, book), (en, book_en) in zip(refs, *sides):
+            check(book == book_en == bible_corpus_osis[ref.rsplit(" ", 1)[0]], f"{ref}: label")
+            check(bible_corpus_split(int(ref.rsplit(" ", 1)[1].split(":")[0])) == name,
+                  f"{ref}: in {name} by its chapter")
+            check([es, en] == every[ref], f"{ref}: the verse pair's text")
+            labelled[ref] = name
+    check(set(labelled) == {r for r in every if not r.startswith("Tobit")}, "every verse labelled")
+    check(labelled.get("Jonah 2:1") == "test" and labelled.get("Luke 17:35") == "train" and
+          labelled.get("Psalms 3:1") == "train", "Jonah 2 tests, Luke 17 and Psalms 3 train")
+    check([bible_corpus_split(c) for c in (2, 6, 12, 16, 1, 10)] ==
+          ["test", "valid", "test", "valid", "train", "train"], "every tenth chapter")
+    with open(os.path.join(books, "mt-train.tsv"), encoding="utf-8") as f:
+        mt_train = [line.rstrip("\n").split("\t") for line in f]
+    check(mt_train == [every[r] for r, n in labelled.items() if n == "train"],
+          "mt-train.tsv: the pairs of the training chapters only")
+    with open(os.path.join(books, "groups.tsv"), encoding="utf-8") as f:
+        groups = dict(line.rstrip("\n").split("\t") for line in f)
+    check(len(groups) == 66 and groups["Gen"] == "law" and groups["Ruth"] == "history" and
+          groups["Jonah"] == "minor prophets" and groups["Rev"] == "revelation", "groups.tsv")
+
     # Bad input: a book that is not there, the same book in two splits, a missing file.
     r = run(out, "--test-books", "Hezekiah")
     check(r.returncode != 0 and "Hezekiah" in r.stderr, f"unknown book: {r.stderr}")
@@ -112,9 +149,6 @@ with tempfile.TemporaryDirectory() as out:
 
 # The cleaner on markup the fixture lacks: a note before punctuation, a cross-reference, nested
 # markup, entities, GBF and ThML footnotes, a quotation marker.
-sys.path.insert(0, os.path.join(ROOT, "datasets"))
-import bible_corpus  # noqa: E402
-
 cases = [
     ('earth<note placement="foot">or, land</note>, and <w lemma="x">sea</w>.', "earth, and sea."),
     ('sea.<note type="crossReference"><reference>Micah 7:6</reference></note> Then', "sea. Then"),

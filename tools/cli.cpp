@@ -22,6 +22,7 @@
 
 #include "common/dist/world.h"
 #include "common/error.h"
+#include "common/io/atomic_file.h"
 #include "common/io/checkpoint.h"
 #include "common/ops/ops.h"
 #include "tools/api/internal.h"
@@ -593,6 +594,15 @@ void check_input_file(const std::string& option, const std::string& path) {
   std::error_code ec;
   if (path != "-" && std::filesystem::is_directory(path, ec))
     throw Error(option + " " + path + ": is a directory, expected a file");
+}
+
+void write_output_text(const std::string& path, const std::string& text) {
+  if (path == "-") {
+    std::cout << text << std::flush;
+    if (!std::cout) throw Error("cannot write to standard output");
+    return;
+  }
+  io::write_file_atomic(path, text);
 }
 
 void refuse_output_over_input(const std::string& out, const std::vector<std::string>& inputs,

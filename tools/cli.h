@@ -115,6 +115,10 @@ bool given_on_command_line(const po::variables_map& vm, const std::string& name)
 // "--train DIR: is a directory, expected a file" otherwise ("-", standard input, passes).
 void check_input_file(const std::string& option, const std::string& path);
 
+// The whole text to standard output ("-"), or to the file `path` written whole or not at all
+// (io::write_file_atomic). vitk::Error when it cannot be written.
+void write_output_text(const std::string& path, const std::string& text);
+
 // vitk::UsageError "--out OUT is WHAT; name a new file" when the file `out` is one of `inputs`
 // (the same file by std::filesystem::equivalent, whatever the path to it): writing it would
 // replace an input. Nothing when `out` does not exist yet.
@@ -168,6 +172,10 @@ void register_translate_commands(Registry& registry);
 void register_mt_train_commands(Registry& registry);
 // `vitk caption-train`, `vitk caption`, `vitk caption-eval` (tools/cmd_caption.cpp).
 void register_caption_commands(Registry& registry);
+// `vitk text-train` (tools/cmd_text_train.cpp).
+void register_text_train_commands(Registry& registry);
+// `vitk text-classify`, `vitk text-eval` (tools/cmd_text.cpp).
+void register_text_commands(Registry& registry);
 // `vitk plot positions|mask|metrics` (tools/cmd_plot.cpp).
 void register_plot_commands(Registry& registry);
 // `vitk make-scenes` (tools/cmd_make_scenes.cpp).

@@ -13,8 +13,8 @@
 #include "common/seq2seq/train_task.h"
 #include "common/seq2seq/trainer.h"
 #include "datasets/parallel.h"
-#include "datasets/tokenizer.h"
 #include "tools/cli.h"
+#include "tools/sentencepiece_data.h"
 #include "tools/settings_options.h"
 #include "tools/train_options.h"
 
@@ -37,23 +37,14 @@ class SentencePieceData : public seq2seq::TranslationData {
   }
   std::unique_ptr<Vocabulary> train_vocabulary(const std::vector<std::string>& text,
                                                const seq2seq::TrainOptions& o) override {
-    datasets::TokenizerOptions to;
-    to.model_type = o.spm_type;
-    to.vocab_size = o.vocab_size;
-    to.threads = ops::num_threads();
-    try {
-      return std::make_unique<datasets::Tokenizer>(datasets::Tokenizer::train(text, to));
-    } catch (const Error& e) {
-      throw Error("cannot train the SentencePiece model on " + o.train +
-                  (o.train_target.empty() ? "" : " + " + o.train_target) + " (--vocab-size " +
-                  std::to_string(o.vocab_size) + "): " + e.what());
-    }
+    return train_sentencepiece(text, o.vocab_size, o.spm_type,
+                               o.train + (o.train_target.empty() ? "" : " + " + o.train_target));
   }
   std::unique_ptr<Vocabulary> load_vocabulary(const std::string& path) override {
-    return std::make_unique<datasets::Tokenizer>(datasets::Tokenizer::load(path));
+    return load_sentencepiece(path);
   }
   std::unique_ptr<Vocabulary> vocabulary_from_bytes(const std::string& bytes) override {
-    return std::make_unique<datasets::Tokenizer>(datasets::Tokenizer::from_bytes(bytes));
+    return sentencepiece_from_bytes(bytes);
   }
 };
 

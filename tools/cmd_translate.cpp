@@ -56,17 +56,6 @@ std::vector<std::string> read_lines(const std::string& path) {
   return lines;
 }
 
-// The whole text to standard output, or to `path` written whole or not at all
-// (io::write_file_atomic).
-void write_output(const std::string& path, const std::string& text) {
-  if (path == "-") {
-    std::cout << text << std::flush;
-    if (!std::cout) throw Error("cannot write to standard output");
-    return;
-  }
-  io::write_file_atomic(path, text);
-}
-
 template <typename T>
 T get(const po::variables_map& vm, const char* name) {
   return vm[name].as<T>();
@@ -210,7 +199,7 @@ int run_translate(const po::variables_map& vm) {
       text << i << " ||| " << r.texts[k] << " ||| " << score << "\n";
     }
   }
-  write_output(output, text.str());
+  write_output_text(output, text.str());
   if (!pictures.empty()) {
     const int64_t n =
         write_alignments(pictures, input_name, model, tokenizer, lines, results, alignment);

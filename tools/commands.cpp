@@ -29,6 +29,8 @@ constexpr void (*kRegistrations[])(tools::Registry&) = {
     tools::register_mt_train_commands,
     tools::register_translate_commands,
     tools::register_caption_commands,
+    tools::register_text_train_commands,
+    tools::register_text_commands,
     tools::register_plot_commands,
 };
 // clang-format on

@@ -1,6 +1,7 @@
 #include "tools/model_registry.h"
 
 #include "common/seq2seq/config.h"
+#include "common/seq2seq/text_config.h"
 #include "vit/caption/model.h"
 #include "vit/vit.h"
 
@@ -13,6 +14,7 @@ const nn::ModelRegistry& model_registry() {
     r->add(caption::model_kind());
     r->add(seq2seq::model_kind());
     r->add(seq2seq::encoder_kind());
+    r->add(seq2seq::text_classifier_kind());
     return r;
   }();
   return *registry;

@@ -10,17 +10,7 @@ settings::Schema<TransformerConfig> make_transformer_schema() {
   using Self = TransformerConfig;
   settings::Schema<TransformerConfig> schema("transformer", "translation model");
   schema VITK_TRANSFORMER_SETTINGS(VITK_SETTING_FIELD);
-  schema.add_custom(
-      "activation", "relu or gelu", "NAME",
-      [](const TransformerConfig& c) { return std::string(ops::activation_name(c.activation)); },
-      [](TransformerConfig& c, const SettingReader& r, const std::string& text) {
-        try {
-          c.activation = ops::parse_activation(text);
-        } catch (const UsageError& e) {
-          throw Error(r.where("activation") + ": " + e.what());
-        }
-      },
-      nullptr);
+  add_activation_setting(schema);
   return schema;
 }
 
@@ -32,16 +22,7 @@ const settings::Schema<TransformerConfig>& transformer_schema() {
 }
 
 nn::LayerConfig TransformerConfig::layer_config() const {
-  nn::LayerConfig c;
-  c.d_model = d_model;
-  c.heads = heads;
-  c.d_ff = d_ff;
-  c.activation = activation;
-  c.pre_norm = pre_norm;
-  c.dropout = dropout;
-  c.attention_dropout = attention_dropout;
-  c.norm_eps = norm_eps;
-  return c;
+  return layer_config_of(*this);
 }
 
 void TransformerConfig::validate() const {

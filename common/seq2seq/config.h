@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "common/error.h"
 #include "common/nn/model_info.h"
 #include "common/nn/nn.h"
 #include "common/settings.h"
@@ -48,6 +49,39 @@ struct TransformerConfig {
   nn::LayerConfig layer_config() const;  // the core's settings of every layer
   void validate() const;                 // vitk::UsageError naming the model option at fault
 };
+
+// The core's settings of every layer of a model whose settings are named as the translation
+// model's (d_model, heads, d_ff, activation, pre_norm, dropout, attention_dropout, norm_eps): the
+// translation model's and the text classifier's.
+template <class C>
+nn::LayerConfig layer_config_of(const C& c) {
+  nn::LayerConfig l;
+  l.d_model = c.d_model;
+  l.heads = c.heads;
+  l.d_ff = c.d_ff;
+  l.activation = c.activation;
+  l.pre_norm = c.pre_norm;
+  l.dropout = c.dropout;
+  l.attention_dropout = c.attention_dropout;
+  l.norm_eps = c.norm_eps;
+  return l;
+}
+
+// Adds the setting "activation" (relu or gelu) of such a model to its schema.
+template <class C>
+void add_activation_setting(settings::Schema<C>& schema) {
+  schema.add_custom(
+      "activation", "relu or gelu", "NAME",
+      [](const C& c) { return std::string(ops::activation_name(c.activation)); },
+      [](C& c, const SettingReader& r, const std::string& text) {
+        try {
+          c.activation = ops::parse_activation(text);
+        } catch (const UsageError& e) {
+          throw Error(r.where("activation") + ": " + e.what());
+        }
+      },
+      nullptr);
+}
 
 // The settings table (VITK_TRANSFORMER_SETTINGS and activation) as a schema.
 const settings::Schema<TransformerConfig>& transformer_schema();

@@ -12,6 +12,7 @@
 // contributions; each backward below adds into it.
 #include "common/seq2seq/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -91,21 +92,22 @@ nn::Decoder& Transformer::decoder() {
   return impl_->decoder;
 }
 
-void Transformer::init(ops::Rng& rng) {
-  Impl& m = *impl_;
-  if (!m.store.finalized()) throw Error("seq2seq: init() needs ParamStore::finalize() first");
-  const int64_t d = config_.d_model;
+void init_like_fairseq(ParamStore& params, size_t first, size_t end,
+                       const std::vector<EmbeddingInit>& embeddings, int64_t d, ops::Rng& rng) {
+  if (!params.finalized()) throw Error("seq2seq: init() needs ParamStore::finalize() first");
   auto ends_with = [](const std::string& s, const std::string& suffix) {
     return s.size() >= suffix.size() &&
            s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
-  for (size_t i = m.first_param; i < m.end_param; ++i) {
-    Parameter& p = m.store.params()[i];
+  for (size_t i = first; i < end; ++i) {
+    Parameter& p = params.params()[i];
     float* v = p.value.f32();
-    if (&p == m.source_embed || &p == m.target_embed || &p == m.output) {
+    const auto embedding = std::find_if(embeddings.begin(), embeddings.end(),
+                                        [&](const EmbeddingInit& e) { return e.param == &p; });
+    if (embedding != embeddings.end()) {
       const double std = 1.0 / std::sqrt(static_cast<double>(d));
       for (int64_t j = 0; j < p.numel(); ++j) v[j] = static_cast<float>(rng.normal() * std);
-      if (&p != m.output || config_.tied_embeddings)
+      if (embedding->zero_pad_row)
         for (int64_t j = 0; j < d; ++j) v[kPadId * d + j] = 0.f;
     } else if (p.shape.size() == 2) {
       // Xavier-uniform of each [fan_out, fan_in] block: fused projections are q, k, v stacked.
@@ -123,7 +125,16 @@ void Transformer::init(ops::Rng& rng) {
       p.value.zero();  // biases
     }
   }
-  m.store.mark_changed();
+  params.mark_changed();
+}
+
+void Transformer::init(ops::Rng& rng) {
+  Impl& m = *impl_;
+  // The output layer's pad row is zeroed only when it is the (tied) embedding.
+  init_like_fairseq(
+      m.store, m.first_param, m.end_param,
+      {{m.source_embed, true}, {m.target_embed, true}, {m.output, config_.tied_embeddings}},
+      config_.d_model, rng);
 }
 
 namespace {

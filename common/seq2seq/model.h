@@ -14,6 +14,7 @@
 // The output layer has no bias (fairseq; with tied embeddings it is the embedding matrix).
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "common/decode/search.h"
 #include "common/nn/nn.h"
@@ -61,6 +62,18 @@ class Transformer : public decode::StepModel {
   std::shared_ptr<Impl> impl_;
   TransformerConfig config_;
 };
+
+// fairseq's initialisation of params.params()[first, end) (after finalize()): the embeddings
+// N(0, d^-1/2) (so that scaled by √d they have unit variance), with the pad row zero for those
+// marked so; other matrices Xavier-uniform, fused projections (qkv, kv, q) as q, k and v each its
+// own [d, d] block with gain 1/√2; norms 1; biases 0. For every model of this layer.
+struct EmbeddingInit {
+  const Parameter* param;
+  bool zero_pad_row;
+};
+void init_like_fairseq(ParamStore& params, size_t first, size_t end,
+                       const std::vector<EmbeddingInit>& embeddings, int64_t d_model,
+                       ops::Rng& rng);
 
 // Label-smoothed cross-entropy of logits [B, Tt, V] against target_out i32 [B, Tt] (the tokens
 // and EOS, padded with kPadId), averaged over the non-pad tokens, as

@@ -109,6 +109,36 @@ def mt_model(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def text_model(tmp_path_factory):
+    """(checkpoint, test sentences): a tiny text classifier trained for a few epochs (about a
+    second) to tell whether the made-up word "zq" occurs in a sentence."""
+    words = ("kalo mine suta ripo dena lomi neka tari pode sumi kane lori mepo tade nilo "
+             "resa").split()
+    rng = random.Random(2)
+
+    def labelled(n):
+        rows = []
+        for _ in range(n):
+            s = [rng.choice(words) for _ in range(rng.randint(2, 6))]
+            marked = rng.random() < 0.5
+            if marked:
+                s.insert(rng.randint(0, len(s)), "zq")
+            rows.append((" ".join(s), "marked" if marked else "plain"))
+        return rows
+
+    folder = tmp_path_factory.mktemp("text")
+    for name, count in (("train.tsv", 300), ("valid.tsv", 40)):
+        (folder / name).write_text("".join(f"{s}\t{l}\n" for s, l in labelled(count)))
+    run_vitk("text-train", "--train", "train.tsv", "--valid", "valid.tsv", "--output", "run",
+             "--epochs", 6, "--batch-size", 16, "--lr", 0.003, "--model.d_model", 32,
+             "--model.heads", 2, "--model.d_ff", 64, "--model.layers", 1, "--model.dropout", 0,
+             "--model.max_length", 24, "--vocab-size", 40, "--threads", 2, cwd=folder)
+    # One longer than the model's 23 subwords among them.
+    test = [s for s, _ in labelled(12)] + [" ".join(words * 2)]
+    return folder / "run" / "best.h5", test
+
+
+@pytest.fixture(scope="session")
 def scene_images(tmp_path_factory):
     """Four generated scenes (84x84 grey PNGs) for the bundled captioner."""
     if not (FASHION_MNIST / "t10k-images-idx3-ubyte.gz").exists():

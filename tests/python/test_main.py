@@ -41,7 +41,8 @@ def test_python_dash_m_vitk():
 def test_version_and_exports():
     assert vitk.__version__ == run_vitk("--version").stdout.split()[1]
     assert sorted(vitk.__all__) == sorted(
-        ["Classifier", "Translator", "Captioner", "main", "Error", "UsageError", "__version__"])
+        ["Classifier", "Translator", "Captioner", "TextClassifier", "main", "Error", "UsageError",
+         "__version__"])
     for name in vitk.__all__:
         assert hasattr(vitk, name)
 

@@ -13,6 +13,8 @@
 #include "common/error.h"
 #include "common/ops/ops.h"
 #include "common/seq2seq/checkpoint.h"
+#include "common/seq2seq/text_checkpoint.h"
+#include "common/seq2seq/text_classify.h"
 #include "common/seq2seq/translator.h"
 #include "datasets/preprocess.h"
 #include "datasets/tokenizer.h"
@@ -135,6 +137,19 @@ struct Captioner::Impl : api::RunSettings {
   // The same for images already preprocessed, f32 [N, C, H, W].
   std::vector<caption::CaptionResult> run(const Tensor& images,
                                           const caption::CaptionRunOptions& options);
+};
+
+struct TextClassifier::Impl : api::RunSettings {
+  seq2seq::LoadedText loaded;
+  datasets::Tokenizer tokenizer;
+  int top_k = 5;
+  // The checked options of a run of top_k labels (0: the object's) at this object's precision.
+  seq2seq::TextClassifyOptions run_options(int top_k) const;
+  // classify() with a progress bar (may be null) over the sentences and a stop flag (may be null).
+  std::vector<seq2seq::TextPrediction> run(const std::vector<std::string>& sentences, int top_k,
+                                           Progress* progress, const std::atomic<int>* stop);
+  // What the pooled vector attends to in one sentence (vitk text-classify --attention-dir).
+  seq2seq::TextAttention attention(const std::string& sentence);
 };
 
 }  // namespace vitk

@@ -241,7 +241,7 @@ int threads_of(int threads) {
   return threads;
 }
 
-// ---- The three models ------------------------------------------------------------------------
+// ---- The four models ------------------------------------------------------------------------
 
 // Each model with the path it was loaded from (for repr()).
 struct Classifier {
@@ -255,6 +255,10 @@ struct Translator {
 struct Captioner {
   std::string path;
   vitk::Captioner model;
+};
+struct TextClassifier {
+  std::string path;
+  vitk::TextClassifier model;
 };
 
 std::pair<int64_t, int64_t> image_size_of(const py::object& size) {
@@ -397,6 +401,39 @@ py::list caption(const Captioner& self, const py::object& inputs, const Search& 
     }
   }
   return results_of(hypotheses, search.scores);
+}
+
+std::unique_ptr<TextClassifier> make_text_classifier(const py::object& path,
+                                                     const std::optional<std::string>& precision,
+                                                     int threads, int top_k, int64_t batch_size) {
+  vitk::TextClassifierOptions o;
+  o.precision = precision.value_or("");
+  o.threads = threads_of(threads);
+  o.top_k = static_cast<int>(positive(top_k, "top_k"));
+  o.batch_size = positive(batch_size, "batch_size");
+  std::string file = path_of(path);
+  py::gil_scoped_release release;
+  vitk::TextClassifier model(file, o);
+  return std::make_unique<TextClassifier>(TextClassifier{std::move(file), std::move(model)});
+}
+
+py::list classify_text(const TextClassifier& self, const py::object& sentences,
+                       std::optional<int> top_k) {
+  const int k = top_k ? static_cast<int>(positive(*top_k, "top_k")) : 0;
+  const std::vector<std::string> text = sentences_of(sentences);
+  std::vector<vitk::TextClassification> results;
+  if (!text.empty()) {
+    py::gil_scoped_release release;
+    results = self.model.classify(text, k);
+  }
+  py::list out;
+  for (const vitk::TextClassification& c : results) {
+    py::list top;
+    for (size_t i = 0; i < c.labels.size(); ++i)
+      top.append(py::make_tuple(text_of(c.labels[i]), static_cast<double>(c.probabilities[i])));
+    out.append(top);
+  }
+  return out;
 }
 
 // vitk.main(): the words as a `vitk` command line. The training commands catch SIGINT and
@@ -582,6 +619,32 @@ constexpr const char* kCaptionExample = R"(
       >>> vitk.Captioner("vit/models/scenes-caption.h5").caption("scene.png")
       ['a bag above a sandal'])";
 
+constexpr const char* kTextClassifier = R"(A text classifier loaded from a vitk checkpoint.
+
+    TextClassifier(path, *, precision=None, threads=0, top_k=5, batch_size=64)
+
+    Args:
+      path (str | os.PathLike): a checkpoint of `vitk text-train` (or
+          `quantize`); it holds its SentencePiece model and its labels.
+      precision, threads: as Classifier's.
+      top_k (int): labels per sentence of classify(), capped at the labels.
+      batch_size (int): sentences through the model at once.
+
+    Thread-safe, the GIL released while it classifies, as Classifier.)";
+
+constexpr const char* kClassifyText =
+    R"(classify(sentences, top_k=None) -> list[list[tuple[str, float]]]
+
+    The top_k labels of each sentence (a list of str; one str alone is a list of
+    one), most probable first, with their softmax probabilities, in input order,
+    as `vitk text-classify` gives them. Sentences longer than max_tokens
+    subwords are cut. Raises vitk.UsageError for an empty sentence.
+
+    Example:
+      >>> clf = vitk.TextClassifier("runs/books-en/best.h5")
+      >>> clf.classify(["Jesus answered them."], top_k=2)
+      [[('John', 0.41...), ('Matt', 0.22...)]])";
+
 constexpr const char* kMain = R"(main(args=None) -> int
 
     Runs one `vitk` subcommand in this process, as the executable would with
@@ -632,7 +695,7 @@ std::string repr_of(const char* name, const std::string& path, const std::string
          ", precision='" + precision + "')";
 }
 
-// The properties and repr() the three classes share.
+// The properties and repr() the four classes share.
 template <class T>
 void add_common(py::class_<T>& cls, const char* name) {
   cls.def_property_readonly(
@@ -722,6 +785,24 @@ void add_captioner(py::module_& m) {
   add_common(cls, "Captioner");
 }
 
+void add_text_classifier(py::module_& m) {
+  py::class_<TextClassifier> cls(m, "TextClassifier", kTextClassifier);
+  cls.def(py::init(&make_text_classifier), py::arg("path"), py::kw_only(),
+          py::arg("precision") = py::none(), py::arg("threads") = 0, py::arg("top_k") = 5,
+          py::arg("batch_size") = 64,
+          "__init__(path, *, precision=None, threads=0, top_k=5, batch_size=64): see "
+          "help(vitk.TextClassifier).")
+      .def_property_readonly(
+          "classes", [](const TextClassifier& c) { return c.model.classes(); },
+          "list[str]: the labels, in the order of the model's outputs.")
+      .def_property_readonly(
+          "max_tokens", [](const TextClassifier& c) { return c.model.max_tokens(); },
+          "int: sentences longer than this many subwords are cut to it.")
+      .def("classify", &classify_text, py::arg("sentences"), py::arg("top_k") = py::none(),
+           kClassifyText);
+  add_common(cls, "TextClassifier");
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_vitk, m) {
@@ -733,8 +814,9 @@ PYBIND11_MODULE(_vitk, m) {
   add_classifier(m);
   add_translator(m);
   add_captioner(m);
+  add_text_classifier(m);
   m.def("main", &run_main, py::arg("args") = py::none(), kMain);
   // Shown as vitk.X, where the package puts them.
-  for (const char* name : {"Classifier", "Translator", "Captioner", "main"})
+  for (const char* name : {"Classifier", "Translator", "Captioner", "TextClassifier", "main"})
     m.attr(name).attr("__module__") = "vitk";
 }

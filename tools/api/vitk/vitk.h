@@ -1,5 +1,6 @@
 #pragma once
-// vitk's C++ API: classify, translate and caption with vitk checkpoints from your own program.
+// vitk's C++ API: classify images, translate, caption and classify text with vitk checkpoints
+// from your own program.
 //
 //   #include <vitk/vitk.h>
 //   vitk::Classifier clf("fmnist-vit.h5");                      // f32, or int8 for a quantised
@@ -220,6 +221,47 @@ class VITK_API Captioner {
   // Images in memory, preprocessed as files are. A bad image is a UsageError naming its index.
   std::vector<Caption> caption(const std::vector<Image>& images,
                                const SearchOptions& search = {}) const;
+
+  struct Impl;
+  Impl& impl() const { return *impl_; }  // vitk's own commands only: not part of the API
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---- Text classification ---------------------------------------------------------------------
+
+struct TextClassifierOptions {
+  std::string precision;    // as ClassifierOptions::precision
+  int threads = 0;          // as ClassifierOptions::threads
+  int top_k = 5;            // labels per sentence, capped at the number of classes
+  int64_t batch_size = 64;  // sentences through the model at once
+};
+
+// One sentence's result: the top-k labels, most probable first, with their softmax probabilities.
+struct TextClassification {
+  std::vector<int> classes;
+  std::vector<std::string> labels;
+  std::vector<float> probabilities;
+  bool truncated = false;  // the sentence was cut to the model's length
+};
+
+class VITK_API TextClassifier {
+ public:
+  // Loads a text classifier checkpoint of `vitk text-train` (or `vitk quantize`) with its
+  // SentencePiece model.
+  explicit TextClassifier(const std::string& checkpoint, const TextClassifierOptions& options = {});
+  ~TextClassifier();
+  TextClassifier(TextClassifier&&) noexcept;
+  TextClassifier& operator=(TextClassifier&&) noexcept;
+
+  const std::vector<std::string>& classes() const;  // the labels, index order
+  std::string precision() const;
+  int64_t max_tokens() const;  // longer sentences are cut to this many subwords
+  // One result per sentence, in input order. An empty sentence is a UsageError naming its index.
+  // top_k 0: the options'.
+  std::vector<TextClassification> classify(const std::vector<std::string>& sentences,
+                                           int top_k = 0) const;
 
   struct Impl;
   Impl& impl() const { return *impl_; }  // vitk's own commands only: not part of the API

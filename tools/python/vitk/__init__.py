@@ -1,4 +1,4 @@
-"""vitk: Vision Transformers, translation and captioning from Python.
+"""vitk: Vision Transformers, translation, captioning and text classification from Python.
 
 The Python face of vitk's C++ library (libvitk): load a checkpoint once,
 then classify, translate or caption from your own program, with numpy arrays
@@ -15,10 +15,12 @@ command.
     (4, 10)
     >>> vitk.Captioner("vit/models/scenes-caption.h5").caption("scene.png")
     ['a bag above a sandal']
+    >>> vitk.TextClassifier("runs/books-en/best.h5").classify("Jesus wept.", top_k=1)
+    [[('John', 0.83...)]]
     >>> vitk.main(["inspect", "vit/models/fmnist-vit.h5"])   # any subcommand
     0
 
-Classes: Classifier, Translator, Captioner. Functions: main (a `vitk`
+Classes: Classifier, Translator, Captioner, TextClassifier. Functions: main (a `vitk`
 subcommand in this process). Errors: vitk.Error (a RuntimeError) for files
 and data, vitk.UsageError (a vitk.Error and a ValueError) for wrong calls;
 their message is the one the command prints after "vitk: error: ".
@@ -32,6 +34,7 @@ from ._vitk import (
     Captioner,
     Classifier,
     Error,
+    TextClassifier,
     Translator,
     UsageError,
     __version__,
@@ -42,6 +45,7 @@ __all__ = [
     "Classifier",
     "Translator",
     "Captioner",
+    "TextClassifier",
     "main",
     "Error",
     "UsageError",
