@@ -1,6 +1,6 @@
 // `vitk quantize CKPT --out CKPT8`: a checkpoint whose linear layers hold int8 weights, one scale
-// per output row, as `--precision int8` runs them; classify, eval, translate, caption and
-// caption-eval load it directly.
+// per output row, as `--precision int8` runs them; classify, eval, translate, caption,
+// caption-eval, text-classify and text-eval load it directly.
 //
 // Which weights become int8 is what the model's own int8 inference quantises and then needs in no
 // other form (its Linear layers, and an untied output layer): one forward at int8, keeping one
@@ -13,6 +13,7 @@
 #include "common/io/checkpoint.h"
 #include "common/nn/nn.h"
 #include "common/seq2seq/checkpoint.h"
+#include "common/seq2seq/text_checkpoint.h"
 #include "tools/cli.h"
 #include "vit/caption/captioner.h"
 #include "vit/checkpoint.h"
@@ -56,6 +57,16 @@ int run_quantize(const po::variables_map& vm) {
       Tensor ids({1, 1}, DType::i32), lengths({1}, DType::i32);
       ids.i32()[0] = 1, lengths.i32()[0] = 1;
       m.model->forward(ctx, Tensor({1, e.channels, e.image_height, e.image_width}), ids, lengths);
+    });
+    params = std::move(m.params);
+  } else if (type != meta.config.end() && type->second == "text_classifier") {
+    kind = "text classifier";
+    seq2seq::LoadedText m = seq2seq::load_text_classifier(path);
+    kept = m.params->values().clone();
+    release_int8_weights([&](nn::Context& ctx) {
+      Tensor ids({1, 1}, DType::i32), lengths({1}, DType::i32);
+      ids.i32()[0] = seq2seq::kEosId, lengths.i32()[0] = 1;
+      m.model->forward(ctx, ids, lengths);
     });
     params = std::move(m.params);
   } else if (meta.files.count(seq2seq::kTokenizerFile)) {
@@ -114,7 +125,7 @@ void register_quantize_commands(Registry& registry) {
   c.add_options = [](po::options_description& o) {
     o.add_options()  //
         ("checkpoint", po::value<std::string>()->required()->value_name("FILE"),
-         "a ViT, translation or captioning checkpoint (f32)")  //
+         "a ViT, translation, captioning or text classifier checkpoint (f32)")  //
         ("out", po::value<std::string>()->required()->value_name("FILE"),
          "the quantised checkpoint: the linear layers' weights as int8 with one f32 scale per "
          "output row (NAME and NAME_scale), everything else f32, no training state (written "

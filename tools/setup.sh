@@ -85,7 +85,7 @@ fi
 # crash-safety and training-state tests, and the fuzz harnesses' committed inputs. The numeric
 # tests (ops, gradients, parity, attention kernels, training to an accuracy) read no input and are
 # left to the plain build, so that CI (both builds) stays within 30 minutes on two cores.
-sanitized_tests='^(Hostile|CliLimits|CliSwitches|Cli|CliDispatch|Checkpoint|TranslationCheckpoint|Safetensors|Import|FashionMnist|Idx|Folder|Csv|Loader|ImageIo|EvalGeometry|ResizeLikePil|Tokenizer|Tokenize|Parallel|PlotCli|PlotMetrics|MetricsCsvFile|AtomicFile|CrashSafety|TrainState|Json|JsonParserSelfTest|Classify|ClassifyOutput|BleuCli|Captions|CaptionNormalize|FinetuneLoad|Recipes|QuantizedCheckpoint|Quantize|Int8Scales|CaptionOutputs|SearchCeilings|SearchBytes|FolderLock|OutputFolders|MakeScenesFolders|Messages)[.]|^fuzz_replay|^mpi_two_ranks$'
+sanitized_tests='^(Hostile|CliLimits|CliSwitches|Cli|CliDispatch|Checkpoint|TranslationCheckpoint|Safetensors|Import|FashionMnist|Idx|Folder|Csv|Loader|ImageIo|EvalGeometry|ResizeLikePil|Tokenizer|Tokenize|Parallel|PlotCli|PlotMetrics|MetricsCsvFile|AtomicFile|CrashSafety|TrainState|Json|JsonParserSelfTest|Classify|ClassifyOutput|BleuCli|Captions|CaptionNormalize|FinetuneLoad|Recipes|QuantizedCheckpoint|Quantize|Int8Scales|CaptionOutputs|SearchCeilings|SearchBytes|FolderLock|OutputFolders|MakeScenesFolders|Messages|TextCli)[.]|^fuzz_replay|^mpi_two_ranks$'
 
 if ((build)); then
   if ((asan)); then

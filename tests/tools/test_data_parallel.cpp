@@ -1,16 +1,18 @@
 // Data-parallel training end to end (common/train/trainer.h): `mpirun -np 2 vitk
-// train|mt-train|caption-train` against one process with two threads and against one process with
-// --accum-steps 2, on a tiny ViT, a tiny translation model and a tiny captioning model, with
-// dropout and drop-path off (the one draw that depends on the number of ranks). Only the order of
-// the sums differs, so the weights agree to 1e-5; two 2-rank runs agree bitwise; validation figures
-// equal a single process's exactly; a 2-rank run resumes on 2 ranks (bitwise) and on 1; a rank
-// asked to stop stops them all after a consistent last.h5; a killed rank ends the job. One thread
-// per rank, as on a machine with one core per rank (mpirun --oversubscribe on this 2-core one).
+// train|mt-train|caption-train|text-train` against one process with two threads and against one
+// process with --accum-steps 2, on a tiny ViT, translation model, captioning model and text
+// classifier, with dropout and drop-path off (the one draw that depends on the number of ranks).
+// Only the order of the sums differs, so the weights agree to 1e-5; two 2-rank runs agree
+// bitwise; validation figures equal a single process's exactly; a 2-rank run resumes on 2 ranks
+// (bitwise) and on 1; a rank asked to stop stops them all after a consistent last.h5; a killed
+// rank ends the job. One thread per rank, as on a machine with one core per rank (mpirun
+// --oversubscribe on this 2-core one).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -175,6 +177,42 @@ TEST(DataParallel, TwoRanksTrainTheTranslationModelThatOneProcessTrains) {
   TempDir tmp;
   const fs::path d = tmp.path();
   expect_two_ranks_train_as_one(d, [&](const std::string& out) { return mt_args(d, out); });
+}
+
+// 120 sentences labelled by their length (2-3 words or 4-6), batches of 16, 20 steps, a tiny
+// classifier with dropout off.
+std::vector<std::string> text_args(const fs::path& dir, const std::string& out) {
+  if (!fs::exists(dir / "train.tsv")) {
+    for (const auto& [name, count, seed] :
+         {std::tuple{"train.tsv", 120, 1u}, {"valid.tsv", 20, 2u}}) {
+      std::ofstream f(dir / name);
+      for (const std::string& s : vitk::testing::sentences(count, seed))
+        f << s << "\t" << (std::count(s.begin(), s.end(), ' ') < 3 ? "short" : "long") << "\n";
+    }
+  }
+  return {"text-train", "--train",
+          "train.tsv",  "--valid",
+          "valid.tsv",  "--output",
+          out,          "--max-steps",
+          "20",         "--epochs",
+          "100",        "--batch-size",
+          "16",         "--seed",
+          "5",          "--lr",
+          "0.003",      "--vocab-size",
+          "40",         "--model.d_model",
+          "32",         "--model.heads",
+          "2",          "--model.d_ff",
+          "64",         "--model.layers",
+          "1",          "--model.dropout",
+          "0",          "--model.max_length",
+          "24"};
+}
+
+TEST(DataParallel, TwoRanksTrainTheTextClassifierThatOneProcessTrains) {
+  SKIP_WITHOUT_MPIRUN();
+  TempDir tmp;
+  const fs::path d = tmp.path();
+  expect_two_ranks_train_as_one(d, [&](const std::string& out) { return text_args(d, out); });
 }
 
 TEST(DataParallel, TwoRanksTrainTheCaptioningModelThatOneProcessTrains) {

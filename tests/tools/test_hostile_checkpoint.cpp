@@ -22,6 +22,7 @@
 #include "common/params.h"
 #include "common/seq2seq/checkpoint.h"
 #include "common/seq2seq/search.h"
+#include "common/seq2seq/text_model.h"
 #include "util/idx_data.h"
 #include "util/safetensors_writer.h"
 #include "util/test_util.h"
@@ -206,6 +207,49 @@ TEST_F(Hostile, CaptioningCheckpointsToo) {
               : run({"caption-eval", "--model", model, "--captions", "none.json", "--images", "."});
       EXPECT_EQ(r.status, 1) << c.key << " " << command << ": " << r.err;
       EXPECT_TRUE(contains(r.err, model + ": ")) << r.err;
+      EXPECT_TRUE(contains(r.err, c.said)) << c.key << ": " << r.err;
+      EXPECT_FALSE(contains(r.err, "bad_alloc") || contains(r.err, "out of memory")) << r.err;
+    }
+  }
+}
+
+TEST_F(Hostile, TextClassifierCheckpointsToo) {
+  struct Case {
+    const char* key;
+    const char* value;  // nullptr: the key removed
+    const char* said;
+  };
+  for (const Case& c :
+       {Case{"config.layers", "1000000", "layers"},
+        Case{"config.layers", "2", "config.layers = 2 does not match"},
+        Case{"config.vocab_size", "900000", "config.vocab_size = 900000 does not match"},
+        Case{"config.num_classes", "3", "config.num_classes = 3 does not match"},
+        Case{"config.d_model", "805306368", "d_model"},
+        Case{"config.num_classes", nullptr, "has no config.num_classes attribute"},
+        Case{"config.type", "transformer", "not a text classifier checkpoint"}}) {
+    // A tiny classifier of two labels (its tokenizer stands in: the checks come first).
+    vitk::seq2seq::TextClassifierConfig config;
+    config.vocab_size = 16, config.num_classes = 2, config.d_model = 8, config.heads = 2;
+    config.d_ff = 16, config.layers = 1, config.max_length = 16;
+    vitk::ParamStore params;
+    vitk::seq2seq::TextClassifier model(params, config);
+    params.finalize();
+    vitk::io::CheckpointMeta meta;
+    meta.config = vitk::seq2seq::to_config_map(config);
+    meta.class_names = {"a", "b"};
+    meta.files[vitk::seq2seq::kTokenizerFile] = "tokenizer bytes";
+    const std::string path = (dir_ / "text.h5").string();
+    vitk::io::save_checkpoint(path, params, meta);
+    if (c.value)
+      Edit(path).set_attr(c.key, c.value);
+    else
+      Edit(path).remove_attr(c.key);
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"text-classify", "--model", path, "--input", "nowhere.txt"},
+          std::vector<std::string>{"text-eval", "--model", path, "--data", "nowhere.tsv"}}) {
+      const ProcessResult r = run(args);
+      EXPECT_EQ(r.status, 1) << c.key << " " << args[0] << ": " << r.err;
+      EXPECT_TRUE(contains(r.err, path + ": ")) << r.err;
       EXPECT_TRUE(contains(r.err, c.said)) << c.key << ": " << r.err;
       EXPECT_FALSE(contains(r.err, "bad_alloc") || contains(r.err, "out of memory")) << r.err;
     }

@@ -184,6 +184,13 @@ TEST_F(TextCli, ClassifiesLinesWithTopKJsonAndInt8) {
   }
   EXPECT_GE(agree, 196);
   EXPECT_TRUE(contains(json.err, "int8")) << json.err;
+  // `vitk quantize` writes the same int8 model: the same output, read from the file.
+  const VitkResult q = run({"quantize", model(), "--out", "q.h5"}, "quantize");
+  ASSERT_EQ(q.status, 0) << q.err;
+  EXPECT_TRUE(contains(q.out, "of the text classifier")) << q.out;
+  const VitkResult from_file = run({"text-classify", "--model", "q.h5", "--json"}, "q", "in.txt");
+  ASSERT_EQ(from_file.status, 0) << from_file.err;
+  EXPECT_EQ(from_file.out, json.out);
 }
 
 TEST_F(TextCli, ReadsFastTextFormatAsTsv) {
