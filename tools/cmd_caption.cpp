@@ -238,20 +238,15 @@ caption::scenes::SceneTrainOptions scene_train_options(const po::variables_map& 
 }
 
 int run_caption_train(const po::variables_map& vm) {
-  for (const char* option : {"train-captions", "val-captions", "spm", "encoder-from", "resume"})
-    if (vm.count(option))
-      check_input_file(std::string("--") + option, vm[option].as<std::string>());
+  check_input_files(vm, {"train-captions", "val-captions", "spm", "encoder-from", "resume"});
   const caption::CaptionTrainOptions options = caption_train_options(vm);
   const caption::scenes::SceneTrainOptions scenes = scene_train_options(vm);
   options.validate();
   scenes.validate();
-  const std::atomic<int>& stop = install_stop_flag();
-  std::cout << version_line() << "\n";
   // The scenes' extension always: with its options off it only names them off in the header.
-  const train::Result r = caption::scenes::train_captions(options, scenes, std::cout,
-                                                          is_terminal(STDOUT_FILENO), &stop);
-  if (r.end == train::End::interrupted) return 128 + stop.load();
-  return kExitOk;
+  return run_trainer([&](std::ostream& log, bool tty, const std::atomic<int>& stop) {
+    return caption::scenes::train_captions(options, scenes, log, tty, &stop);
+  });
 }
 
 // ---- caption and caption-eval ----------------------------------------------------------------

@@ -159,18 +159,13 @@ seq2seq::TrainOptions train_options(const po::variables_map& vm) {
 }
 
 int run_mt_train(const po::variables_map& vm) {
-  for (const char* option : {"train", "train-target", "valid", "valid-target", "spm"})
-    if (vm.count(option))
-      check_input_file(std::string("--") + option, vm[option].as<std::string>());
+  check_input_files(vm, {"train", "train-target", "valid", "valid-target", "spm"});
   const seq2seq::TrainOptions options = train_options(vm);
   options.validate();  // before the signal handlers and the version line
-  const std::atomic<int>& stop = install_stop_flag();
-  std::cout << version_line() << "\n";
   SentencePieceData data;
-  const train::Result r =
-      seq2seq::train(options, data, std::cout, is_terminal(STDOUT_FILENO), &stop);
-  if (r.end == train::End::interrupted) return 128 + stop.load();
-  return kExitOk;
+  return run_trainer([&](std::ostream& log, bool tty, const std::atomic<int>& stop) {
+    return seq2seq::train(options, data, log, tty, &stop);
+  });
 }
 
 }  // namespace

@@ -139,18 +139,13 @@ seq2seq::TextTrainOptions text_train_options(const po::variables_map& vm) {
 }
 
 int run_text_train(const po::variables_map& vm) {
-  for (const char* option : {"train", "valid", "spm", "encoder-from", "resume"})
-    if (vm.count(option))
-      check_input_file(std::string("--") + option, vm[option].as<std::string>());
+  check_input_files(vm, {"train", "valid", "spm", "encoder-from", "resume"});
   const seq2seq::TextTrainOptions options = text_train_options(vm);
   options.validate();  // before the signal handlers and the version line
-  const std::atomic<int>& stop = install_stop_flag();
-  std::cout << version_line() << "\n";
   LabelledData data;
-  const train::Result r =
-      seq2seq::train_text(options, data, std::cout, is_terminal(STDOUT_FILENO), &stop);
-  if (r.end == train::End::interrupted) return 128 + stop.load();
-  return kExitOk;
+  return run_trainer([&](std::ostream& log, bool tty, const std::atomic<int>& stop) {
+    return seq2seq::train_text(options, data, log, tty, &stop);
+  });
 }
 
 }  // namespace

@@ -353,18 +353,25 @@ void read_loop_options(const po::variables_map& vm, train::Options& loop) {
   loop.precision = precision_from(vm, /*training=*/true);
 }
 
-const std::atomic<int>& install_stop_flag() {
+int run_trainer(const std::function<train::Result(std::ostream& log, bool tty,
+                                                  const std::atomic<int>& stop)>& train) {
   install_stop_signals();
-  return g_stop_signal;
+  std::cout << version_line() << "\n";
+  const train::Result r = train(std::cout, is_terminal(STDOUT_FILENO), g_stop_signal);
+  if (r.end == train::End::interrupted) return 128 + g_stop_signal.load();
+  return kExitOk;
+}
+
+void check_input_files(const po::variables_map& vm, std::initializer_list<const char*> options) {
+  for (const char* option : options)
+    if (vm.count(option))
+      check_input_file(std::string("--") + option, vm[option].as<std::string>());
 }
 
 int run_training(const vit::TrainOptions& options) {
-  install_stop_signals();
-  const bool tty = is_terminal(STDOUT_FILENO);
-  std::cout << version_line() << "\n";
-  const train::Result r = vit::train(options, std::cout, tty, &g_stop_signal);
-  if (r.end == train::End::interrupted) return 128 + g_stop_signal.load();
-  return kExitOk;
+  return run_trainer([&](std::ostream& log, bool tty, const std::atomic<int>& stop) {
+    return vit::train(options, log, tty, &stop);
+  });
 }
 
 }  // namespace vitk::tools

@@ -3,6 +3,9 @@
 // mapping onto vit::TrainOptions, and the run itself with SIGINT/SIGTERM as a stop flag. Wiring
 // only; the loop is vit/trainer.cpp, the recipes vit/finetune.h.
 #include <atomic>
+#include <functional>
+#include <initializer_list>
+#include <iosfwd>
 
 #include "common/train/trainer.h"
 #include "tools/cli.h"
@@ -42,10 +45,15 @@ void read_loop_options(const po::variables_map& vm, train::Options& loop);
 // --checkpoint-every N of the trainers: last.h5 after every N-th step too (0: off).
 void add_checkpoint_every_option(po::options_description& options);
 
-// Installs the SIGINT/SIGTERM handlers of run_training (the first signal asks the run to save a
-// checkpoint and stop; a second one kills at once) and returns the flag they set to the signal.
-// SIGUSR1, which mpirun passes on to every rank, stops the run as SIGTERM does (flag SIGTERM).
-// For other training subcommands (`vitk mt-train`).
-const std::atomic<int>& install_stop_flag();
+// A trainer's run, its options already checked: installs the SIGINT/SIGTERM handlers (the first
+// signal asks the run to save a checkpoint and stop, setting `stop` to the signal; a second one
+// kills at once; SIGUSR1, which mpirun passes on to every rank, stops it as SIGTERM does),
+// prints the version line, runs `train` on standard output (a progress bar when it is a
+// terminal) and returns the exit code: 0, or 128 + the signal when interrupted. Every training
+// subcommand runs this way.
+int run_trainer(const std::function<train::Result(std::ostream& log, bool tty,
+                                                  const std::atomic<int>& stop)>& train);
+// check_input_file of each of these file options that is given.
+void check_input_files(const po::variables_map& vm, std::initializer_list<const char*> options);
 
 }  // namespace vitk::tools
