@@ -193,6 +193,12 @@ void TextTask::build_model(const io::CheckpointMeta* resumed, uint64_t seed) {
   } else if (!o_.encoder_from.empty()) {
     start = std::make_unique<EncoderStart>(read_encoder_start(o_.encoder_from, o_.model));
     cfg_ = start->config;
+    // The encoder's own settings are the checkpoint's: a different one given is refused.
+    const auto now = to_config_map(o_.model), then = to_config_map(cfg_);
+    for (const std::string& key : o_.model_keys_given)
+      if (key != "max_length" && now.count(key) && then.count(key) && now.at(key) != then.at(key))
+        throw UsageError("--model." + key + " " + now.at(key) + " differs from the encoder's " +
+                         then.at(key) + " (--encoder-from " + o_.encoder_from + ")");
   } else {
     cfg_ = o_.model;
   }

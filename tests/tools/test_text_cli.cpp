@@ -253,6 +253,13 @@ TEST_F(TextCli, EncoderFromLoadsExactlyTheTranslationEncoder) {
   EXPECT_EQ(compared, 1 + 2 * 12);  // the embedding and 2 layers of 12 tensors
   EXPECT_TRUE(contains(r.out, std::to_string(compared) + " tensors from mt/last.h5")) << r.out;
   EXPECT_TRUE(contains(r.out, "frozen")) << r.out;
+  // The encoder's settings are the checkpoint's: another width is a usage error.
+  const VitkResult wider =
+      run({"text-train", "--train", "train.tsv", "--valid", "valid.tsv", "--output", "wider",
+           "--encoder-from", "mt/last.h5", "--model.d_model", "64"},
+          "wider");
+  EXPECT_EQ(wider.status, 2) << wider.err;
+  EXPECT_TRUE(contains(wider.err, "--model.d_model 64 differs from the encoder's 32")) << wider.err;
   // A classifier is not a translation model to start from.
   const VitkResult wrong = run({"text-train", "--train", "train.tsv", "--valid", "valid.tsv",
                                 "--output", "wrong", "--encoder-from", model()},

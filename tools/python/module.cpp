@@ -643,7 +643,7 @@ constexpr const char* kClassifyText =
     Example:
       >>> clf = vitk.TextClassifier("runs/books-en/best.h5")
       >>> clf.classify(["Jesus answered them."], top_k=2)
-      [[('John', 0.41...), ('Matt', 0.22...)]])";
+      [[('John', 0.62...), ('Matt', 0.25...)]])";
 
 constexpr const char* kMain = R"(main(args=None) -> int
 

@@ -16,7 +16,7 @@ command.
     >>> vitk.Captioner("vit/models/scenes-caption.h5").caption("scene.png")
     ['a bag above a sandal']
     >>> vitk.TextClassifier("runs/books-en/best.h5").classify("Jesus wept.", top_k=1)
-    [[('John', 0.83...)]]
+    [[('John', 0.82...)]]
     >>> vitk.main(["inspect", "vit/models/fmnist-vit.h5"])   # any subcommand
     0
 
