@@ -116,9 +116,16 @@ void TextTask::setup(const io::CheckpointMeta* resumed, uint64_t seed,
   valid_text_ = data_->read(o_.valid);
   if (train_text_.text.empty()) throw Error(o_.train + ": no labelled sentences");
   if (valid_text_.text.empty()) throw Error(o_.valid + ": no labelled sentences");
+  // What a resumed run or --encoder-from brings, read once for the labels, vocabulary and model.
+  std::unique_ptr<TextMeta> resumed_meta;
+  std::unique_ptr<EncoderStart> start;
+  if (resumed)
+    resumed_meta = std::make_unique<TextMeta>(read_text_meta(o_.loop.resume));
+  else if (!o_.encoder_from.empty())
+    start = std::make_unique<EncoderStart>(read_encoder_start(o_.encoder_from, o_.model));
   make_labels(resumed);
-  make_vocabulary(resumed);
-  build_model(resumed, seed);
+  make_vocabulary(resumed_meta.get(), start.get());
+  build_model(resumed_meta.get(), start.get(), seed);
   train_ = encode(train_text_);
   valid_ = encode(valid_text_);
 }
@@ -136,11 +143,11 @@ void TextTask::make_labels(const io::CheckpointMeta* resumed) {
   if (labels_.size() < 2)
     throw Error(o_.train + ": one label only ('" + (labels_.empty() ? "" : labels_[0]) +
                 "'); a classifier needs at least two");
-  std::map<std::string, int32_t> index;
-  for (size_t i = 0; i < labels_.size(); ++i) index[labels_[i]] = static_cast<int32_t>(i);
+  label_index_.clear();
+  for (size_t i = 0; i < labels_.size(); ++i) label_index_[labels_[i]] = static_cast<int32_t>(i);
   auto check = [&](const LabelledText& t) {
     for (size_t i = 0; i < t.labels.size(); ++i)
-      if (!index.count(t.labels[i]))
+      if (!label_index_.count(t.labels[i]))
         throw Error(t.name + ":" + std::to_string(t.lines[i]) + ": label '" + t.labels[i] +
                     "' is not among the " + std::to_string(labels_.size()) +
                     " labels of the training data");
@@ -149,14 +156,12 @@ void TextTask::make_labels(const io::CheckpointMeta* resumed) {
   check(valid_text_);
 }
 
-void TextTask::make_vocabulary(const io::CheckpointMeta* resumed) {
+void TextTask::make_vocabulary(const TextMeta* resumed, const EncoderStart* start) {
   if (resumed) {
-    const TextMeta t = read_text_meta(o_.loop.resume);
-    vocabulary_ = data_->vocabulary_from_bytes(t.tokenizer);
+    vocabulary_ = data_->vocabulary_from_bytes(resumed->tokenizer);
     vocabulary_note_ = "the checkpoint's (" + std::to_string(vocabulary_->size()) + " pieces)";
-  } else if (!o_.encoder_from.empty()) {
-    const EncoderStart s = read_encoder_start(o_.encoder_from, o_.model);
-    vocabulary_ = data_->vocabulary_from_bytes(s.tokenizer);
+  } else if (start) {
+    vocabulary_ = data_->vocabulary_from_bytes(start->tokenizer);
     vocabulary_note_ = "the translation model's (" + std::to_string(vocabulary_->size()) +
                        " pieces, " + o_.encoder_from + ")";
   } else if (!o_.spm.empty()) {
@@ -179,10 +184,9 @@ void TextTask::make_vocabulary(const io::CheckpointMeta* resumed) {
   }
 }
 
-void TextTask::build_model(const io::CheckpointMeta* resumed, uint64_t seed) {
-  std::unique_ptr<EncoderStart> start;
+void TextTask::build_model(const TextMeta* resumed, const EncoderStart* start, uint64_t seed) {
   if (resumed) {
-    cfg_ = read_text_meta(o_.loop.resume).config;
+    cfg_ = resumed->config;
     const auto now = to_config_map(o_.model), then = to_config_map(cfg_);
     for (const std::string& key : o_.model_keys_given) {
       auto a = now.find(key), b = then.find(key);
@@ -190,8 +194,7 @@ void TextTask::build_model(const io::CheckpointMeta* resumed, uint64_t seed) {
         throw UsageError("--model." + key + " " + a->second + " differs from the checkpoint's " +
                          b->second + " (" + o_.loop.resume + "); a resumed run keeps its model");
     }
-  } else if (!o_.encoder_from.empty()) {
-    start = std::make_unique<EncoderStart>(read_encoder_start(o_.encoder_from, o_.model));
+  } else if (start) {
     cfg_ = start->config;
     // The encoder's own settings are the checkpoint's: a different one given is refused.
     const auto now = to_config_map(o_.model), then = to_config_map(cfg_);
@@ -222,15 +225,13 @@ void TextTask::build_model(const io::CheckpointMeta* resumed, uint64_t seed) {
 }
 
 TextTask::Encoded TextTask::encode(const LabelledText& t) const {
-  std::map<std::string, int32_t> index;
-  for (size_t i = 0; i < labels_.size(); ++i) index[labels_[i]] = static_cast<int32_t>(i);
   Encoded e;
   const int64_t most = cfg_.max_length - model_->first_token();
   for (size_t i = 0; i < t.text.size(); ++i) {
     int64_t pieces = 0;
     e.ids.push_back(source_ids(*vocabulary_, t.text[i], most, &pieces));
     e.cut += pieces + 1 > most;
-    e.labels.push_back(index.at(t.labels[i]));
+    e.labels.push_back(label_index_.at(t.labels[i]));
   }
   return e;
 }
@@ -241,17 +242,19 @@ std::unique_ptr<optim::Optimizer> TextTask::make_optimizer() {
   return std::make_unique<optim::AdamW>(*params_, ao);
 }
 
-int64_t TextTask::total_steps() const {
+int64_t TextTask::batches_per_epoch() const {
   const auto n = static_cast<int64_t>(train_.ids.size());
-  const int64_t bpe = (n + o_.batch_size - 1) / o_.batch_size;
-  return o_.loop.steps > 0 ? o_.loop.steps : static_cast<int64_t>(o_.loop.epochs) * bpe;
+  return (n + o_.batch_size - 1) / o_.batch_size;
+}
+
+int64_t TextTask::total_steps() const {
+  return o_.loop.steps > 0 ? o_.loop.steps
+                           : static_cast<int64_t>(o_.loop.epochs) * batches_per_epoch();
 }
 
 std::unique_ptr<optim::Schedule> TextTask::make_schedule() {
-  const auto n = static_cast<int64_t>(train_.ids.size());
-  const int64_t bpe = (n + o_.batch_size - 1) / o_.batch_size;
   const int64_t warmup = std::min<int64_t>(
-      std::llround(o_.warmup_epochs * static_cast<double>(bpe)), total_steps() - 1);
+      std::llround(o_.warmup_epochs * static_cast<double>(batches_per_epoch())), total_steps() - 1);
   return std::make_unique<optim::WarmupCosine>(o_.lr, warmup, total_steps(), o_.min_lr);
 }
 

@@ -9,6 +9,7 @@
 // itself: the sentences and the tokenizer come through TextData, which `vitk text-train`
 // implements with datasets/.
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -117,13 +118,14 @@ class TextTask : public train::Task {
   struct Batch {
     std::vector<int64_t> rows;  // indices into the encoded set
   };
-  void make_vocabulary(const io::CheckpointMeta* resumed);
+  void make_vocabulary(const TextMeta* resumed, const EncoderStart* start);
   void make_labels(const io::CheckpointMeta* resumed);
   Encoded encode(const LabelledText& t) const;
-  void build_model(const io::CheckpointMeta* resumed, uint64_t seed);
+  void build_model(const TextMeta* resumed, const EncoderStart* start, uint64_t seed);
   std::vector<Batch> epoch_batches(int64_t epoch) const;
   void tensors(const Encoded& e, const std::vector<int64_t>& rows, Tensor& ids, Tensor& lengths,
                Tensor& labels) const;
+  int64_t batches_per_epoch() const;  // every epoch has ceil(sentences / batch) batches
   int64_t total_steps() const;
 
   const TextTrainOptions& o_;
@@ -133,6 +135,7 @@ class TextTask : public train::Task {
   std::unique_ptr<Vocabulary> vocabulary_;
   std::string vocabulary_note_, encoder_note_;
   std::vector<std::string> labels_;
+  std::map<std::string, int32_t> label_index_;  // label -> its index in labels_
   TextClassifierConfig cfg_;
   uint64_t seed_ = 0;
   train::Partition part_;
